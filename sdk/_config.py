@@ -1,0 +1,88 @@
+"""Configuration: every environment variable tracerl reads is declared here."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Literal
+
+__all__ = ["ENV_DISABLED", "ENV_FSYNC", "ENV_IMPLICIT", "ENV_STORE", "Config", "validate_store_path"]
+
+ENV_STORE = "TRACERL_STORE"
+"""Store directory (default ``./.tracerl``)."""
+ENV_FSYNC = "TRACERL_FSYNC"
+"""fsync policy: ``never`` (default), ``interval`` or ``always``."""
+ENV_IMPLICIT = "TRACERL_IMPLICIT_SESSIONS"
+"""What happens to calls outside any session: ``process`` (default) or ``off``."""
+ENV_DISABLED = "TRACERL_DISABLED"
+"""Set to 1 to turn capture off entirely."""
+
+FsyncPolicy = Literal["never", "interval", "always"]
+ImplicitSessions = Literal["process", "off"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Resolved tracerl configuration.
+
+    Attributes:
+        store: Directory of the event-log store.
+        fsync: ``never`` relies on the OS page cache (survives ``kill -9``, not a power cut);
+            ``interval`` fsyncs every ``fsync_interval`` seconds; ``always`` after every event.
+        fsync_interval: Seconds between fsyncs under the ``interval`` policy.
+        implicit_sessions: ``process`` records calls made outside any session into one implicit
+            session per process; ``off`` skips them (counted in ``sdk.stats()``, warned once).
+        segment_max_bytes: Segment files rotate past this size.
+        spill_max_bytes: Events kept in memory while the store cannot be written; past this they are
+            dropped and counted.
+        enabled: ``False`` records nothing.
+
+    Example:
+        >>> Config.from_env().fsync in ("never", "interval", "always")
+        True
+    """
+
+    store: Path = Path(".tracerl")
+    fsync: FsyncPolicy = "never"
+    fsync_interval: float = 1.0
+    implicit_sessions: ImplicitSessions = "process"
+    segment_max_bytes: int = 64 * 1024 * 1024
+    spill_max_bytes: int = 64 * 1024 * 1024
+    enabled: bool = True
+
+    @classmethod
+    def from_env(cls) -> Config:
+        """Build a config from the ``TRACERL_*`` environment variables, with defaults."""
+        fsync = os.environ.get(ENV_FSYNC, "never")
+        implicit = os.environ.get(ENV_IMPLICIT, "process")
+        if fsync not in ("never", "interval", "always"):
+            fsync = "never"
+        if implicit not in ("process", "off"):
+            implicit = "process"
+        return cls(
+            store=Path(os.environ.get(ENV_STORE) or ".tracerl"),
+            fsync=fsync,  # type: ignore[arg-type]
+            implicit_sessions=implicit,  # type: ignore[arg-type]
+            enabled=os.environ.get(ENV_DISABLED, "") in ("", "0", "false"),
+        )
+
+
+def validate_store_path(path: object) -> Path:
+    """Return ``path`` as a ``Path`` or raise ``ValueError`` saying what is wrong with it.
+
+    Example:
+        >>> validate_store_path("./traces").name
+        'traces'
+    """
+    if not isinstance(path, (str, os.PathLike)) or str(path).strip() == "":
+        raise ValueError(f"store must be a directory path (str or os.PathLike), got {path!r}")
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"store path {str(p)!r} exists and is not a directory")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"store path {str(p)!r} is under {str(parent)!r}, which is not a directory")
+            break
+    return p

@@ -1,0 +1,107 @@
+"""The CallRecord: one LLM call as the model saw it (DESIGN §3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from typing import Any
+
+__all__ = ["CallRecord", "new_id"]
+
+# Never persisted: anything that can carry a credential.
+_SECRET_PARAM_KEYS = frozenset(
+    {"api_key", "authorization", "headers", "extra_headers", "default_headers", "http_client", "client"}
+)
+
+
+def new_id() -> str:
+    """Return a fresh random id (32 hex characters)."""
+    return uuid.uuid4().hex
+
+
+@dataclasses.dataclass(slots=True)
+class CallRecord:
+    """One LLM call: the request the model saw, its response, and what the server reported.
+
+    Integrations build one per call and hand it to :func:`sdk.capture.record_call`. Messages and tools
+    are OpenAI chat format; ``logprobs`` is the list of per-token entries of
+    ``choices[0].logprobs.content``; token ids are what a vLLM-style server returns.
+
+    Example:
+        >>> r = CallRecord(framework="openai", model="gpt-4o-mini",
+        ...                messages=[{"role": "user", "content": "hi"}],
+        ...                response_message={"role": "assistant", "content": "hello"})
+        >>> r.to_event("s1", [])["response"]["message"]["content"]
+        'hello'
+    """
+
+    framework: str
+    model: str | None = None
+    messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    response_message: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    response_model: str | None = None
+    usage: dict[str, Any] | None = None
+    started_at: float = dataclasses.field(default_factory=time.time)
+    ended_at: float | None = None
+    error: dict[str, Any] | None = None
+    logprobs: list[dict[str, Any]] | None = None
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    endpoint: str = "chat.completions"
+    stream: bool = False
+    request_id: str | None = None
+    agent: str | None = None
+    extra: dict[str, Any] | None = None
+    call_id: str = dataclasses.field(default_factory=new_id)
+
+    def to_event(
+        self,
+        session_id: str,
+        parent_session_ids: list[str],
+        *,
+        messages: list[dict[str, Any]] | None = None,
+        base: dict[str, Any] | None = None,
+        tools_from_base: bool = False,
+    ) -> dict[str, Any]:
+        """Return the ``call`` event for the store (``messages``/``base`` carry prefix deduplication)."""
+        request: dict[str, Any] = {"messages": self.messages if messages is None else messages}
+        if base is not None:
+            request["base"] = base
+        if tools_from_base:
+            request["tools_from_base"] = True
+        elif self.tools is not None:
+            request["tools"] = self.tools
+        params = self.params
+        if params and not _SECRET_PARAM_KEYS.isdisjoint(params):
+            params = {k: v for k, v in params.items() if k not in _SECRET_PARAM_KEYS}
+        request["params"] = params
+        ended = self.ended_at if self.ended_at is not None else time.time()
+        return {
+            "event": "call",
+            "v": 1,
+            "call_id": self.call_id,
+            "session_id": session_id,
+            "parent_session_ids": parent_session_ids,
+            "framework": self.framework,
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "response_model": self.response_model,
+            "agent": self.agent,
+            "request": request,
+            "response": {"message": self.response_message, "finish_reason": self.finish_reason},
+            "usage": self.usage,
+            "started_at": self.started_at,
+            "ended_at": ended,
+            "latency_s": max(0.0, ended - self.started_at),
+            "stream": self.stream,
+            "request_id": self.request_id,
+            "error": self.error,
+            "logprobs": self.logprobs,
+            "prompt_token_ids": self.prompt_token_ids,
+            "completion_token_ids": self.completion_token_ids,
+            "extra": self.extra,
+        }

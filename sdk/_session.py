@@ -1,0 +1,408 @@
+"""Sessions: the scope every captured call belongs to.
+
+``session(...)`` returns one object with four roles (style.md convention 6): a ``with`` / ``async with``
+context manager and a decorator for ``def``, ``async def``, generator and async generator functions.
+Each entry creates a fresh :class:`Session`; the current session lives in a ``ContextVar``, so it
+follows asyncio tasks. Plain threads and executors do not carry context in Python: use :func:`wrap`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import math
+import numbers
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from sdk._internal import warn_once
+from sdk._records import new_id
+from sdk._tracer import _MAX_THREADS_PER_SESSION, _common_prefix, encode_event, tracer
+
+if TYPE_CHECKING:
+    from sdk._records import CallRecord
+    from sdk._tracer import Tracer
+
+__all__ = ["Session", "SessionScope", "current_session", "reward", "session", "wrap"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_current: contextvars.ContextVar[Session | None] = contextvars.ContextVar("tracerl_session", default=None)
+
+
+def current_session() -> Session | None:
+    """Return the innermost active session in this context, or ``None``.
+
+    Example:
+        >>> current_session() is None
+        True
+    """
+    return _current.get()
+
+
+def _check_reward(value: object, name: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"reward must be a real number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        raise ValueError(f"reward must be a finite number, got {v!r}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"reward name must be a non-empty string, got {name!r}")
+    return v
+
+
+class Session:
+    """A running session: the calls, rewards and metadata of one attempt at one task.
+
+    Created by :func:`session`; you receive it from ``with session(...) as s``.
+
+    Attributes:
+        session_id: Unique id (also in the store).
+        task_id: Groups sessions into GRPO groups; inherited from the enclosing session if not given.
+        sample: Optional sample / rollout index.
+        metadata: Merged metadata (enclosing sessions' first, this one's wins).
+        parent_session_ids: Enclosing sessions' ids, outermost first.
+        num_calls: Calls recorded in this session and in sessions nested inside it.
+        rewards: ``(name, value, call_id)`` tuples given so far.
+
+    Example:
+        >>> with session(task_id="t1") as s:
+        ...     s.reward(1.0)
+        >>> s.rewards
+        [('reward', 1.0, None)]
+    """
+
+    __slots__ = (
+        "session_id", "task_id", "sample", "metadata", "parent", "parent_session_ids", "implicit",
+        "started_at", "ended_at", "num_calls", "rewards", "last_call_id", "_lock", "_threads", "_token",
+        "_scope",
+    )
+
+    def __init__(
+        self,
+        task_id: str | None,
+        metadata: dict[str, Any],
+        *,
+        sample: int | None = None,
+        parent: Session | None = None,
+        session_id: str | None = None,
+        implicit: bool = False,
+    ) -> None:
+        self.session_id = session_id or new_id()
+        self.task_id = task_id
+        self.sample = sample
+        self.metadata = metadata
+        self.parent = parent
+        self.parent_session_ids: list[str] = (
+            [*parent.parent_session_ids, parent.session_id] if parent is not None else []
+        )
+        self.implicit = implicit
+        self.started_at = time.time()
+        self.ended_at: float | None = None
+        self.num_calls = 0
+        self.rewards: list[tuple[str, float, str | None]] = []
+        self.last_call_id: str | None = None
+        self._lock = threading.Lock()
+        # Recent threads for prefix deduplication: (call_id, request messages + response, tools).
+        self._threads: list[tuple[str, list[Any], Any]] = []
+        self._token: contextvars.Token[Session | None] | None = None
+        self._scope: SessionScope | None = None
+
+    def __repr__(self) -> str:
+        return f"Session(session_id={self.session_id!r}, task_id={self.task_id!r}, calls={self.num_calls})"
+
+    def reward(self, value: float, name: str = "reward", *, call_id: str | None = None) -> None:
+        """Record a reward for this session (or for one of its calls with ``call_id``).
+
+        The last value given under a name wins. May be called after the session ended (post-hoc
+        scoring). Raises ``ValueError`` for non-numbers, NaN and infinities.
+
+        Args:
+            value: A finite real number.
+            name: Reward name; ``"reward"`` is the episode reward trainers use by default.
+            call_id: Attach the reward to one call (see ``Session.last_call_id``).
+
+        Example:
+            >>> with session(task_id="t1") as s:
+            ...     s.reward(0.5, name="format")
+        """
+        v = _check_reward(value, name)
+        self.rewards.append((name, v, call_id))
+        tracer.reward(self, v, name, call_id)
+
+    def _record(self, record: CallRecord, t: Tracer) -> None:
+        messages = record.messages
+        with self._lock:
+            best_n, best = 0, None
+            for cand in reversed(self._threads):
+                n = _common_prefix(messages, cand[1])
+                if n > best_n:
+                    best_n, best = n, cand
+                    if n == len(cand[1]):
+                        break
+            if best is None:
+                event = record.to_event(self.session_id, self.parent_session_ids)
+            else:
+                event = record.to_event(
+                    self.session_id,
+                    self.parent_session_ids,
+                    messages=messages[best_n:],
+                    base={"call_id": best[0], "n": best_n},
+                    tools_from_base=record.tools is not None and record.tools == best[2],
+                )
+            thread = messages if record.response_message is None else [*messages, record.response_message]
+            self._threads.append((record.call_id, thread, record.tools))
+            if len(self._threads) > _MAX_THREADS_PER_SESSION:
+                del self._threads[0]
+            # Written under the session lock so a call is never on disk before the call it builds on.
+            t.writer.append(encode_event(event))
+            self.last_call_id = record.call_id
+        s: Session | None = self
+        while s is not None:
+            s.num_calls += 1
+            s = s.parent
+
+
+class SessionScope:
+    """What :func:`session` returns: a context manager and decorator that opens fresh sessions."""
+
+    def __init__(
+        self,
+        task_id: str | Callable[..., Any] | None,
+        sample: int | Callable[..., Any] | None,
+        session_id: str | None,
+        metadata: dict[str, Any],
+    ) -> None:
+        self.task_id = task_id
+        self.sample = sample
+        self.session_id = session_id
+        self.metadata = metadata
+
+    # -- opening and closing -----------------------------------------------------------------
+
+    def _open(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Session:
+        task_id, sample = self.task_id, self.sample
+        if callable(task_id):
+            task_id = task_id(*args, **(kwargs or {}))
+        if callable(sample):
+            sample = sample(*args, **(kwargs or {}))
+        if task_id is not None and not isinstance(task_id, str):
+            task_id = str(task_id)
+        parent = _current.get()
+        if parent is not None and parent.implicit:
+            parent = None
+        metadata = {**parent.metadata, **self.metadata} if parent is not None else dict(self.metadata)
+        if task_id is None and parent is not None:
+            task_id = parent.task_id
+        s = Session(task_id, metadata, sample=sample, parent=parent, session_id=self.session_id)
+        s._scope = self
+        tracer.session_started(s)
+        s._token = _current.set(s)
+        return s
+
+    @staticmethod
+    def _close(s: Session, error: BaseException | None) -> None:
+        s.ended_at = time.time()
+        tracer.session_ended(s, error)
+        token, s._token = s._token, None
+        if token is not None:
+            try:
+                _current.reset(token)
+            except ValueError:  # closed from another context (e.g. a generator finalised elsewhere)
+                pass
+
+    def _entered(self) -> Session:
+        s = _current.get()
+        if s is None or s._scope is not self:
+            raise RuntimeError("session exited that was not entered in this context")
+        return s
+
+    def __enter__(self) -> Session:
+        if callable(self.task_id) or callable(self.sample):
+            raise TypeError("a callable task_id/sample needs the decorator form: @session(task_id=...)")
+        return self._open()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self._close(self._entered(), exc)
+
+    async def __aenter__(self) -> Session:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    # -- decorator ---------------------------------------------------------------------------
+
+    def __call__(self, fn: F) -> F:
+        """Decorate ``fn`` so each call runs in a fresh session."""
+        scope = self
+        if inspect.isasyncgenfunction(fn):
+
+            @functools.wraps(fn)
+            async def agen_wrapper(*args: Any, **kwargs: Any) -> Any:
+                s = scope._open(args, kwargs)
+                _current.reset(s._token)  # type: ignore[arg-type]
+                s._token = None
+                gen = fn(*args, **kwargs)
+                error: BaseException | None = None
+                try:
+                    sent: Any = None
+                    while True:
+                        token = _current.set(s)
+                        try:
+                            item = await gen.asend(sent)
+                        except StopAsyncIteration:
+                            return
+                        finally:
+                            _current.reset(token)
+                        sent = yield item
+                except BaseException as exc:
+                    if not isinstance(exc, GeneratorExit):
+                        error = exc
+                    raise
+                finally:
+                    await gen.aclose()
+                    scope._close(s, error)
+
+            return agen_wrapper  # type: ignore[return-value]
+
+        if inspect.isgeneratorfunction(fn):
+
+            @functools.wraps(fn)
+            def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
+                s = scope._open(args, kwargs)
+                _current.reset(s._token)  # type: ignore[arg-type]
+                s._token = None
+                gen = fn(*args, **kwargs)
+                error: BaseException | None = None
+                try:
+                    sent: Any = None
+                    while True:
+                        token = _current.set(s)
+                        try:
+                            item = gen.send(sent)
+                        except StopIteration as stop:
+                            return stop.value
+                        finally:
+                            _current.reset(token)
+                        sent = yield item
+                except BaseException as exc:
+                    if not isinstance(exc, GeneratorExit):
+                        error = exc
+                    raise
+                finally:
+                    gen.close()
+                    scope._close(s, error)
+
+            return gen_wrapper  # type: ignore[return-value]
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                s = scope._open(args, kwargs)
+                try:
+                    result = await fn(*args, **kwargs)
+                except BaseException as exc:
+                    scope._close(s, exc)
+                    raise
+                scope._close(s, None)
+                return result
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            s = scope._open(args, kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                scope._close(s, exc)
+                raise
+            scope._close(s, None)
+            return result
+
+        return wrapper  # type: ignore[return-value]
+
+
+def session(
+    task_id: str | Callable[..., Any] | None = None,
+    *,
+    sample: int | Callable[..., Any] | None = None,
+    session_id: str | None = None,
+    **metadata: Any,
+) -> SessionScope:
+    """Open a session: every LLM call made inside it is recorded into it.
+
+    Works as ``with``, ``async with``, and as a decorator on sync, async, generator and async
+    generator functions (a fresh session per call). Sessions nest: the inner one's calls belong to
+    it, its metadata merges over the outer one's, and it inherits the outer ``task_id`` if given none.
+
+    Args:
+        task_id: The task attempted; episodes of one task form a GRPO group. In the decorator form it
+            may be a callable receiving the decorated function's arguments.
+        sample: Optional sample / rollout index (also may be a callable in the decorator form).
+        session_id: Use this id instead of a random one.
+        **metadata: Any JSON-serialisable values (others are stored as their repr, with a warning).
+
+    Returns:
+        A :class:`SessionScope`.
+
+    Example:
+        >>> with session(task_id="gsm8k-17", split="train") as s:
+        ...     s.reward(1.0)
+        >>> @session(task_id=lambda q: q["id"])
+        ... def run(q): return q["id"]
+        >>> run({"id": "t3"})
+        't3'
+    """
+    if task_id is not None and not (isinstance(task_id, str) or callable(task_id)):
+        task_id = str(task_id)
+    if sample is not None and not (isinstance(sample, int) or callable(sample)):
+        raise TypeError(f"sample must be an int or a callable, got {type(sample).__name__}")
+    return SessionScope(task_id, sample, session_id, metadata)
+
+
+def reward(value: float, name: str = "reward", *, call_id: str | None = None) -> None:
+    """Record a reward for the current session.
+
+    Raises ``ValueError`` outside a session, or for a non-finite or non-numeric value.
+
+    Example:
+        >>> with session(task_id="t1"):
+        ...     reward(1.0)
+    """
+    s = _current.get()
+    if s is None or s.implicit:
+        raise ValueError(
+            "reward() called outside a session: wrap the agent code in `with session(task_id=...)` "
+            "or call reward() on the session object"
+        )
+    s.reward(value, name, call_id=call_id)
+
+
+def wrap(fn: F) -> F:
+    """Carry the current session into another thread or executor.
+
+    Python does not copy context into plain threads or ``run_in_executor``; ``wrap`` captures it now
+    and runs each call of ``fn`` in a copy of it.
+
+    Example:
+        >>> import concurrent.futures
+        >>> with session(task_id="t1") as s:
+        ...     with concurrent.futures.ThreadPoolExecutor() as pool:
+        ...         got = pool.submit(wrap(current_session)).result()
+        >>> got is s
+        True
+    """
+    ctx = contextvars.copy_context()
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return ctx.copy().run(fn, *args, **kwargs)
+
+    if ctx.get(_current) is None:
+        warn_once("wrap-no-session", "sdk.wrap() was called outside any session; it carries no session")
+    return run  # type: ignore[return-value]

@@ -1,0 +1,292 @@
+"""The tracer: attaches calls to sessions, deduplicates multi-turn prefixes, and appends events.
+
+The hot path (:meth:`Tracer.record_call`) runs on the user's thread for every LLM call. It does the
+minimum: a prefix comparison against the session's recent threads, one ``json.dumps`` of what is new,
+and one ``os.write``. It is firewalled: nothing in it can raise into the agent.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sdk._config import Config, validate_store_path
+from sdk._internal import capture_internal_exceptions, count, counters, warn_once
+from sdk._records import CallRecord
+from sdk.store._writer import SegmentWriter
+
+if TYPE_CHECKING:
+    from sdk._session import Session
+
+__all__ = ["Tracer", "encode_event", "tracer"]
+
+_MAX_THREADS_PER_SESSION = 4
+
+
+def _json_default(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return dump(mode="json")
+        except Exception:  # noqa: BLE001 - fall through to repr
+            pass
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    count("values_stored_as_repr")
+    warn_once(
+        f"repr:{type(value).__qualname__}",
+        "a value of type %s is not JSON-serialisable; it is stored as its repr()",
+        type(value).__qualname__,
+    )
+    return repr(value)
+
+
+def encode_event(event: dict[str, Any]) -> bytes:
+    """Encode one event as a newline-terminated JSON line.
+
+    Example:
+        >>> encode_event({"event": "reward", "value": 1.0})
+        b'{"event":"reward","value":1.0}\\n'
+    """
+    text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # lone surrogates: escape them so the line stays valid UTF-8
+        return json.dumps(event, separators=(",", ":"), default=_json_default).encode("ascii") + b"\n"
+
+
+def _common_prefix(messages: list[Any], thread: list[Any]) -> int:
+    n = len(thread)
+    if len(messages) >= n and messages[:n] == thread:
+        return n
+    i = 0
+    for a, b in zip(messages, thread):
+        if a != b:
+            break
+        i += 1
+    return i
+
+
+class Tracer:
+    """Process-wide owner of the configuration, the store writer and the implicit session."""
+
+    def __init__(self) -> None:
+        self.config = Config.from_env()
+        self._lock = threading.RLock()
+        self._writer: SegmentWriter | None = None
+        self._implicit: Session | None = None
+        self._implicit_pid = -1
+        self._atexit = False
+
+    # -- configuration -----------------------------------------------------------------------
+
+    def configure(self, **changes: Any) -> Config:
+        """Apply configuration changes (validated) and return the new config."""
+        if "store" in changes and changes["store"] is not None:
+            changes["store"] = validate_store_path(changes["store"])
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if changes.get("fsync", "never") not in ("never", "interval", "always"):
+            raise ValueError(f"fsync must be 'never', 'interval' or 'always', got {changes['fsync']!r}")
+        if changes.get("implicit_sessions", "process") not in ("process", "off"):
+            raise ValueError(
+                f"implicit_sessions must be 'process' or 'off', got {changes['implicit_sessions']!r}"
+            )
+        for key in ("fsync_interval", "segment_max_bytes", "spill_max_bytes"):
+            if key in changes and not (isinstance(changes[key], (int, float)) and changes[key] > 0):
+                raise ValueError(f"{key} must be a positive number, got {changes[key]!r}")
+        new = dataclasses.replace(self.config, **changes)
+        if new.store.exists() is False:
+            try:
+                new.store.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(f"cannot create the store directory {str(new.store)!r}: {exc}") from None
+        with self._lock:
+            self._close_locked()
+            self.config = new
+        return new
+
+    @property
+    def writer(self) -> SegmentWriter:
+        """The store writer for the current configuration (created on first use)."""
+        w = self._writer
+        if w is None:
+            with self._lock:
+                if self._writer is None:
+                    c = self.config
+                    self._writer = SegmentWriter(
+                        c.store,
+                        fsync=c.fsync,
+                        fsync_interval=c.fsync_interval,
+                        segment_max_bytes=c.segment_max_bytes,
+                        spill_max_bytes=c.spill_max_bytes,
+                    )
+                    if not self._atexit:
+                        atexit.register(self.shutdown)
+                        self._atexit = True
+                w = self._writer
+        return w
+
+    # -- events ------------------------------------------------------------------------------
+
+    def append(self, event: dict[str, Any]) -> None:
+        """Encode and append one event (firewalled by the callers)."""
+        self.writer.append(encode_event(event))
+
+    def session_started(self, s: Session) -> None:
+        """Write the ``session_start`` event of ``s``."""
+        if not self.config.enabled:
+            return
+        with capture_internal_exceptions("session_start"):
+            self.append(
+                {
+                    "event": "session_start",
+                    "v": 1,
+                    "session_id": s.session_id,
+                    "ts": s.started_at,
+                    "task_id": s.task_id,
+                    "sample": s.sample,
+                    "metadata": s.metadata,
+                    "parent_session_ids": s.parent_session_ids,
+                    "implicit": s.implicit,
+                    "pid": os.getpid(),
+                }
+            )
+            count("sessions_started")
+
+    def session_ended(self, s: Session, error: BaseException | None) -> None:
+        """Write the ``session_end`` event of ``s``."""
+        if not self.config.enabled:
+            return
+        with capture_internal_exceptions("session_end"):
+            err = None if error is None else {"type": type(error).__name__, "message": str(error)[:2000]}
+            self.append(
+                {
+                    "event": "session_end",
+                    "v": 1,
+                    "session_id": s.session_id,
+                    "ts": s.ended_at,
+                    "status": "ok" if error is None else "error",
+                    "error": err,
+                    "num_calls": s.num_calls,
+                }
+            )
+
+    def reward(self, s: Session, value: float, name: str, call_id: str | None) -> None:
+        """Write a ``reward`` event for ``s``."""
+        if not self.config.enabled:
+            return
+        with capture_internal_exceptions("reward"):
+            self.append(
+                {
+                    "event": "reward",
+                    "v": 1,
+                    "session_id": s.session_id,
+                    "value": value,
+                    "name": name,
+                    "call_id": call_id,
+                    "ts": time.time(),
+                }
+            )
+
+    def capture_target(self) -> Session | None:
+        """The session a call starting now belongs to: the current one, else the implicit one."""
+        from sdk._session import current_session
+
+        s = current_session()
+        if s is not None:
+            return s
+        return self.implicit_session()
+
+    def implicit_session(self) -> Session | None:
+        """This process's implicit session (created on first use), or ``None`` when turned off."""
+        if self.config.implicit_sessions == "off" or not self.config.enabled:
+            return None
+        s = self._implicit
+        if s is not None and self._implicit_pid == os.getpid():
+            return s
+        from sdk._session import Session
+
+        with self._lock:
+            if self._implicit is None or self._implicit_pid != os.getpid():
+                s = Session(task_id=None, metadata={}, implicit=True)
+                self.session_started(s)
+                self._implicit, self._implicit_pid = s, os.getpid()
+            return self._implicit
+
+    def record_call(self, record: CallRecord, session: Session | None = None) -> None:
+        """Persist ``record`` in ``session`` (default: the current or implicit session). Never raises."""
+        with capture_internal_exceptions("record_call"):
+            if not self.config.enabled:
+                return
+            s = session if session is not None else self.capture_target()
+            if s is None:
+                count("calls_outside_session_skipped")
+                warn_once(
+                    "outside-session",
+                    "an LLM call was made outside any session and implicit sessions are off; it was not "
+                    "recorded (counted in sdk.stats()['calls_outside_session_skipped'])",
+                )
+                return
+            s._record(record, self)
+            count("calls_recorded")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def flush(self) -> bool:
+        """Write out anything held in memory and fsync; ``True`` when nothing is pending."""
+        with capture_internal_exceptions("flush"):
+            w = self._writer
+            return True if w is None else w.flush()
+        return False
+
+    def _close_locked(self) -> None:
+        implicit = self._implicit
+        if implicit is not None and self._implicit_pid == os.getpid():
+            implicit.ended_at = time.time()
+            self.session_ended(implicit, None)
+        self._implicit = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def shutdown(self) -> None:
+        """End the implicit session, flush and close the store. Safe to call more than once."""
+        with capture_internal_exceptions("shutdown"), self._lock:
+            self._close_locked()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters plus the store path and the number of events pending in memory."""
+        out: dict[str, Any] = {
+            "calls_recorded": 0,
+            "sessions_started": 0,
+            "write_failures": 0,
+            "events_spilled": 0,
+            "events_dropped": 0,
+            "internal_errors": 0,
+            "values_stored_as_repr": 0,
+            "calls_outside_session_skipped": 0,
+        }
+        out.update(counters())
+        out["store"] = str(self.config.store)
+        w = self._writer
+        out["events_pending"] = 0 if w is None else w.pending
+        return out
+
+
+tracer = Tracer()
+

@@ -1,0 +1,65 @@
+"""The store: where captured sessions, calls and rewards live.
+
+The embedded store is a directory of append-only JSON-line segment files (one per process). Write
+through :mod:`sdk` (sessions, rewards); read back with :class:`StoreReader` / :func:`read_sessions`.
+
+Event lines (``v`` = 1), one JSON object per line:
+
+- ``session_start``: ``session_id, ts, task_id, sample, metadata, parent_session_ids, implicit, pid``
+- ``call``: a CallRecord; ``request.messages`` holds only what is new relative to an earlier call of
+  the same session (``request.base = {"call_id", "n"}``: the first ``n`` messages of that call's
+  request messages + response message), ``request.tools_from_base`` when tools repeat
+- ``reward``: ``session_id, value, name, call_id, ts``
+- ``session_end``: ``session_id, ts, status ("ok" | "error"), error, num_calls``
+
+Example:
+    >>> import tempfile
+    >>> from sdk.store import StoreReader
+    >>> reader = StoreReader(tempfile.mkdtemp())
+    >>> sum(1 for _ in reader.sessions())
+    0
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from sdk.store._reader import EVENT_VERSION, StoreReader, StoredSession, read_sessions
+from sdk.store._writer import SegmentWriter
+
+__all__ = ["EVENT_VERSION", "SegmentWriter", "StoreReader", "StoredSession", "add_reward", "read_sessions"]
+
+
+def add_reward(
+    store: str | os.PathLike[str],
+    session_id: str,
+    value: float,
+    name: str = "reward",
+    *,
+    call_id: str | None = None,
+) -> None:
+    """Append a reward for a stored session, e.g. from a scoring job that runs after the agent.
+
+    Raises ``ValueError`` for a non-finite value and ``FileNotFoundError`` when ``store`` is missing.
+
+    Example:
+        >>> import tempfile
+        >>> add_reward(tempfile.mkdtemp(), "0123abcd", 1.0)
+    """
+    from sdk._session import _check_reward
+    from sdk._tracer import encode_event
+
+    v = _check_reward(value, name)
+    path = Path(store)
+    if not path.is_dir():
+        raise FileNotFoundError(f"no tracerl store at {str(path)!r}")
+    writer = SegmentWriter(path)
+    event = {"event": "reward", "v": EVENT_VERSION, "session_id": session_id, "value": v, "name": name,
+             "call_id": call_id, "ts": time.time()}
+    try:
+        if not writer.append(encode_event(event)):
+            raise OSError(f"could not write the reward to {str(path)!r}")
+    finally:
+        writer.close()

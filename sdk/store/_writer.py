@@ -1,0 +1,217 @@
+"""The embedded store: an append-only log of JSON-line events, one segment file per process.
+
+Why this shape: an ``O_APPEND`` write of one line is a single syscall that lands in the OS page cache
+before control returns to the agent, so ``kill -9`` loses only calls still in flight; one segment per
+process means many processes can share a store without locks; JSON lines survive a torn last line.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+from pathlib import Path
+
+from sdk._internal import count, logger, warn_once
+
+__all__ = ["SEGMENT_SUFFIX", "SegmentWriter"]
+
+SEGMENT_SUFFIX = ".jsonl"
+_RETRY_SPILL_EVERY_S = 1.0
+
+
+def _process_key() -> str:
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:24] or "host"
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class SegmentWriter:
+    """Appends encoded event lines to this process's segment files in one store directory.
+
+    Thread-safe. Never raises from :meth:`append`: when the disk refuses a write, the line is kept in
+    a bounded in-memory spill (retried on later appends and on :meth:`flush`), a warning is logged
+    once, and the failure is counted; past ``spill_max_bytes`` lines are dropped and counted.
+
+    Example:
+        >>> import tempfile
+        >>> w = SegmentWriter(tempfile.mkdtemp())
+        >>> w.append(b'{"event":"reward"}\\n')
+        True
+        >>> w.close()
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        fsync: str = "never",
+        fsync_interval: float = 1.0,
+        segment_max_bytes: int = 64 * 1024 * 1024,
+        spill_max_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        self.directory = Path(directory)
+        self.fsync = fsync
+        self.fsync_interval = fsync_interval
+        self.segment_max_bytes = segment_max_bytes
+        self.spill_max_bytes = spill_max_bytes
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._pid = -1
+        self._key = ""
+        self._seq = 0
+        self._size = 0
+        self._dirty = False
+        self._spill: collections.deque[bytes] = collections.deque()
+        self._spill_bytes = 0
+        self._last_retry = 0.0
+        self._closed = False
+        self._fsync_thread: threading.Thread | None = None
+        self.path: Path | None = None
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(self, line: bytes) -> bool:
+        """Append one newline-terminated line; return ``True`` if it reached the file."""
+        with self._lock:
+            if self._spill:
+                now = time.monotonic()
+                if now - self._last_retry < _RETRY_SPILL_EVERY_S:
+                    self._to_spill(line)
+                    return False
+                self._last_retry = now
+                if not self._drain_spill():
+                    self._to_spill(line)
+                    return False
+            try:
+                self._write(line)
+                return True
+            except OSError as exc:
+                self._write_failed(exc)
+                self._to_spill(line)
+                return False
+
+    def _write(self, data: bytes) -> None:
+        if self._fd is None or self._pid != os.getpid() or self._size >= self.segment_max_bytes:
+            self._open_segment()
+        fd = self._fd
+        assert fd is not None
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        self._size += len(data)
+        self._dirty = True
+        if self.fsync == "always":
+            os.fsync(fd)
+            self._dirty = False
+
+    def _open_segment(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            os.close(self._fd)
+        if self._pid != os.getpid():  # first use, or a forked child: never share a parent's segment
+            self._key, self._seq, self._pid = _process_key(), 0, os.getpid()
+        self._fd = None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._seq += 1
+        self.path = self.directory / f"{self._key}.{self._seq:05d}{SEGMENT_SUFFIX}"
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = 0
+        if self.fsync == "interval" and self._fsync_thread is None:
+            self._fsync_thread = threading.Thread(target=self._fsync_loop, name="tracerl-fsync", daemon=True)
+            self._fsync_thread.start()
+
+    def _write_failed(self, exc: OSError) -> None:
+        count("write_failures")
+        warn_once(
+            f"write:{self.directory}",
+            "cannot write to the store %s (%s). The agent continues; events are kept in memory and "
+            "retried, and failures are counted in sdk.stats().",
+            self.directory,
+            exc,
+        )
+        # A failed descriptor may be unusable (e.g. the directory vanished): reopen next time.
+        if self._fd is not None and self._pid == os.getpid():
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+        self._fd = None
+
+    def _to_spill(self, line: bytes) -> None:
+        if self._spill_bytes + len(line) > self.spill_max_bytes:
+            count("events_dropped")
+            warn_once(
+                "spill-full",
+                "the in-memory spill is full (%d bytes); further events are dropped and counted in "
+                "sdk.stats()['events_dropped']",
+                self.spill_max_bytes,
+            )
+            return
+        self._spill.append(line)
+        self._spill_bytes += len(line)
+        count("events_spilled")
+
+    def _drain_spill(self) -> bool:
+        while self._spill:
+            line = self._spill[0]
+            try:
+                self._write(line)
+            except OSError as exc:
+                self._write_failed(exc)
+                return False
+            self._spill.popleft()
+            self._spill_bytes -= len(line)
+        return True
+
+    # -- durability and lifecycle ------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Number of events held in memory because the store could not be written."""
+        return len(self._spill)
+
+    def flush(self) -> bool:
+        """Retry spilled events and fsync; return ``True`` when nothing is left in memory."""
+        with self._lock:
+            ok = self._drain_spill()
+            if self._fd is not None and self._dirty and self._pid == os.getpid():
+                try:
+                    os.fsync(self._fd)
+                    self._dirty = False
+                except OSError:
+                    pass
+            return ok
+
+    def _fsync_loop(self) -> None:
+        while not self._closed:
+            time.sleep(self.fsync_interval)
+            with self._lock:
+                if self._fd is not None and self._dirty and self._pid == os.getpid():
+                    try:
+                        os.fsync(self._fd)
+                        self._dirty = False
+                    except OSError:
+                        pass
+
+    def close(self) -> None:
+        """Flush and close the segment. Events that still cannot be written are reported."""
+        self.flush()
+        with self._lock:
+            self._closed = True
+            if self._spill:
+                logger.error(
+                    "tracerl: %d events could not be written to %s and are lost at exit "
+                    "(see the warning above for the cause)",
+                    len(self._spill),
+                    self.directory,
+                )
+                count("events_dropped", len(self._spill))
+                self._spill.clear()
+                self._spill_bytes = 0
+            if self._fd is not None and self._pid == os.getpid():
+                os.close(self._fd)
+            self._fd = None

@@ -11,8 +11,8 @@ import os
 import threading
 import traceback
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 __all__ = ["MissingDependency", "capture_internal_exceptions", "count", "counters", "logger", "warn_once"]
 
@@ -65,7 +65,7 @@ def capture_internal_exceptions(where: str) -> Iterator[None]:
     """
     try:
         yield
-    except Exception as exc:  # noqa: BLE001 - the firewall is the point
+    except Exception as exc:
         count("internal_errors")
         warn_once(
             f"internal:{where}:{type(exc).__name__}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import uuid
 from typing import Any
@@ -13,6 +14,25 @@ __all__ = ["CallRecord", "new_id"]
 _SECRET_PARAM_KEYS = frozenset(
     {"api_key", "authorization", "headers", "extra_headers", "default_headers", "http_client", "client"}
 )
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def _norm_args(arguments: Any) -> str:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments else {}
+        except ValueError:
+            return arguments
+    return json.dumps(arguments, sort_keys=True, default=str)
 
 
 def new_id() -> str:
@@ -56,7 +76,24 @@ class CallRecord:
     request_id: str | None = None
     agent: str | None = None
     extra: dict[str, Any] | None = None
+    source: str = "framework"
     call_id: str = dataclasses.field(default_factory=new_id)
+
+    def fingerprint(self) -> tuple[Any, ...] | None:
+        """What identifies this call across two observers of it (a framework hook and the transport).
+
+        The last request message and the response's text and tool calls: equal for the two views of one
+        call, and distinct for different calls of a session in practice.
+        """
+        msg = self.response_message
+        if msg is None or not self.messages:
+            return None
+        last = self.messages[-1]
+        calls = tuple(
+            ((tc.get("function") or {}).get("name"), _norm_args((tc.get("function") or {}).get("arguments")))
+            for tc in msg.get("tool_calls") or ()
+        )
+        return (last.get("role"), _text(last.get("content")), _text(msg.get("content")), calls)
 
     def to_event(
         self,
@@ -66,6 +103,7 @@ class CallRecord:
         messages: list[dict[str, Any]] | None = None,
         base: dict[str, Any] | None = None,
         tools_from_base: bool = False,
+        same_call_as: str | None = None,
     ) -> dict[str, Any]:
         """Return the ``call`` event for the store (``messages``/``base`` carry prefix deduplication)."""
         request: dict[str, Any] = {"messages": self.messages if messages is None else messages}
@@ -104,4 +142,6 @@ class CallRecord:
             "prompt_token_ids": self.prompt_token_ids,
             "completion_token_ids": self.completion_token_ids,
             "extra": self.extra,
+            "source": self.source,
+            "same_call_as": same_call_as,
         }

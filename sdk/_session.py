@@ -15,7 +15,8 @@ import math
 import numbers
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sdk._internal import warn_once
 from sdk._records import new_id
@@ -75,9 +76,23 @@ class Session:
     """
 
     __slots__ = (
-        "session_id", "task_id", "sample", "metadata", "parent", "parent_session_ids", "implicit",
-        "started_at", "ended_at", "num_calls", "rewards", "last_call_id", "_lock", "_threads", "_token",
+        "session_id",
+        "task_id",
+        "sample",
+        "metadata",
+        "parent",
+        "parent_session_ids",
+        "implicit",
+        "started_at",
+        "ended_at",
+        "num_calls",
+        "rewards",
+        "last_call_id",
+        "_lock",
+        "_threads",
+        "_token",
         "_scope",
+        "_transport_calls",
     )
 
     def __init__(
@@ -109,6 +124,9 @@ class Session:
         self._threads: list[tuple[str, list[Any], Any]] = []
         self._token: contextvars.Token[Session | None] | None = None
         self._scope: SessionScope | None = None
+        # Recent calls seen by a recording transport, by fingerprint, so that a framework hook's view of
+        # the same call is linked to it (the reader merges the two) instead of counted twice.
+        self._transport_calls: dict[Any, str] = {}
 
     def __repr__(self) -> str:
         return f"Session(session_id={self.session_id!r}, task_id={self.task_id!r}, calls={self.num_calls})"
@@ -135,6 +153,15 @@ class Session:
     def _record(self, record: CallRecord, t: Tracer) -> None:
         messages = record.messages
         with self._lock:
+            same_call_as = None
+            if record.source == "transport":
+                fp = record.fingerprint()
+                if fp is not None:
+                    self._transport_calls[fp] = record.call_id
+                    if len(self._transport_calls) > 16:
+                        del self._transport_calls[next(iter(self._transport_calls))]
+            elif self._transport_calls:
+                same_call_as = self._transport_calls.pop(record.fingerprint(), None)
             best_n, best = 0, None
             for cand in reversed(self._threads):
                 n = _common_prefix(messages, cand[1])
@@ -143,7 +170,7 @@ class Session:
                     if n == len(cand[1]):
                         break
             if best is None:
-                event = record.to_event(self.session_id, self.parent_session_ids)
+                event = record.to_event(self.session_id, self.parent_session_ids, same_call_as=same_call_as)
             else:
                 event = record.to_event(
                     self.session_id,
@@ -151,6 +178,7 @@ class Session:
                     messages=messages[best_n:],
                     base={"call_id": best[0], "n": best_n},
                     tools_from_base=record.tools is not None and record.tools == best[2],
+                    same_call_as=same_call_as,
                 )
             thread = messages if record.response_message is None else [*messages, record.response_message]
             self._threads.append((record.call_id, thread, record.tools))
@@ -159,6 +187,8 @@ class Session:
             # Written under the session lock so a call is never on disk before the call it builds on.
             t.writer.append(encode_event(event))
             self.last_call_id = record.call_id
+        if same_call_as is not None:
+            return  # the transport's record of this call was counted already
         s: Session | None = self
         while s is not None:
             s.num_calls += 1

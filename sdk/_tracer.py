@@ -34,7 +34,7 @@ def _json_default(value: Any) -> Any:
     if callable(dump):
         try:
             return dump(mode="json")
-        except Exception:  # noqa: BLE001 - fall through to repr
+        except Exception:
             pass
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
@@ -57,7 +57,7 @@ def _json_default(value: Any) -> Any:
 
 
 def encode_event(event: dict[str, Any]) -> bytes:
-    """Encode one event as a newline-terminated JSON line.
+    r"""Encode one event as a newline-terminated JSON line.
 
     Example:
         >>> encode_event({"event": "reward", "value": 1.0})
@@ -75,7 +75,7 @@ def _common_prefix(messages: list[Any], thread: list[Any]) -> int:
     if len(messages) >= n and messages[:n] == thread:
         return n
     i = 0
-    for a, b in zip(messages, thread):
+    for a, b in zip(messages, thread, strict=False):
         if a != b:
             break
         i += 1
@@ -289,4 +289,3 @@ class Tracer:
 
 
 tracer = Tracer()
-

@@ -26,7 +26,7 @@ import os
 import time
 from pathlib import Path
 
-from sdk.store._reader import EVENT_VERSION, StoreReader, StoredSession, read_sessions
+from sdk.store._reader import EVENT_VERSION, StoredSession, StoreReader, read_sessions
 from sdk.store._writer import SegmentWriter
 
 __all__ = ["EVENT_VERSION", "SegmentWriter", "StoreReader", "StoredSession", "add_reward", "read_sessions"]
@@ -56,8 +56,15 @@ def add_reward(
     if not path.is_dir():
         raise FileNotFoundError(f"no tracerl store at {str(path)!r}")
     writer = SegmentWriter(path)
-    event = {"event": "reward", "v": EVENT_VERSION, "session_id": session_id, "value": v, "name": name,
-             "call_id": call_id, "ts": time.time()}
+    event = {
+        "event": "reward",
+        "v": EVENT_VERSION,
+        "session_id": session_id,
+        "value": v,
+        "name": name,
+        "call_id": call_id,
+        "ts": time.time(),
+    }
     try:
         if not writer.append(encode_event(event)):
             raise OSError(f"could not write the reward to {str(path)!r}")

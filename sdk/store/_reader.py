@@ -12,8 +12,9 @@ import dataclasses
 import json
 import os
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from sdk.store._writer import SEGMENT_SUFFIX
 
@@ -94,6 +95,7 @@ class StoreReader:
         examples: The first ``file:line`` seen for each problem reason, for error messages.
         num_calls: Calls read so far.
         num_sessions: Sessions yielded so far.
+        num_merged: Framework records merged into the recording transport's record of the same call.
 
     Example:
         >>> import tempfile
@@ -112,6 +114,7 @@ class StoreReader:
         self.examples: dict[str, str] = {}
         self.num_calls = 0
         self.num_sessions = 0
+        self.num_merged = 0
 
     def segments(self) -> list[list[Path]]:
         """Segment files grouped by writing process, each group in write order."""
@@ -232,8 +235,10 @@ class StoreReader:
                     self._problem(f"{kind}_before_session_start", where)
                     state = open_[sid] = _Open(StoredSession(session_id=sid))
                 if kind == "call":
-                    state.session.calls.append(self._call(event, state, where))
-                    self.num_calls += 1
+                    call = self._call(event, state, where)
+                    if not self._merge(call, state.session):
+                        state.session.calls.append(call)
+                        self.num_calls += 1
                 else:  # session_end
                     s = state.session
                     s.ended_at = event.get("ts")
@@ -271,6 +276,27 @@ class StoreReader:
             implicit=bool(event.get("implicit")),
             status="implicit" if event.get("implicit") else "incomplete",
         )
+
+    def _merge(self, call: dict[str, Any], s: StoredSession) -> bool:
+        # A framework hook and a recording transport both saw this call: keep one record with the
+        # transport's exact request/response and token data, plus what only the framework knows.
+        target_id = call.get("same_call_as")
+        if not target_id:
+            return False
+        for target in reversed(s.calls):
+            if target.get("call_id") == target_id:
+                break
+        else:
+            self.problems["merge_target_missing"] += 1
+            return False
+        for key, value in call.items():
+            if target.get(key) is None and value is not None:
+                target[key] = value
+        target["framework"] = call.get("framework") or target.get("framework")
+        target["agent"] = call.get("agent") or target.get("agent")
+        target["merged_call_ids"] = [*target.get("merged_call_ids", []), call.get("call_id")]
+        self.num_merged += 1
+        return True
 
     def _call(self, event: dict[str, Any], state: _Open, where: str) -> dict[str, Any]:
         call = {k: v for k, v in event.items() if k not in ("event", "v")}

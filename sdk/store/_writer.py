@@ -30,7 +30,7 @@ def _process_key() -> str:
 
 
 class SegmentWriter:
-    """Appends encoded event lines to this process's segment files in one store directory.
+    r"""Appends encoded event lines to this process's segment files in one store directory.
 
     Thread-safe. Never raises from :meth:`append`: when the disk refuses a write, the line is kept in
     a bounded in-memory spill (retried on later appends and on :meth:`flush`), a warning is logged

@@ -1,0 +1,684 @@
+"""Capture every call an OpenAI client makes, with nothing dropped.
+
+A recording HTTP transport sits under the client: it sees the exact request JSON and the full response
+body (SSE streams reassembled), so it keeps what frameworks drop: logprobs, vLLM token ids, the returned
+model, usage and errors. It works for chat completions and the Responses API, sync and async, streaming
+or not, on openai 2.x (httpx) and 3.x (httpx2). API keys and headers are never recorded.
+
+Example:
+    >>> from openai import OpenAI
+    >>> from integrations.openai import wrap_openai, instrument_openai
+    >>> client = wrap_openai(OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x"))  # one client
+    >>> instrument_openai()   # or every client created from now on (incl. those frameworks build)
+
+Frameworks that accept an http client can be handed a recording one::
+
+    ChatOpenAI(..., http_client=recording_http_client(), http_async_client=recording_http_client(async_=True))
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import importlib
+import json
+import time
+import zlib
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from sdk._internal import MissingDependency, capture_internal_exceptions, count, warn_once
+from sdk.capture import CallRecord, Session, capture_target, record_call
+
+try:
+    import openai
+except ImportError as exc:  # pragma: no cover - exercised in the missing-dependency test
+    raise MissingDependency("openai", "openai") from exc
+
+__all__ = [
+    "AsyncRecordingTransport",
+    "RecordingTransport",
+    "instrument_openai",
+    "parse_exchange",
+    "recording_http_client",
+    "uninstrument_openai",
+    "wrap_openai",
+]
+
+RecordSink = Callable[[CallRecord, "Session | None"], None]
+_ENDPOINTS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
+_OPENAI_MAJOR = int(openai.__version__.split(".")[0])
+
+
+def _httpx_module() -> ModuleType:
+    # openai 3 moved to httpx2 (frameworks.md §6.3); build the transport on the client's own module.
+    return importlib.import_module("httpx2" if _OPENAI_MAJOR >= 3 else "httpx")
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing: request JSON + response body -> CallRecord. Pure functions, reusable by integrations.
+# ---------------------------------------------------------------------------------------------
+
+_MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
+
+
+def _clean_message(msg: dict[str, Any]) -> dict[str, Any]:
+    out = {k: msg[k] for k in _MESSAGE_KEYS if msg.get(k) is not None}
+    out.setdefault("role", "assistant")
+    if "content" not in out:
+        out["content"] = None
+    if out.get("tool_calls"):
+        out["tool_calls"] = [
+            {
+                "id": tc.get("id"),
+                "type": tc.get("type") or "function",
+                "function": {
+                    "name": (tc.get("function") or {}).get("name"),
+                    "arguments": (tc.get("function") or {}).get("arguments") or "",
+                },
+            }
+            for tc in out["tool_calls"]
+        ]
+    return out
+
+
+def _clean_logprobs(content: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    if content is None:
+        return None
+    out = []
+    for e in content:
+        item = {"token": e.get("token"), "logprob": e.get("logprob")}
+        if e.get("top_logprobs"):
+            item["top_logprobs"] = [
+                {"token": t.get("token"), "logprob": t.get("logprob")} for t in e["top_logprobs"]
+            ]
+        out.append(item)
+    return out
+
+
+def _chat_request(
+    body: dict[str, Any],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any]]:
+    params = {k: v for k, v in body.items() if k not in ("messages", "tools", "model")}
+    return list(body.get("messages") or []), body.get("tools"), params
+
+
+def _chat_response(body: dict[str, Any], record: CallRecord) -> None:
+    record.response_model = body.get("model")
+    record.usage = body.get("usage")
+    choices = body.get("choices") or []
+    if choices:
+        first = choices[0]
+        record.response_message = _clean_message(first.get("message") or {})
+        record.finish_reason = first.get("finish_reason")
+        record.logprobs = _clean_logprobs((first.get("logprobs") or {}).get("content"))
+        record.completion_token_ids = first.get("token_ids")
+        if len(choices) > 1:
+            record.extra = {**(record.extra or {}), "other_choices": choices[1:]}
+    record.prompt_token_ids = body.get("prompt_token_ids")
+
+
+def _assemble_chat_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fold chat.completion.chunk events into one chat.completion body."""
+    content: list[str] = []
+    reasoning: list[str] = []
+    tool_calls: dict[int, dict[str, Any]] = {}
+    logprobs: list[dict[str, Any]] | None = None
+    token_ids: list[int] | None = None
+    body: dict[str, Any] = {}
+    finish = None
+    for ev in events:
+        if ev.get("model"):
+            body["model"] = ev["model"]
+        if ev.get("usage"):
+            body["usage"] = ev["usage"]
+        if ev.get("prompt_token_ids") is not None:
+            body["prompt_token_ids"] = ev["prompt_token_ids"]
+        for ch in ev.get("choices") or []:
+            if ch.get("index", 0) != 0:
+                continue
+            delta = ch.get("delta") or {}
+            if delta.get("content"):
+                content.append(delta["content"])
+            if delta.get("reasoning_content"):
+                reasoning.append(delta["reasoning_content"])
+            for tc in delta.get("tool_calls") or []:
+                slot = tool_calls.setdefault(
+                    tc.get("index", 0),
+                    {"id": None, "type": "function", "function": {"name": None, "arguments": ""}},
+                )
+                if tc.get("id"):
+                    slot["id"] = tc["id"]
+                fn = tc.get("function") or {}
+                if fn.get("name"):
+                    slot["function"]["name"] = fn["name"]
+                if fn.get("arguments"):
+                    slot["function"]["arguments"] += fn["arguments"]
+            lp = (ch.get("logprobs") or {}).get("content")
+            if lp:
+                logprobs = (logprobs or []) + lp
+            if ch.get("token_ids"):
+                token_ids = (token_ids or []) + list(ch["token_ids"])
+            if ch.get("finish_reason"):
+                finish = ch["finish_reason"]
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) if content else None}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if tool_calls:
+        message["tool_calls"] = [tool_calls[i] for i in sorted(tool_calls)]
+    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+    if logprobs is not None:
+        choice["logprobs"] = {"content": logprobs}
+    if token_ids is not None:
+        choice["token_ids"] = token_ids
+    body["choices"] = [choice]
+    return body
+
+
+def _responses_request(
+    body: dict[str, Any],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if body.get("instructions"):
+        messages.append({"role": "system", "content": body["instructions"]})
+    items = body.get("input")
+    if isinstance(items, str):
+        messages.append({"role": "user", "content": items})
+    for item in items if isinstance(items, list) else []:
+        kind = item.get("type", "message")
+        if kind == "message":
+            content = item.get("content")
+            if isinstance(content, list):
+                texts = [p.get("text", "") for p in content if isinstance(p, dict) and "text" in p]
+                content = "".join(texts) if len(texts) == len(content) else content
+            role = item.get("role", "user")
+            messages.append({"role": "system" if role == "developer" else role, "content": content})
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and last.get("tool_calls") is not None:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item.get("call_id"),
+                    "content": output if isinstance(output, str) else json.dumps(output),
+                }
+            )
+    tools = None
+    if body.get("tools"):
+        tools = [
+            {
+                "type": "function",
+                "function": {k: t[k] for k in ("name", "description", "parameters", "strict") if k in t},
+            }
+            if t.get("type") == "function"
+            else t
+            for t in body["tools"]
+        ]
+    params = {k: v for k, v in body.items() if k not in ("input", "instructions", "tools", "model")}
+    return messages, tools, params
+
+
+def _responses_response(body: dict[str, Any], record: CallRecord) -> None:
+    record.response_model = body.get("model")
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    logprobs: list[dict[str, Any]] = []
+    for item in body.get("output") or []:
+        kind = item.get("type")
+        if kind == "message":
+            for part in item.get("content") or []:
+                if part.get("type") == "output_text":
+                    texts.append(part.get("text", ""))
+                    logprobs.extend(part.get("logprobs") or [])
+        elif kind == "function_call":
+            calls.append(
+                {
+                    "id": item.get("call_id"),
+                    "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""},
+                }
+            )
+        elif kind == "reasoning":
+            reasoning.extend(s.get("text", "") for s in item.get("summary") or [])
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if calls:
+        message["tool_calls"] = calls
+    if reasoning:
+        message["reasoning_content"] = "\n".join(reasoning)
+    record.response_message = message
+    status = body.get("status")
+    record.finish_reason = "tool_calls" if calls else ("length" if status == "incomplete" else "stop")
+    record.logprobs = _clean_logprobs(logprobs) if logprobs else None
+    usage = body.get("usage")
+    if usage:
+        record.usage = {
+            "prompt_tokens": usage.get("input_tokens"),
+            "completion_tokens": usage.get("output_tokens"),
+            "total_tokens": usage.get("total_tokens"),
+            **{k: v for k, v in usage.items() if k.endswith("_details")},
+        }
+    if body.get("error"):
+        record.error = {
+            "type": (body["error"] or {}).get("code") or "response_failed",
+            "message": (body["error"] or {}).get("message"),
+            "status": None,
+        }
+
+
+def _sse_events(raw: bytes) -> list[dict[str, Any]]:
+    events = []
+    for line in raw.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if not data or data == b"[DONE]":
+            continue
+        try:
+            ev = json.loads(data)
+        except ValueError:
+            count("stream_chunks_unparsed")
+            continue
+        if isinstance(ev, dict):
+            events.append(ev)
+    return events
+
+
+def parse_exchange(
+    endpoint: str,
+    request_body: dict[str, Any],
+    status: int,
+    response_body: bytes,
+    *,
+    content_type: str = "application/json",
+    started_at: float | None = None,
+    ended_at: float | None = None,
+    request_id: str | None = None,
+    framework: str = "openai",
+) -> CallRecord:
+    """Build a :class:`CallRecord` from one HTTP exchange with an OpenAI-compatible server.
+
+    Args:
+        endpoint: ``"chat.completions"`` or ``"responses"``.
+        request_body: The parsed request JSON.
+        status: HTTP status code.
+        response_body: The raw (decoded) response body; SSE streams are reassembled.
+        content_type: The response's content type.
+        started_at: Unix time the request was sent.
+        ended_at: Unix time the response finished.
+        request_id: The server's ``x-request-id``.
+        framework: Recorded as the call's framework.
+
+    Returns:
+        The call record.
+
+    Example:
+        >>> request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        >>> body = b'{"model": "m-1", "choices": [{"message": {"role": "assistant", "content": "yo"}}]}'
+        >>> r = parse_exchange("chat.completions", request, 200, body)
+        >>> r.response_message["content"], r.response_model
+        ('yo', 'm-1')
+    """
+    if endpoint == "responses":
+        messages, tools, params = _responses_request(request_body)
+    else:
+        messages, tools, params = _chat_request(request_body)
+    record = CallRecord(
+        framework=framework,
+        model=request_body.get("model"),
+        messages=messages,
+        tools=tools,
+        params=params,
+        endpoint=endpoint,
+        stream=bool(request_body.get("stream")),
+        request_id=request_id,
+        source="transport",
+    )
+    if started_at is not None:
+        record.started_at = started_at
+    record.ended_at = ended_at if ended_at is not None else time.time()
+    if status >= 400:
+        err: dict[str, Any] = {"type": "http_error", "message": None, "status": status}
+        try:
+            payload = json.loads(response_body)
+            e = payload.get("error", payload) if isinstance(payload, dict) else {}
+            if isinstance(e, dict):
+                err.update(type=e.get("type") or err["type"], message=e.get("message"), code=e.get("code"))
+            else:
+                err["message"] = str(e)
+        except ValueError:
+            err["message"] = response_body[:2000].decode("utf-8", "replace")
+        record.error = err
+        return record
+    if "text/event-stream" in content_type:
+        events = _sse_events(response_body)
+        if endpoint == "responses":
+            final = next(
+                (
+                    e["response"]
+                    for e in reversed(events)
+                    if e.get("type") in ("response.completed", "response.failed", "response.incomplete")
+                ),
+                None,
+            )
+            if final is None:
+                record.error = {
+                    "type": "incomplete_stream",
+                    "message": "stream ended before response.completed",
+                    "status": status,
+                }
+                return record
+            _responses_response(final, record)
+        else:
+            _chat_response(_assemble_chat_stream(events), record)
+        return record
+    body = json.loads(response_body) if response_body else {}
+    if endpoint == "responses":
+        _responses_response(body, record)
+    else:
+        _chat_response(body, record)
+    return record
+
+
+def _decode_body(raw: bytes, encoding: str) -> bytes | None:
+    encoding = encoding.lower().strip()
+    if not encoding or encoding == "identity":
+        return raw
+    if encoding == "gzip":
+        return gzip.decompress(raw)
+    if encoding == "deflate":
+        try:
+            return zlib.decompress(raw)
+        except zlib.error:
+            return zlib.decompress(raw, -zlib.MAX_WBITS)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The transport
+# ---------------------------------------------------------------------------------------------
+
+
+class _Exchange:
+    """State of one recorded request: what is needed to finalise it when the body is closed."""
+
+    __slots__ = ("endpoint", "body", "session", "started_at", "status", "headers", "chunks", "done", "sink")
+
+    def __init__(
+        self, endpoint: str, body: dict[str, Any], session: Session | None, sink: RecordSink
+    ) -> None:
+        self.endpoint = endpoint
+        self.body = body
+        self.session = session
+        self.sink = sink
+        self.started_at = time.time()
+        self.status = 0
+        self.headers: Any = None
+        self.chunks: list[bytes] = []
+        self.done = False
+
+    def finish(self, error: BaseException | None = None) -> None:
+        if self.done:
+            return
+        self.done = True
+        with capture_internal_exceptions("openai.finish"):
+            ended = time.time()
+            if error is not None:
+                record = parse_exchange(
+                    self.endpoint, self.body, 599, b"", started_at=self.started_at, ended_at=ended
+                )
+                record.error = {"type": type(error).__name__, "message": str(error)[:2000], "status": None}
+            else:
+                headers = self.headers
+                raw = b"".join(self.chunks)
+                decoded = _decode_body(raw, headers.get("content-encoding", ""))
+                if decoded is None:
+                    warn_once(
+                        "encoding",
+                        "cannot decode a %s response body; the call is recorded without it",
+                        headers.get("content-encoding"),
+                    )
+                    decoded = b""
+                record = parse_exchange(
+                    self.endpoint,
+                    self.body,
+                    self.status,
+                    decoded,
+                    content_type=headers.get("content-type", "application/json"),
+                    started_at=self.started_at,
+                    ended_at=ended,
+                    request_id=headers.get("x-request-id"),
+                )
+            self.sink(record, self.session)
+
+
+def _begin(request: Any, sink: RecordSink) -> _Exchange | None:
+    """Return an exchange to record, or ``None`` for requests that are not model calls."""
+    if request.method != "POST":
+        return None
+    path = request.url.path.rstrip("/")
+    endpoint = next((name for suffix, name in _ENDPOINTS if path.endswith(suffix)), None)
+    if endpoint is None:
+        return None
+    try:
+        body = json.loads(request.content)
+    except Exception:
+        count("requests_not_recorded")
+        return None
+    if not isinstance(body, dict):
+        return None
+    return _Exchange(endpoint, body, capture_target(), sink)
+
+
+@functools.cache
+def _transport_classes(module_name: str) -> tuple[type, type]:
+    hx = importlib.import_module(module_name)
+
+    class _TeeStream(hx.SyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, inner: Any, exchange: _Exchange) -> None:
+            self._inner, self._ex = inner, exchange
+
+        def __iter__(self) -> Any:
+            for chunk in self._inner:
+                self._ex.chunks.append(chunk)
+                yield chunk
+
+        def close(self) -> None:
+            try:
+                self._inner.close()
+            finally:
+                self._ex.finish()
+
+    class _AsyncTeeStream(hx.AsyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, inner: Any, exchange: _Exchange) -> None:
+            self._inner, self._ex = inner, exchange
+
+        async def __aiter__(self) -> Any:
+            async for chunk in self._inner:
+                self._ex.chunks.append(chunk)
+                yield chunk
+
+        async def aclose(self) -> None:
+            try:
+                await self._inner.aclose()
+            finally:
+                self._ex.finish()
+
+    class _RecordingTransport(hx.BaseTransport):  # type: ignore[misc,name-defined]
+        """An httpx transport that records model calls, then behaves exactly like the one it wraps."""
+
+        def __init__(self, inner: Any = None, *, sink: RecordSink | None = None) -> None:
+            self.inner = inner if inner is not None else hx.HTTPTransport()
+            self.sink = sink or record_call
+
+        def handle_request(self, request: Any) -> Any:
+            ex = None
+            with capture_internal_exceptions("openai.begin"):
+                ex = _begin(request, self.sink)
+            if ex is None:
+                return self.inner.handle_request(request)
+            try:
+                resp = self.inner.handle_request(request)
+            except BaseException as exc:
+                ex.finish(exc)
+                raise
+            ex.status, ex.headers = resp.status_code, resp.headers
+            return hx.Response(
+                resp.status_code,
+                headers=resp.headers,
+                stream=_TeeStream(resp.stream, ex),
+                extensions=resp.extensions,
+            )
+
+        def close(self) -> None:
+            self.inner.close()
+
+    class _AsyncRecordingTransport(hx.AsyncBaseTransport):  # type: ignore[misc,name-defined]
+        """The async twin of the recording transport."""
+
+        def __init__(self, inner: Any = None, *, sink: RecordSink | None = None) -> None:
+            self.inner = inner if inner is not None else hx.AsyncHTTPTransport()
+            self.sink = sink or record_call
+
+        async def handle_async_request(self, request: Any) -> Any:
+            ex = None
+            with capture_internal_exceptions("openai.begin"):
+                ex = _begin(request, self.sink)
+            if ex is None:
+                return await self.inner.handle_async_request(request)
+            try:
+                resp = await self.inner.handle_async_request(request)
+            except BaseException as exc:
+                ex.finish(exc)
+                raise
+            ex.status, ex.headers = resp.status_code, resp.headers
+            return hx.Response(
+                resp.status_code,
+                headers=resp.headers,
+                stream=_AsyncTeeStream(resp.stream, ex),
+                extensions=resp.extensions,
+            )
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    return _RecordingTransport, _AsyncRecordingTransport
+
+
+def RecordingTransport(inner: Any = None, *, sink: RecordSink | None = None) -> Any:
+    """A sync httpx (openai 2) or httpx2 (openai 3) transport that records model calls.
+
+    Args:
+        inner: The transport to wrap (default: a fresh ``HTTPTransport``).
+        sink: Where records go (default :func:`sdk.capture.record_call`); integrations pass their own
+            to merge transport data with framework events.
+
+    Example:
+        >>> import openai
+        >>> http = openai.DefaultHttpxClient(transport=RecordingTransport())
+        >>> client = openai.OpenAI(api_key="x", http_client=http)
+    """
+    return _transport_classes(_httpx_module().__name__)[0](inner, sink=sink)
+
+
+def AsyncRecordingTransport(inner: Any = None, *, sink: RecordSink | None = None) -> Any:
+    """The async twin of :func:`RecordingTransport`.
+
+    Example:
+        >>> import openai
+        >>> client = openai.AsyncOpenAI(api_key="x",
+        ...     http_client=openai.DefaultAsyncHttpxClient(transport=AsyncRecordingTransport()))
+    """
+    return _transport_classes(_httpx_module().__name__)[1](inner, sink=sink)
+
+
+def recording_http_client(*, async_: bool = False, sink: RecordSink | None = None, **kwargs: Any) -> Any:
+    """An openai-default http client whose transport records model calls; hand it to any framework.
+
+    Example:
+        >>> from langchain_openai import ChatOpenAI  # doctest: +SKIP
+        >>> llm = ChatOpenAI(model="m", http_client=recording_http_client(),
+        ...                  http_async_client=recording_http_client(async_=True))  # doctest: +SKIP
+    """
+    if async_:
+        return openai.DefaultAsyncHttpxClient(transport=AsyncRecordingTransport(sink=sink), **kwargs)
+    return openai.DefaultHttpxClient(transport=RecordingTransport(sink=sink), **kwargs)
+
+
+def _is_recording(transport: Any) -> bool:
+    return type(transport).__name__ in ("_RecordingTransport", "_AsyncRecordingTransport")
+
+
+def _wrap_http_client(http: Any, is_async: bool, sink: RecordSink | None) -> None:
+    module = type(http).__mro__[-2].__module__.split(".")[0]  # the httpx flavour this client is built on
+    for klass in type(http).__mro__:
+        if klass.__module__.split(".")[0] in ("httpx", "httpx2"):
+            module = klass.__module__.split(".")[0]
+            break
+    sync_cls, async_cls = _transport_classes(module)
+    cls = async_cls if is_async else sync_cls
+    if not _is_recording(http._transport):
+        http._transport = cls(http._transport, sink=sink)
+    for pattern, t in list(getattr(http, "_mounts", {}).items()):
+        if t is not None and not _is_recording(t):
+            http._mounts[pattern] = cls(t, sink=sink)
+
+
+def wrap_openai(client: Any, *, sink: RecordSink | None = None) -> Any:
+    """Record every model call ``client`` makes (in place; idempotent). Returns the client.
+
+    Example:
+        >>> from openai import OpenAI
+        >>> client = wrap_openai(OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x"))
+    """
+    with capture_internal_exceptions("wrap_openai"):
+        _wrap_http_client(client._client, isinstance(client, openai.AsyncOpenAI), sink)
+    return client
+
+
+_originals: dict[type, Any] = {}
+
+
+def instrument_openai() -> None:
+    """Record calls from every OpenAI/AsyncOpenAI client created from now on (idempotent).
+
+    This includes clients that frameworks build internally (LangChain ``ChatOpenAI``, LlamaIndex
+    ``OpenAI``, Strands ``OpenAIModel``), so token ids and logprobs are kept for them too.
+
+    Example:
+        >>> instrument_openai(); uninstrument_openai()
+    """
+    for cls in (openai.OpenAI, openai.AsyncOpenAI):
+        if cls in _originals:
+            continue
+        original = cls.__init__
+
+        @functools.wraps(original)
+        def __init__(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> None:
+            __original(self, *args, **kwargs)
+            wrap_openai(self)
+
+        _originals[cls] = original
+        cls.__init__ = __init__  # type: ignore[method-assign]
+
+
+def uninstrument_openai() -> None:
+    """Undo :func:`instrument_openai` for clients created afterwards (idempotent).
+
+    Example:
+        >>> uninstrument_openai()
+    """
+    for cls, original in list(_originals.items()):
+        cls.__init__ = original  # type: ignore[method-assign]
+        del _originals[cls]

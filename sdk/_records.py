@@ -8,7 +8,25 @@ import time
 import uuid
 from typing import Any
 
-__all__ = ["CallRecord", "new_id"]
+__all__ = ["CALL_DEFAULTS", "CallRecord", "new_id"]
+
+CALL_DEFAULTS: dict[str, Any] = {
+    "parent_session_ids": [],
+    "endpoint": "chat.completions",
+    "response_model": None,
+    "agent": None,
+    "usage": None,
+    "stream": False,
+    "request_id": None,
+    "error": None,
+    "logprobs": None,
+    "prompt_token_ids": None,
+    "completion_token_ids": None,
+    "extra": None,
+    "source": "framework",
+    "same_call_as": None,
+}
+"""Values of the call fields that the writer omits when they hold their default."""
 
 # Never persisted: anything that can carry a credential.
 _SECRET_PARAM_KEYS = frozenset(
@@ -109,39 +127,44 @@ class CallRecord:
         request: dict[str, Any] = {"messages": self.messages if messages is None else messages}
         if base is not None:
             request["base"] = base
-        if tools_from_base:
-            request["tools_from_base"] = True
-        elif self.tools is not None:
+        if base is None or not tools_from_base:  # with a base, absent tools means "the base's tools"
             request["tools"] = self.tools
         params = self.params
         if params and not _SECRET_PARAM_KEYS.isdisjoint(params):
             params = {k: v for k, v in params.items() if k not in _SECRET_PARAM_KEYS}
-        request["params"] = params
-        ended = self.ended_at if self.ended_at is not None else time.time()
-        return {
+        if params:
+            request["params"] = params
+        event: dict[str, Any] = {
             "event": "call",
             "v": 1,
             "call_id": self.call_id,
             "session_id": session_id,
-            "parent_session_ids": parent_session_ids,
             "framework": self.framework,
-            "endpoint": self.endpoint,
             "model": self.model,
-            "response_model": self.response_model,
-            "agent": self.agent,
             "request": request,
             "response": {"message": self.response_message, "finish_reason": self.finish_reason},
-            "usage": self.usage,
-            "started_at": self.started_at,
-            "ended_at": ended,
-            "latency_s": max(0.0, ended - self.started_at),
-            "stream": self.stream,
-            "request_id": self.request_id,
-            "error": self.error,
-            "logprobs": self.logprobs,
-            "prompt_token_ids": self.prompt_token_ids,
-            "completion_token_ids": self.completion_token_ids,
-            "extra": self.extra,
-            "source": self.source,
-            "same_call_as": same_call_as,
+            "started_at": round(self.started_at, 6),
+            "ended_at": round(self.ended_at if self.ended_at is not None else time.time(), 6),
         }
+        # Only what carries information is written: the store's size is per-call overhead plus what is
+        # new in the conversation, and the reader restores every default (see CALL_DEFAULTS).
+        optional = (
+            ("parent_session_ids", parent_session_ids),
+            ("endpoint", None if self.endpoint == "chat.completions" else self.endpoint),
+            ("response_model", self.response_model),
+            ("agent", self.agent),
+            ("usage", self.usage),
+            ("stream", self.stream or None),
+            ("request_id", self.request_id),
+            ("error", self.error),
+            ("logprobs", self.logprobs),
+            ("prompt_token_ids", self.prompt_token_ids),
+            ("completion_token_ids", self.completion_token_ids),
+            ("extra", self.extra),
+            ("source", None if self.source == "framework" else self.source),
+            ("same_call_as", same_call_as),
+        )
+        for key, value in optional:
+            if value:
+                event[key] = value
+        return event

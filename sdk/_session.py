@@ -172,12 +172,14 @@ class Session:
             if best is None:
                 event = record.to_event(self.session_id, self.parent_session_ids, same_call_as=same_call_as)
             else:
+                # The usual base is the session's previous call: then its id is implied.
+                base = {"n": best_n} if best is self._threads[-1] else {"call_id": best[0], "n": best_n}
                 event = record.to_event(
                     self.session_id,
                     self.parent_session_ids,
                     messages=messages[best_n:],
-                    base={"call_id": best[0], "n": best_n},
-                    tools_from_base=record.tools is not None and record.tools == best[2],
+                    base=base,
+                    tools_from_base=record.tools == best[2],
                     same_call_as=same_call_as,
                 )
             thread = messages if record.response_message is None else [*messages, record.response_message]

@@ -8,7 +8,10 @@ Event lines (``v`` = 1), one JSON object per line:
 - ``session_start``: ``session_id, ts, task_id, sample, metadata, parent_session_ids, implicit, pid``
 - ``call``: a CallRecord; ``request.messages`` holds only what is new relative to an earlier call of
   the same session (``request.base = {"call_id", "n"}``: the first ``n`` messages of that call's
-  request messages + response message), ``request.tools_from_base`` when tools repeat
+  request messages + response message; no ``call_id`` means the session's previous call); with a
+  base, absent ``request.tools`` means the base's tools. Fields at their default are omitted
+  (``sdk._records.CALL_DEFAULTS``); the reader restores them. ``same_call_as`` links a framework
+  hook's record to the recording transport's record of the same call (merged on read)
 - ``reward``: ``session_id, value, name, call_id, ts``
 - ``session_end``: ``session_id, ts, status ("ok" | "error"), error, num_calls``
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sdk._records import CALL_DEFAULTS
 from sdk.store._writer import SEGMENT_SUFFIX
 
 __all__ = ["EVENT_VERSION", "StoreReader", "StoredSession", "read_sessions"]
@@ -83,6 +84,7 @@ class StoredSession:
 class _Open:
     session: StoredSession
     bases: dict[str, tuple[list[Any], Any]] = dataclasses.field(default_factory=dict)
+    last: tuple[list[Any], Any] | None = None
 
 
 class StoreReader:
@@ -300,24 +302,34 @@ class StoreReader:
 
     def _call(self, event: dict[str, Any], state: _Open, where: str) -> dict[str, Any]:
         call = {k: v for k, v in event.items() if k not in ("event", "v")}
+        for key, default in CALL_DEFAULTS.items():
+            if key not in call:
+                call[key] = list(default) if isinstance(default, list) else default
+        started, ended = call.get("started_at"), call.get("ended_at")
+        if isinstance(started, (int, float)) and isinstance(ended, (int, float)):
+            call["latency_s"] = max(0.0, ended - started)
+        else:
+            call["latency_s"] = None
         request = dict(call.get("request") or {})
+        request.setdefault("params", {})
         messages = request.get("messages") or []
         base = request.pop("base", None)
-        tools_from_base = request.pop("tools_from_base", False)
         if base is not None:
-            prior = state.bases.get(base.get("call_id"))
+            # No call_id means the session's previous call (the writer's common case).
+            prior = state.bases.get(base["call_id"]) if "call_id" in base else state.last
             if prior is None:
                 self._problem("missing_base", where)
                 call["request_incomplete"] = True
             else:
                 messages = prior[0][: base.get("n", 0)] + messages
-                if tools_from_base:
+                if "tools" not in request:
                     request["tools"] = prior[1]
+        request.setdefault("tools", None)
         request["messages"] = messages
         call["request"] = request
         response = call.get("response") or {}
         thread = messages + [response["message"]] if response.get("message") is not None else messages
-        state.bases[call.get("call_id", "")] = (thread, request.get("tools"))
+        state.last = state.bases[call.get("call_id", "")] = (thread, request.get("tools"))
         return call
 
 

@@ -551,7 +551,6 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body go out in separate writes: without TCP_NODELAY, Nagle + delayed ACK stall every
     # keep-alive response by ~40 ms, which would swamp any latency measurement against this server.
     disable_nagle_algorithm = True
-    disable_nagle_algorithm = True  # headers and body are separate writes: avoid the 40 ms delayed-ACK stall
     server: _HTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:

@@ -184,11 +184,15 @@ class StoreReader:
             for seg in chain:
                 with open(seg, "rb") as fh:
                     for raw in fh:
-                        if b'"event":"reward"' not in raw or not raw.endswith(b"\n"):
+                        # A cheap filter that still matches any JSON spacing (`"event": "reward"` from
+                        # other writers); the event type is checked after parsing.
+                        if b'"reward"' not in raw or not raw.endswith(b"\n"):
                             continue
                         try:
                             ev = json.loads(raw)
                         except ValueError:
+                            continue
+                        if not isinstance(ev, dict) or ev.get("event") != "reward":
                             continue
                         value = ev.get("value")
                         if (
@@ -237,6 +241,9 @@ class StoreReader:
                     self._problem(f"{kind}_before_session_start", where)
                     state = open_[sid] = _Open(StoredSession(session_id=sid))
                 if kind == "call":
+                    if _malformed_call(event):
+                        self._problem("malformed_call", where)
+                        continue
                     call = self._call(event, state, where)
                     if not self._merge(call, state.session):
                         state.session.calls.append(call)
@@ -273,7 +280,7 @@ class StoreReader:
             task_id=event.get("task_id"),
             sample=event.get("sample"),
             metadata=meta if isinstance(meta, dict) else {},
-            parent_session_ids=list(event.get("parent_session_ids") or []),
+            parent_session_ids=_list(event.get("parent_session_ids")),
             started_at=event.get("ts"),
             implicit=bool(event.get("implicit")),
             status="implicit" if event.get("implicit") else "incomplete",
@@ -331,6 +338,31 @@ class StoreReader:
         thread = messages + [response["message"]] if response.get("message") is not None else messages
         state.last = state.bases[call.get("call_id", "")] = (thread, request.get("tools"))
         return call
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else []
+
+
+def _malformed_call(event: dict[str, Any]) -> bool:
+    # Shapes that would make request reconstruction raise: counted and skipped, never a crash.
+    request, response = event.get("request"), event.get("response")
+    if not isinstance(event.get("call_id"), (str, type(None))):
+        return True
+    if not isinstance(response, (dict, type(None))):
+        return True
+    if request is None:
+        return False
+    if not isinstance(request, dict) or not isinstance(request.get("messages"), (list, type(None))):
+        return True
+    base = request.get("base")
+    if base is None:
+        return False
+    return (
+        not isinstance(base, dict)
+        or not isinstance(base.get("n", 0), int)
+        or not isinstance(base.get("call_id"), (str, type(None)))
+    )
 
 
 def read_sessions(path: str | os.PathLike[str]) -> Iterator[StoredSession]:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import sdk  # noqa: E402
-from sdk.capture import CallRecord, record_call  # noqa: E402
-from sdk.store import StoreReader  # noqa: E402
+import sdk
+from sdk.capture import CallRecord, record_call
+from sdk.store import StoreReader
 
 WORDS = "the quick brown fox jumps over the lazy dog while agents call tools and read results".split()
 

@@ -104,9 +104,14 @@ class CallRecord:
         call, and distinct for different calls of a session in practice.
         """
         msg = self.response_message
-        if msg is None or not self.messages:
+        if not self.messages:
             return None
         last = self.messages[-1]
+        if msg is None:
+            # A failed call: both observers saw the same request and the same HTTP status (or none).
+            if self.error is None:
+                return None
+            return (last.get("role"), _text(last.get("content")), "error", self.error.get("status"))
         calls = tuple(
             ((tc.get("function") or {}).get("name"), _norm_args((tc.get("function") or {}).get("arguments")))
             for tc in msg.get("tool_calls") or ()

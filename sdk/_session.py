@@ -150,7 +150,8 @@ class Session:
         self.rewards.append((name, v, call_id))
         tracer.reward(self, v, name, call_id)
 
-    def _record(self, record: CallRecord, t: Tracer) -> None:
+    def _record(self, record: CallRecord, t: Tracer) -> bool:
+        """Write ``record``; ``False`` when it only completes a call the transport already recorded."""
         messages = record.messages
         with self._lock:
             same_call_as = None
@@ -190,11 +191,12 @@ class Session:
             t.writer.append(encode_event(event))
             self.last_call_id = record.call_id
         if same_call_as is not None:
-            return  # the transport's record of this call was counted already
+            return False  # the transport's record of this call was counted already
         s: Session | None = self
         while s is not None:
             s.num_calls += 1
             s = s.parent
+        return True
 
 
 class SessionScope:

@@ -242,8 +242,8 @@ class Tracer:
                     "recorded (counted in sdk.stats()['calls_outside_session_skipped'])",
                 )
                 return
-            s._record(record, self)
-            count("calls_recorded")
+            if s._record(record, self):
+                count("calls_recorded")
 
     # -- lifecycle ---------------------------------------------------------------------------
 

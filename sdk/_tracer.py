@@ -207,6 +207,8 @@ class Tracer:
         """The session a call starting now belongs to: the current one, else the implicit one."""
         from sdk._session import current_session
 
+        if not self.config.enabled:
+            return None
         s = current_session()
         if s is not None:
             return s

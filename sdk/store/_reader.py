@@ -346,23 +346,22 @@ def _list(value: Any) -> list[Any]:
 
 def _malformed_call(event: dict[str, Any]) -> bool:
     # Shapes that would make request reconstruction raise: counted and skipped, never a crash.
-    request, response = event.get("request"), event.get("response")
-    if not isinstance(event.get("call_id"), (str, type(None))):
-        return True
-    if not isinstance(response, (dict, type(None))):
+    cid, request, response = event.get("call_id"), event.get("request"), event.get("response")
+    if (cid is not None and type(cid) is not str) or (response is not None and type(response) is not dict):
         return True
     if request is None:
         return False
-    if not isinstance(request, dict) or not isinstance(request.get("messages"), (list, type(None))):
+    if type(request) is not dict:
         return True
-    base = request.get("base")
+    messages, base = request.get("messages"), request.get("base")
+    if messages is not None and type(messages) is not list:
+        return True
     if base is None:
         return False
-    return (
-        not isinstance(base, dict)
-        or not isinstance(base.get("n", 0), int)
-        or not isinstance(base.get("call_id"), (str, type(None)))
-    )
+    if type(base) is not dict:
+        return True
+    n, base_id = base.get("n", 0), base.get("call_id")
+    return type(n) is not int or (base_id is not None and type(base_id) is not str)
 
 
 def read_sessions(path: str | os.PathLike[str]) -> Iterator[StoredSession]:

@@ -13,11 +13,11 @@ pytest.importorskip("langchain_core")
 pytest.importorskip("llama_index.core")
 pytest.importorskip("strands")
 
-import openai  # noqa: E402
+import openai
 
-import sdk  # noqa: E402
-from sdk.store import StoreReader  # noqa: E402
-from sdk.testing import ScriptedOpenAIServer  # noqa: E402
+import sdk
+from sdk.store import StoreReader
+from sdk.testing import ScriptedOpenAIServer
 
 pytestmark = pytest.mark.reliability
 

@@ -1,0 +1,151 @@
+"""The arithmetic agent, as ordinary application code: LangChain (``create_agent``) and raw ``openai``.
+
+Both talk to any OpenAI-compatible endpoint (``python -m sdk.serve``); nothing here knows about
+training. They ask for logprobs and vLLM-style token ids (``return_token_ids``), which the server
+returns and a capture layer can store.
+
+Example:
+    >>> agent = make_langchain_agent("http://127.0.0.1:8000/v1")           # doctest: +SKIP
+    >>> run_langchain(agent, Task("t", "add", 2, 3))["answer"]             # doctest: +SKIP
+    '5'
+    >>> run_openai(openai.OpenAI(base_url=..., api_key="x"), Task("t", "add", 2, 3))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from examples.arithmetic.task import SYSTEM_PROMPT, TOOLS, Task, calculator, reward
+
+
+def _lc_tools() -> list[Any]:
+    from langchain_core.tools import tool
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @tool
+    def mul(a: int, b: int) -> int:
+        """Multiply two integers."""
+        return a * b
+
+    return [add, mul]
+
+
+def make_langchain_agent(
+    base_url: str,
+    model: str = "policy",
+    temperature: float = 1.0,
+    max_tokens: int = 48,
+    http_client: Any = None,
+) -> Any:
+    """A LangChain ``create_agent`` ReAct agent with the calculator tools on ``ChatOpenAI``.
+
+    Args:
+        base_url: ``http://127.0.0.1:PORT/v1``.
+        model: model name sent in requests.
+        temperature: sampling temperature (1.0 for RL collection).
+        max_tokens: per-call completion cap.
+        http_client: optional ``openai.DefaultHttpxClient`` (e.g. with a recording transport).
+
+    Example:
+        >>> agent = make_langchain_agent("http://127.0.0.1:8000/v1")  # doctest: +SKIP
+    """
+    from langchain.agents import create_agent
+    from langchain_openai import ChatOpenAI
+
+    kwargs: dict[str, Any] = {}
+    if http_client is not None:
+        kwargs["http_client"] = http_client
+    llm = ChatOpenAI(
+        model=model,
+        base_url=base_url,
+        api_key="x",
+        max_retries=0,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        logprobs=True,
+        extra_body={"return_token_ids": True},
+        **kwargs,
+    )
+    return create_agent(model=llm, tools=_lc_tools(), system_prompt=SYSTEM_PROMPT)
+
+
+def run_langchain(agent: Any, task: Task, max_steps: int = 6) -> dict[str, Any]:
+    """Run the LangChain agent on one task; returns ``{"answer", "reward", "messages", "error"}``.
+
+    Example:
+        >>> run_langchain(agent, Task("t", "mul", 6, 7))["reward"]  # doctest: +SKIP
+        1.0
+    """
+    from langchain_core.messages import AIMessage
+
+    try:
+        out = agent.invoke(
+            {"messages": [{"role": "user", "content": task.question}]}, config={"recursion_limit": max_steps}
+        )
+    except Exception as exc:
+        return {"answer": None, "reward": 0.0, "messages": [], "error": f"{type(exc).__name__}: {exc}"}
+    msgs = out["messages"]
+    last = msgs[-1]
+    answer = last.content if isinstance(last, AIMessage) and not last.tool_calls else None
+    return {"answer": answer, "reward": reward(task, answer), "messages": msgs, "error": None}
+
+
+def run_openai(
+    client: Any,
+    task: Task,
+    model: str = "policy",
+    temperature: float = 1.0,
+    max_tokens: int = 48,
+    max_turns: int = 3,
+) -> dict[str, Any]:
+    """The same agent on the raw ``openai`` client (a hand-written tool loop).
+
+    Returns ``{"answer", "reward", "messages", "responses"}`` where ``responses`` are the raw
+    response dicts (with ``prompt_token_ids``, ``choices[0].token_ids`` and logprobs).
+
+    Example:
+        >>> client = openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x")  # doctest: +SKIP
+        >>> run_openai(client, Task("t", "add", 2, 3))["answer"]  # doctest: +SKIP
+        '5'
+    """
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": task.question},
+    ]
+    responses: list[dict[str, Any]] = []
+    answer: str | None = None
+    for _ in range(max_turns):
+        resp = client.chat.completions.create(
+            model=model,
+            messages=messages,
+            tools=TOOLS,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            logprobs=True,
+            extra_body={"return_token_ids": True},
+        ).model_dump()
+        responses.append(resp)
+        msg = resp["choices"][0]["message"]
+        calls = msg.get("tool_calls") or []
+        assistant: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
+        if calls:
+            assistant["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": dict(c["function"])} for c in calls
+            ]
+        messages.append(assistant)
+        if not calls:
+            answer = msg.get("content")
+            break
+        for c in calls:
+            try:
+                args = json.loads(c["function"]["arguments"])
+            except json.JSONDecodeError:
+                args = {}
+            result = calculator(c["function"]["name"], args if isinstance(args, dict) else {})
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": result})
+    return {"answer": answer, "reward": reward(task, answer), "messages": messages, "responses": responses}

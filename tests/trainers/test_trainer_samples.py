@@ -1,0 +1,441 @@
+"""Sample construction: normalisation, masks, faithfulness, per-turn, truncation, grouping (no model)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+from _synth import make_episode, make_episodes, messages_for, span_token_ids, write_parquet
+
+from trainers._dataset import (
+    ConvertedEpisode,
+    DataReport,
+    TrainingSample,
+    UserError,
+    build_groups,
+    check_task_sizes,
+    convert_episode,
+    convert_episodes,
+    load_episodes,
+    normalize_messages,
+    parse_tools,
+)
+
+
+def segments(tok, ids, mask):
+    """[(mask value, decoded text)] runs."""
+    out, cur, buf = [], None, []
+    for i, m in zip(ids, mask, strict=True):
+        if m != cur and buf:
+            out.append((cur, tok.decode(buf)))
+            buf = []
+        cur = m
+        buf.append(i)
+    if buf:
+        out.append((cur, tok.decode(buf)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- normalisation
+
+
+def test_normalize_messages_openai_to_template():
+    msgs = [
+        {"role": "system", "content": "s", "tool_calls": None, "name": None},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a": 1, "b": [2]}'},
+                },
+                {"id": "c2", "type": "function", "function": {"name": "echo", "arguments": "not json"}},
+            ],
+        },
+        {"role": "tool", "content": "3", "tool_call_id": "c1", "name": None},
+        {"role": "tool", "content": None, "tool_call_id": "c2"},
+    ]
+    out = normalize_messages(msgs)
+    assert out[0] == {"role": "system", "content": "s"}  # None-valued keys dropped
+    assert out[1]["content"] == ""
+    assert out[1]["tool_calls"][0]["function"]["arguments"] == {"a": 1, "b": [2]}
+    assert out[1]["tool_calls"][1]["function"]["arguments"] == "not json"
+    assert out[2]["name"] == "add" and out[3]["name"] == "echo" and out[3]["content"] == ""
+    assert msgs[1]["content"] is None  # input untouched
+
+
+def test_normalize_content_parts_and_empty_tool_calls():
+    out = normalize_messages(
+        [
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": "x", "tool_calls": []},
+        ]
+    )
+    assert out[0]["content"] == "ab"
+    assert "tool_calls" not in out[1]
+
+
+def test_parse_tools():
+    assert parse_tools("[]") is None and parse_tools(None) is None and parse_tools("") is None
+    assert (
+        parse_tools(json.dumps([{"type": "function", "function": {"name": "f"}}]))[0]["function"]["name"]
+        == "f"
+    )
+    with pytest.raises(UserError):
+        parse_tools("{nope")
+
+
+# --------------------------------------------------------------------------------------------------- masks
+
+
+def test_one_sequence_mask_covers_only_model_tokens(tiny_tokenizer):
+    tok = tiny_tokenizer
+    ep = make_episode(0, 0, good=True)
+    conv = convert_episode(ep, tok)
+    assert not conv.per_turn and len(conv.samples) == 1
+    s = conv.samples[0]
+    segs = segments(tok, s.completion_ids, s.loss_mask)
+    assert [m for m, _ in segs] == [1, 0, 1]
+    assert (
+        segs[0][1]
+        == '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
+    )
+    # env_mask zeros are exactly the tool result plus template glue
+    assert segs[1][1] == (
+        '\n<|im_start|>user\n<tool_response>\n{"temperature": 10, "unit": "celsius"}\n'
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert segs[2][1] == "It is 10 degrees in Paris. Good answer.<|im_end|>"
+    assert s.completion_ids[-1] == tok.eos_token_id and s.loss_mask[-1] == 1
+    # prompt + completion is the template's rendering of the whole thread (minus the trailing newline)
+    full = tok.apply_chat_template(normalize_messages(ep["messages"]), tokenize=False)
+    assert tok.decode(s.prompt_ids + s.completion_ids) == full.rstrip("\n")
+    assert tok.decode(s.prompt_ids).endswith("<|im_start|>assistant\n")
+    assert s.reward == 1.0 and s.group_id == "task-0" and s.turn is None
+
+
+def test_tool_schemas_rendered_in_prompt(tiny_tokenizer):
+    ep = make_episode(1, 0, good=True, tools_in_prompt=True)
+    s = convert_episode(ep, tiny_tokenizer).samples[0]
+    prompt = tiny_tokenizer.decode(s.prompt_ids)
+    assert "<tools>" in prompt and '"name": "get_weather"' in prompt
+
+
+def test_arguments_not_double_encoded(tiny_tokenizer):
+    s = convert_episode(make_episode(0, 0, good=True), tiny_tokenizer).samples[0]
+    text = tiny_tokenizer.decode(s.completion_ids)
+    assert '"arguments": {"city": "Paris"}' in text and '\\"' not in text
+
+
+# ----------------------------------------------------------------------------------------------- faithfulness
+
+
+def test_token_faithful_episode_gets_aligned_logprobs(tiny_tokenizer):
+    ep = make_episode(0, 0, good=True, tokenizer=tiny_tokenizer)
+    conv = convert_episode(ep, tiny_tokenizer)
+    s = conv.samples[0]
+    assert conv.faithful and s.logprobs is not None and len(s.logprobs) == len(s.completion_ids)
+    stored = [lp for t in ep["turns"] for lp in t["logprobs"]]
+    assert [lp for lp, m in zip(s.logprobs, s.loss_mask, strict=True) if m] == stored
+    assert all(lp == 0.0 for lp, m in zip(s.logprobs, s.loss_mask, strict=True) if not m)
+
+
+def test_unfaithful_ids_are_detected_and_counted(tiny_tokenizer):
+    good = make_episode(0, 0, good=True, tokenizer=tiny_tokenizer)
+    bad = make_episode(0, 1, good=False, tokenizer=tiny_tokenizer)
+    bad["turns"][1]["token_ids"] = [5, *bad["turns"][1]["token_ids"][1:]]  # another tokenizer's ids
+    bad_prompt = make_episode(1, 0, good=True, tokenizer=tiny_tokenizer)
+    bad_prompt["turns"][0]["prompt_token_ids"] = bad_prompt["turns"][0]["prompt_token_ids"][1:]
+    no_ids = make_episode(1, 1, good=False)
+    convs, rep = convert_episodes([good, bad, bad_prompt, no_ids], tiny_tokenizer)
+    assert [c.faithful for c in convs] == [True, False, False, False]
+    assert [c.samples[0].logprobs is not None for c in convs] == [True, False, False, False]
+    assert (rep.faithful, rep.unfaithful, rep.unfaithful_mismatch, rep.unfaithful_no_token_ids) == (
+        1,
+        3,
+        2,
+        1,
+    )
+
+
+def test_stored_ids_without_eos_are_faithful_with_nan(tiny_tokenizer):
+    ep = make_episode(0, 0, good=True, tokenizer=tiny_tokenizer)
+    for t in ep["turns"]:
+        t["token_ids"], t["logprobs"] = t["token_ids"][:-1], t["logprobs"][:-1]
+    conv = convert_episode(ep, tiny_tokenizer)
+    s = conv.samples[0]
+    assert conv.faithful
+    eos_positions = [
+        i for i, t in enumerate(s.completion_ids) if t == tiny_tokenizer.eos_token_id and s.loss_mask[i]
+    ]
+    assert len(eos_positions) == 2 and all(math.isnan(s.logprobs[i]) for i in eos_positions)
+
+
+def test_logprob_count_mismatch_is_unfaithful(tiny_tokenizer):
+    ep = make_episode(0, 0, good=True, tokenizer=tiny_tokenizer)
+    ep["turns"][0]["logprobs"] = ep["turns"][0]["logprobs"][:-2]
+    conv = convert_episode(ep, tiny_tokenizer)
+    assert not conv.faithful and conv.unfaithful_reason == "mismatch" and conv.samples[0].logprobs is None
+
+
+# --------------------------------------------------------------------------------------------------- per-turn
+
+# Like Qwen3: reasoning of earlier assistant turns is dropped from the rendering, so the thread is not
+# append-only under this template even though the messages are.
+REASONING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.role == 'assistant' and loop.last and m.reasoning_content %}"
+    "<think>{{ m.reasoning_content }}</think>"
+    "{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def reasoning_episode(task=0, idx=0, reward=1.0):
+    msgs = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "one", "reasoning_content": "think a"},
+        {"role": "user", "content": "more"},
+        {"role": "assistant", "content": "two", "reasoning_content": "think b"},
+    ]
+    return {
+        "episode_id": f"r{task}-{idx}",
+        "task_id": f"t{task}",
+        "reward": reward,
+        "messages": msgs,
+        "tools": "[]",
+        "turns": [],
+        "token_faithful": False,
+    }
+
+
+def test_not_append_only_becomes_per_turn(tiny_tokenizer):
+    tok = tiny_tokenizer
+    saved = tok.chat_template
+    tok.chat_template = REASONING_TEMPLATE
+    try:
+        conv = convert_episode(reasoning_episode(), tok)
+        assert conv.per_turn and [s.turn for s in conv.samples] == [0, 1]
+        first, second = conv.samples
+        assert tok.decode(first.completion_ids) == "<think>think a</think>one<|im_end|>"
+        assert tok.decode(second.completion_ids) == "<think>think b</think>two<|im_end|>"
+        # the second turn's prompt is what the model saw then: earlier reasoning dropped
+        assert tok.decode(second.prompt_ids).endswith(
+            "one<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n"
+        )
+        assert "think a" not in tok.decode(second.prompt_ids)
+        assert all(all(m == 1 for m in s.loss_mask) for s in conv.samples)
+        _, rep = convert_episodes([reasoning_episode()], tok, per_turn="never")
+        assert rep.non_append_only_skipped == 1 and rep.samples == 0
+    finally:
+        tok.chat_template = saved
+
+
+def test_per_turn_always(tiny_tokenizer):
+    conv = convert_episode(
+        make_episode(0, 0, good=True, tokenizer=tiny_tokenizer), tiny_tokenizer, per_turn="always"
+    )
+    assert conv.per_turn and len(conv.samples) == 2 and conv.faithful
+    assert all(s.logprobs is not None and len(s.logprobs) == len(s.completion_ids) for s in conv.samples)
+
+
+# ------------------------------------------------------------------------------------------------- truncation
+
+
+def test_truncation_cuts_completion_and_ends_on_model_token(tiny_tokenizer):
+    ep = make_episode(0, 0, good=True, tokenizer=tiny_tokenizer)
+    full = convert_episode(ep, tiny_tokenizer).samples[0]
+    limit = len(full.prompt_ids) + 60  # inside the second assistant turn... or the tool glue
+    conv = convert_episode(ep, tiny_tokenizer, max_length=limit)
+    s = conv.samples[0]
+    assert conv.truncated and s.truncated and s.length <= limit
+    assert s.loss_mask[-1] == 1 and len(s.logprobs) == len(s.completion_ids)
+    assert s.completion_ids == full.completion_ids[: len(s.completion_ids)]
+
+
+def test_truncation_skip_and_prompt_too_long(tiny_tokenizer):
+    eps = make_episodes(1, 2)
+    _, rep = convert_episodes(eps, tiny_tokenizer, max_length=60, truncation="skip")
+    assert rep.skipped_too_long == 2 and rep.samples == 0
+    _, rep = convert_episodes(eps, tiny_tokenizer, max_length=20, truncation="truncate")
+    assert rep.skipped_too_long == 2  # the prompt alone is longer: nothing to train on
+    _, rep = convert_episodes(eps, tiny_tokenizer, max_completion_length=10)
+    assert rep.truncated == 2 and rep.samples == 2
+
+
+# --------------------------------------------------------------------------------------------------- grouping
+
+
+def fake(task, n, rewards):
+    return [
+        ConvertedEpisode(f"{task}-{i}", task, r, samples=[TrainingSample(task, f"{task}-{i}", [1], [2], [1])])
+        for i, r in zip(range(n), rewards, strict=True)
+    ]
+
+
+def test_build_groups_sizing_and_filtering():
+    eps = (
+        fake("big", 9, list(range(9)))
+        + fake("small", 3, [0, 1, 1])
+        + fake("flat", 4, [1, 1, 1, 1])
+        + fake("single", 1, [1])
+    )
+    groups, rep = build_groups(eps, 4, seed=0)
+    ids = sorted(g.group_id for g in groups)
+    assert ids == [
+        "big#0",
+        "big#1",
+        "small",
+    ]  # leftover 1 of 'big' dropped, 'flat' filtered, 'single' too small
+    assert all(len(g.episodes) == 4 for g in groups)
+    assert (rep.groups_split, rep.episodes_trimmed, rep.groups_resampled, rep.duplicates_added) == (
+        1,
+        1,
+        1,
+        1,
+    )
+    assert (rep.groups_zero_std_filtered, rep.tasks_too_small, rep.groups) == (1, 1, 3)
+    for g in groups:
+        advs = [s.advantage for s in g.samples]
+        assert abs(sum(advs)) < 1e-6 and all(s.group_id == g.group_id for s in g.samples)
+    groups, rep = build_groups(eps, 4, overflow="trim", underflow="drop", filter_zero_std=False)
+    assert sorted(g.group_id for g in groups) == ["big", "flat"] and rep.episodes_trimmed == 5
+    assert rep.groups_dropped_small == 1
+    with pytest.raises(UserError):
+        build_groups(eps, 1)
+
+
+def test_check_task_sizes_names_tasks():
+    with pytest.raises(UserError) as err:
+        check_task_sizes(
+            [
+                {"task_id": "a", "reward": 1.0},
+                {"task_id": "b", "reward": 0.0},
+                {"task_id": "b", "reward": None},
+            ]
+        )
+    assert "a (1), b (1)" in str(err.value)
+    assert check_task_sizes([{"task_id": "a", "reward": 1.0}] * 2) == {"a": 2}
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+
+
+def test_load_parquet_roundtrip(tmp_path, tiny_tokenizer):
+    eps = make_episodes(2, 2, tokenizer=tiny_tokenizer)
+    rows = load_episodes(write_parquet(eps, tmp_path / "e.parquet"))
+    assert len(rows) == 4 and rows[0]["messages"][2]["tool_calls"][0]["function"]["name"] == "get_weather"
+    a, _ = convert_episodes(eps, tiny_tokenizer)
+    b, _ = convert_episodes(rows, tiny_tokenizer)
+    assert [x.samples[0].completion_ids for x in a] == [x.samples[0].completion_ids for x in b]
+    assert [x.samples[0].logprobs for x in a] == [x.samples[0].logprobs for x in b]
+    assert len(load_episodes(tmp_path)) == 4  # a directory of Parquet files
+    assert len(load_episodes(eps)) == 4
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_episodes(tmp_path / "missing.parquet")
+    with pytest.raises(UserError, match="required column"):
+        load_episodes([{"episode_id": "x"}])
+    with pytest.raises(UserError, match="schema_version"):
+        load_episodes(
+            [{"episode_id": "x", "task_id": "t", "messages": [], "reward": 1.0, "schema_version": 9}]
+        )
+    (tmp_path / "bad.parquet").write_text("nope")
+    with pytest.raises(UserError, match="cannot read Parquet"):
+        load_episodes(tmp_path / "bad.parquet")
+
+
+def test_store_directory_uses_build_episodes(tmp_path, monkeypatch):
+    import types
+
+    store = tmp_path / "store"
+    store.mkdir()
+    fake_mod = types.ModuleType("sdk.episodes")
+    fake_mod.build_episodes = lambda d: [make_episode(0, 0, good=True)]
+    monkeypatch.setitem(sys.modules, "sdk.episodes", fake_mod)
+    assert load_episodes(store)[0]["episode_id"] == "ep-0-0"
+    monkeypatch.setitem(sys.modules, "sdk.episodes", None)  # import fails
+    with pytest.raises(UserError, match="build_episodes"):
+        load_episodes(store)
+
+
+def test_report_lines():
+    rep = DataReport(episodes=3, unfaithful=2)
+    assert rep.lines() == ["episodes loaded: 3", "episodes not token-faithful (no behaviour logprobs): 2"]
+
+
+def test_synth_helper_is_token_faithful(tiny_tokenizer):
+    msgs = messages_for(0, True)
+    p, c = span_token_ids(tiny_tokenizer, msgs, 2, None)
+    assert tiny_tokenizer.decode(c).endswith("<|im_end|>") and tiny_tokenizer.decode(p).endswith(
+        "assistant\n"
+    )
+
+
+# ------------------------------------------------------------------------------------------ registry/import
+
+
+def test_registry():
+    import trainers
+    from trainers import available_trainers, get_trainer, register_trainer
+
+    assert available_trainers() == ["trl"] or "trl" in available_trainers()
+    cls = get_trainer("trl")
+    assert cls.name == "trl" and isinstance(cls(), trainers.Trainer)
+    with pytest.raises(UserError, match="unknown backend"):
+        get_trainer("nope")
+    register_trainer("broken", "no_such_module_xyz:Trainer")
+    try:
+        with pytest.raises(UserError, match="cannot be imported"):
+            get_trainer("broken")
+        with pytest.raises(ValueError):
+            register_trainer("broken", "other:Thing")
+    finally:
+        del trainers.TRAINERS["broken"]
+
+
+def test_imports_stay_light():
+    code = (
+        "import sys, sdk, trainers, trainers.base, trainers._dataset, trainers.trl_grpo, trainers._plots\n"
+        "import sdk.train\n"
+        "heavy = [m for m in ('torch', 'transformers', 'trl', 'polars', 'peft', 'datasets', 'matplotlib')"
+        " if m in sys.modules]\n"
+        "print(heavy)\nassert not heavy, heavy\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(_root()))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _root():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[2]
+
+
+def test_build_units_packs_per_turn_groups_with_masked_padding():
+    from trainers._dataset import Group
+    from trainers.trl_grpo import build_units, stored_reward
+
+    def ep(i, reward, turns):
+        samples = [TrainingSample("t", f"e{i}", [1, 2], [3, 2], [1, 1], turn=k) for k in range(turns)]
+        return ConvertedEpisode(f"e{i}", "t", reward, samples=samples, per_turn=turns > 1)
+
+    plain = Group("a", "a", [ep(0, 1.0, 1), ep(1, 0.0, 1)])
+    per_turn = Group("b", "b", [ep(2, 1.0, 2), ep(3, 0.0, 1)])  # 3 sequences → 2 units of G=2, 1 dummy
+    units = build_units([plain, per_turn], 2, eos_token_id=9)
+    assert [len(u.seqs) for u in units] == [2, 2, 2]
+    assert all(s.advantage is None for s in units[0].seqs)  # TRL computes these
+    advs = [s.advantage for u in units[1:] for s in u.seqs]
+    expected = 0.5 / (0.7071067811865476 + 1e-4)
+    assert advs[:3] == pytest.approx([expected, expected, -expected]) and advs[3] == 0.0
+    dummy = units[2].seqs[1]
+    assert dummy.completion_ids == [9] and dummy.env_mask == [0] and dummy.episode_id == "<pad>"
+    assert build_units([per_turn], 2, scale_rewards="none")[0].seqs[0].advantage == pytest.approx(0.5)
+    assert stored_reward(stored_reward=[1, 0]) == [1.0, 0.0]

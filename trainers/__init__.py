@@ -1,0 +1,95 @@
+"""Training backends for tracerl episodes, registered by name.
+
+``TRAINERS`` maps a backend name to an import string ``"module:Class"``; the module is imported only when
+the backend is requested, so ``import trainers`` stays free of torch/TRL. Add a backend with
+:func:`register_trainer` (or by editing ``TRAINERS``).
+
+Example:
+    >>> from trainers import available_trainers, get_trainer
+    >>> "trl" in available_trainers()
+    True
+    >>> get_trainer("trl").__name__
+    'TRLGRPOTrainer'
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from trainers.base import PreparedData, Trainer, TrainerConfig, TrainingSample, TrainResult, UserError
+
+__all__ = [
+    "TRAINERS",
+    "PreparedData",
+    "TrainResult",
+    "Trainer",
+    "TrainerConfig",
+    "TrainingSample",
+    "UserError",
+    "available_trainers",
+    "get_trainer",
+    "register_trainer",
+]
+
+#: Backend name → ``"module:Class"`` (imported lazily by :func:`get_trainer`).
+TRAINERS: dict[str, str] = {
+    "trl": "trainers.trl_grpo:TRLGRPOTrainer",
+}
+
+
+def register_trainer(name: str, target: str, *, replace: bool = False) -> None:
+    """Register a backend under ``name``.
+
+    Args:
+        name: Backend name used by ``--backend``.
+        target: Import string ``"package.module:ClassName"``; the class must satisfy :class:`Trainer`.
+        replace: Allow overwriting an existing name.
+
+    Raises:
+        ValueError: ``name`` exists and ``replace`` is false, or ``target`` is not ``"module:Class"``.
+
+    Example:
+        >>> register_trainer("my-remote", "my_pkg.remote:RemoteTrainer")
+        >>> "my-remote" in available_trainers()
+        True
+        >>> del TRAINERS["my-remote"]
+    """
+    if ":" not in target:
+        raise ValueError(f"target must be 'module:Class', got {target!r}")
+    if name in TRAINERS and not replace and TRAINERS[name] != target:
+        raise ValueError(f"trainer {name!r} is already registered as {TRAINERS[name]!r}")
+    TRAINERS[name] = target
+
+
+def available_trainers() -> list[str]:
+    """Names of the registered backends, sorted.
+
+    Example:
+        >>> available_trainers()[:1]
+        ['trl']
+    """
+    return sorted(TRAINERS)
+
+
+def get_trainer(name: str) -> type[Trainer]:
+    """Import and return the trainer class registered as ``name``.
+
+    Raises:
+        UserError: Unknown name, or the backend's dependencies are not installed.
+
+    Example:
+        >>> get_trainer("trl").name
+        'trl'
+    """
+    try:
+        target = TRAINERS[name]
+    except KeyError:
+        raise UserError(f"unknown backend {name!r}; available: {', '.join(available_trainers())}") from None
+    module_name, _, attr = target.partition(":")
+    try:
+        module = import_module(module_name)
+    except ImportError as exc:
+        raise UserError(
+            f"backend {name!r} cannot be imported ({exc}); install it with: pip install 'tracerl[train]'"
+        ) from exc
+    return getattr(module, attr)  # type: ignore[no-any-return]

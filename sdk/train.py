@@ -139,7 +139,13 @@ def _build_parser(config_cls: type | None) -> _ArgumentParser:
     p.add_argument(
         "--dry-run", action="store_true", help="Print groups and sample statistics; train nothing."
     )
+    p.add_argument(
+        "--cancel", action="store_true", help="With --resume DIR of a remote job: cancel that job."
+    )
     if config_cls is None:
+        # Enough to recognise `--resume DIR` of a remote job (DIR/job.json) before the backend is known.
+        p.add_argument("--resume", nargs="?", const="latest")
+        p.add_argument("--output", "--output-dir", dest="output_dir")
         return p
     hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
@@ -204,7 +210,10 @@ def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
     file_cfg = _load_yaml(pre.config) if getattr(pre, "config", None) else {}
     backend = getattr(pre, "backend", None) or file_cfg.pop("backend", None) or "trl"
     file_cfg.pop("backend", None)
-    trainer_cls = get_trainer(str(backend))
+    from trainers.remote import resolve_backend
+
+    backend_name, backend_overrides = resolve_backend(str(backend))  # http://host:port -> ("http", {server})
+    trainer_cls = get_trainer(backend_name)
     config_cls = trainer_cls.config_class
     ns = vars(_build_parser(config_cls).parse_args(argv))
 
@@ -223,9 +232,10 @@ def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
     for key in list(ns):
         if key.startswith("grpo."):
             grpo[key[len("grpo.") :]] = ns.pop(key)
-    for key in ("config", "backend"):
+    for key in ("config", "backend", "cancel"):
         ns.pop(key, None)
     dry_run = bool(ns.pop("dry_run", False))
+    values.update(backend_overrides)
     values.update(ns)
     if "grpo" in names:
         values["grpo"] = grpo
@@ -310,6 +320,15 @@ def main(argv: list[str] | None = None) -> int:
     from trainers._dataset import UserError
 
     try:
+        from trainers.remote import find_job, reattach
+
+        pre, _ = _build_parser(None).parse_known_args(argv)
+        job_dir = find_job(getattr(pre, "resume", None), getattr(pre, "output_dir", None))
+        if job_dir is not None:  # a remote job: re-attach to it (or cancel it); no --data needed
+            _print_summary(reattach(job_dir, cancel=bool(getattr(pre, "cancel", False))))
+            return 0
+        if getattr(pre, "cancel", False):
+            raise UserError("--cancel needs --resume DIR, where DIR holds a remote job (job.json)")
         trainer_cls, config, data, dry_run, backend = _resolve(argv)
         trainer = trainer_cls()
         if dry_run:

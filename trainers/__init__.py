@@ -34,6 +34,10 @@ __all__ = [
 #: Backend name → ``"module:Class"`` (imported lazily by :func:`get_trainer`).
 TRAINERS: dict[str, str] = {
     "trl": "trainers.trl_grpo:TRLGRPOTrainer",
+    # Remote backends (trainers/remote/): `--backend http://host:port` selects "http".
+    "http": "trainers.remote.http_client:HTTPTrainer",
+    "openai": "trainers.remote.openai_ft:OpenAIFineTuneTrainer",
+    "tinker": "trainers.remote.tinker_backend:TinkerTrainer",
 }
 
 
@@ -65,8 +69,8 @@ def available_trainers() -> list[str]:
     """Names of the registered backends, sorted.
 
     Example:
-        >>> available_trainers()[:1]
-        ['trl']
+        >>> available_trainers()
+        ['http', 'openai', 'tinker', 'trl']
     """
     return sorted(TRAINERS)
 

@@ -226,3 +226,20 @@ def write_parquet(episodes: list[dict[str, Any]], path: str | Path) -> Path:
     path = Path(path)
     pl.DataFrame(episodes, schema=episode_schema()).write_parquet(path, compression="zstd")
     return path
+
+
+def cpu_grpo(**overrides):
+    """Fast CPU GRPOConfig settings (trl-replay.md §10)."""
+    kw = dict(
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+        dataloader_num_workers=0,
+    )
+    kw.update(overrides)
+    return kw

@@ -56,18 +56,3 @@ def model_tokenizer(tiny_model_dir):
     return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
-def cpu_grpo(**overrides):
-    """Fast CPU GRPOConfig settings (trl-replay.md §10)."""
-    kw = dict(
-        max_steps=2,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        disable_tqdm=True,
-        report_to="none",
-        bf16=False,
-        use_cpu=True,
-        dataloader_num_workers=0,
-    )
-    kw.update(overrides)
-    return kw

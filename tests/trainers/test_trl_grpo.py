@@ -7,8 +7,7 @@ import math
 import statistics
 
 import pytest
-from _synth import make_episode, make_episodes
-from conftest import cpu_grpo
+from _synth import cpu_grpo, make_episode, make_episodes
 
 pytestmark = pytest.mark.slow
 

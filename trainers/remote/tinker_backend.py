@@ -1,0 +1,502 @@
+"""The ``tinker`` backend: RL on recorded episodes with the Tinker training API (``tinker`` package).
+
+Tinker trains a LoRA adapter on its GPUs while the training loop runs here, on a machine without GPUs:
+
+1. episodes → :class:`~trainers._dataset.TrainingSample` s with the base model's tokenizer (locally; set
+   ``tokenizer`` to a local copy when the hub is unreachable), grouped by task as for GRPO;
+2. group-relative advantages ``(r - mean) / (std + 1e-6)`` per group (``scale_rewards: none`` drops the
+   division);
+3. samples → ``tinker.types.Datum`` (:func:`sample_to_datum`): ``model_input`` = prompt + completion
+   without the last token, and aligned to it (position ``i`` predicts token ``i + 1``):
+   ``target_tokens``, ``logprobs`` (the behaviour/sampling logprobs) and ``advantages`` (the sample's
+   advantage on trained tokens, 0 on the prompt and on loss-masked tool/template tokens, so they get no
+   gradient), plus ``weights`` (the loss mask) for ``cross_entropy``;
+4. per step, ``forward_backward(datums, loss_fn)`` with ``importance_sampling`` or ``ppo``, then
+   ``optim_step(AdamParams(learning_rate=...))``; metrics go to ``metrics.jsonl`` and stderr;
+5. ``save_state`` every ``save_every`` steps and at the end (resumable), ``save_weights_for_sampler`` at the
+   end; the ``tinker://`` paths are recorded in ``job.json`` and ``result.json``.
+
+Samples from episodes that are not token-faithful have no stored sampling logprobs; the backend first asks
+Tinker for the current policy's logprobs of those tokens (``forward`` with ``cross_entropy``) and uses them,
+so their importance ratio starts at 1 (on-policy), as the ``trl`` backend does.
+
+The loop runs on the client, so "re-attaching" means continuing: ``job.json`` records the data, the config,
+the last step and the last saved state; ``python -m sdk.train --resume OUTPUT_DIR`` restores the weights and
+optimizer state from that checkpoint (``create_training_client_from_state_with_optimizer``) and carries on.
+``--cancel`` marks the run cancelled (nothing keeps running on Tinker between steps).
+
+The API key is read from ``$TINKER_API_KEY`` (``api_key_env``) only.
+
+Example:
+    >>> from trainers.remote.tinker_backend import TinkerConfig, TinkerTrainer
+    >>> cfg = TinkerConfig(model="Qwen/Qwen3-8B", tokenizer="./qwen3-tokenizer", steps=20, lora_rank=32)
+    >>> TinkerTrainer().train("episodes.parquet", cfg)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
+
+from trainers._dataset import Group, TrainingSample
+from trainers.base import PreparedData, TrainerConfig, TrainResult, UserError, prepare_data
+from trainers.remote import (
+    AuthError,
+    RateLimitError,
+    RemoteConfig,
+    RemoteError,
+    RemoteJob,
+    TransientError,
+    progress,
+    with_retries,
+)
+
+__all__ = ["TinkerConfig", "TinkerTrainer", "group_advantages", "sample_to_datum"]
+
+T = TypeVar("T")
+
+
+@dataclass
+class TinkerConfig(RemoteConfig):
+    """Configuration of the ``tinker`` backend (on top of the shared data/grouping settings).
+
+    Parameters:
+        model: base model on Tinker, e.g. ``Qwen/Qwen3-8B`` (inherited field).
+        tokenizer: local directory (or hub id) of the same model's tokenizer, used to build samples.
+        loss_fn: ``importance_sampling`` (REINFORCE with importance weights) or ``ppo`` (clipped).
+        lora_rank: LoRA rank of the trained adapter.
+        learning_rate: Adam learning rate.
+        steps: optimizer steps (0: one pass over the groups).
+        groups_per_step: task groups in each ``forward_backward`` batch.
+        scale_rewards: ``group`` divides advantages by the group's reward std, ``none`` only centres them.
+        save_every: save a resumable state every N steps (0: only at the end).
+        save_name: prefix of the saved checkpoint names.
+        base_url: Tinker API URL (default: ``$TINKER_BASE_URL`` or the tinker package's default).
+        api_key_env: environment variable holding the API key.
+
+    Example:
+        >>> TinkerConfig(model="Qwen/Qwen3-8B", loss_fn="ppo").lora_rank
+        32
+    """
+
+    loss_fn: Literal["importance_sampling", "ppo"] = field(
+        default="importance_sampling", metadata={"help": "Tinker RL loss: importance_sampling or ppo."}
+    )
+    lora_rank: int = field(default=32, metadata={"help": "LoRA rank."})
+    learning_rate: float = field(default=4e-5, metadata={"help": "Adam learning rate."})
+    steps: int = field(default=0, metadata={"help": "Optimizer steps (0: one pass over the task groups)."})
+    groups_per_step: int = field(default=4, metadata={"help": "Task groups per forward_backward batch."})
+    scale_rewards: Literal["group", "none"] = field(
+        default="group", metadata={"help": "Divide advantages by the group's reward std ('group') or not."}
+    )
+    save_every: int = field(
+        default=0, metadata={"help": "Save a resumable state every N steps (0: at the end)."}
+    )
+    save_name: str = field(default="tracerl", metadata={"help": "Prefix of saved checkpoint names."})
+    base_url: str | None = field(
+        default=None, metadata={"help": "Tinker API URL (default: $TINKER_BASE_URL or the package default)."}
+    )
+    api_key_env: str = field(
+        default="TINKER_API_KEY", metadata={"help": "Environment variable holding the Tinker API key."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.loss_fn not in ("importance_sampling", "ppo"):
+            raise UserError(f"loss_fn must be importance_sampling or ppo, got {self.loss_fn!r}")
+        if self.groups_per_step < 1 or self.lora_rank < 1 or self.steps < 0:
+            raise UserError("groups_per_step and lora_rank must be at least 1, steps at least 0")
+
+
+# ------------------------------------------------------------------------------------------- data → Datums
+
+
+def group_advantages(group: Group, *, scale_rewards: str = "group", eps: float = 1e-6) -> dict[str, float]:
+    """Advantage of each episode of a group: reward minus the group mean, over the std when scaling.
+
+    Example:
+        >>> from trainers._dataset import ConvertedEpisode
+        >>> g = Group("t", "t", [ConvertedEpisode("a", "t", 1.0), ConvertedEpisode("b", "t", 0.0)])
+        >>> {k: round(v, 3) for k, v in group_advantages(g, scale_rewards="none").items()}
+        {'a': 0.5, 'b': -0.5}
+    """
+    rewards = [float(e.reward or 0.0) for e in group.episodes]
+    mean = statistics.fmean(rewards)
+    std = statistics.stdev(rewards) if len(rewards) > 1 else 0.0
+    out = {}
+    for e, r in zip(group.episodes, rewards, strict=True):
+        adv = r - mean
+        if scale_rewards == "group":
+            adv /= std + eps
+        out[e.episode_id] = adv
+    return out
+
+
+def sample_to_datum(sample: TrainingSample, advantage: float, *, loss_fn: str = "importance_sampling") -> Any:
+    """Build a ``tinker.types.Datum`` from a training sample and its advantage.
+
+    The full sequence is ``prompt_ids + completion_ids``; ``model_input`` is all but its last token and every
+    ``loss_fn_inputs`` tensor is aligned to it (position ``i`` predicts token ``i + 1``). On positions whose
+    target is a prompt token or a loss-masked completion token, ``advantages`` and ``weights`` are 0 and
+    ``logprobs`` is 0. Unknown behaviour logprobs (``None`` sample logprobs, ``NaN`` entries) are left as
+    ``NaN``; :meth:`TinkerTrainer.train` fills them from the current policy before sending.
+
+    Example:
+        >>> s = TrainingSample("t", "e", prompt_ids=[1, 2], completion_ids=[3, 4, 5], loss_mask=[1, 0, 1],
+        ...                    logprobs=[-0.5, 0.0, -0.25])
+        >>> d = sample_to_datum(s, 2.0)
+        >>> d.model_input.to_ints(), d.loss_fn_inputs["target_tokens"].tolist()
+        ([1, 2, 3, 4], [2, 3, 4, 5])
+        >>> d.loss_fn_inputs["advantages"].tolist(), d.loss_fn_inputs["logprobs"].tolist()
+        ([0.0, 2.0, 0.0, 2.0], [0.0, -0.5, 0.0, -0.25])
+    """
+    import numpy as np
+    from tinker import types
+
+    tokens = [int(t) for t in sample.prompt_ids] + [int(t) for t in sample.completion_ids]
+    if len(tokens) < 2 or not sample.completion_ids:
+        raise UserError(f"sample of episode {sample.episode_id} has no completion tokens")
+    n_prompt = len(sample.prompt_ids)
+    mask = [0.0] * n_prompt + [float(m) for m in sample.loss_mask]
+    behaviour = [0.0] * n_prompt + (
+        [float(x) if x is not None else math.nan for x in sample.logprobs]
+        if sample.logprobs is not None
+        else [math.nan] * len(sample.completion_ids)
+    )
+    # Shift by one: the input is the sequence without its last token, targets without the first.
+    weights = np.asarray(mask[1:], dtype=np.float32)
+    logprobs = np.where(weights > 0, np.asarray(behaviour[1:], dtype=np.float32), 0.0).astype(np.float32)
+    inputs: dict[str, Any] = {
+        "target_tokens": np.asarray(tokens[1:], dtype=np.int64),
+        "logprobs": logprobs,
+        "advantages": (weights * np.float32(advantage)).astype(np.float32),
+    }
+    if loss_fn == "cross_entropy":
+        inputs = {"target_tokens": inputs["target_tokens"], "weights": weights}
+    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
+
+
+def _needs_logprobs(datum: Any) -> bool:
+    import numpy as np
+
+    return bool(np.isnan(datum.loss_fn_inputs["logprobs"].to_numpy()).any())
+
+
+def _fill_logprobs(datum: Any, policy_logprobs: Any) -> Any:
+    import numpy as np
+    from tinker import types
+
+    lp = datum.loss_fn_inputs["logprobs"].to_numpy().astype(np.float32)
+    fill = np.asarray(policy_logprobs, dtype=np.float32).reshape(-1)[: lp.shape[0]]
+    lp = np.where(np.isnan(lp), fill, lp).astype(np.float32)
+    return types.Datum(model_input=datum.model_input, loss_fn_inputs={**datum.loss_fn_inputs, "logprobs": lp})
+
+
+# -------------------------------------------------------------------------------------------- the backend
+
+
+class TinkerTrainer:
+    """The ``tinker`` backend: GRPO-style RL steps on Tinker from stored episodes.
+
+    Example:
+        >>> from trainers.remote.tinker_backend import TinkerConfig, TinkerTrainer
+        >>> cfg = TinkerConfig(model="Qwen/Qwen3-8B", tokenizer="./tok", output_dir="runs/tinker", steps=10)
+        >>> TinkerTrainer().train("episodes.parquet", cfg).metrics["sampler_path"]  # doctest: +SKIP
+        'tinker://.../sampler_weights/tracerl-final'
+    """
+
+    name: ClassVar[str] = "tinker"
+    config_class: ClassVar[type[TrainerConfig]] = TinkerConfig
+
+    def prepare(self, data: Any, config: TrainerConfig) -> PreparedData:
+        """Convert and group the episodes with the base model's tokenizer (``--dry-run``).
+
+        Example:
+            >>> TinkerTrainer().prepare("e.parquet", TinkerConfig(model="Qwen/Qwen3-8B", tokenizer="./tok"))  # doctest: +SKIP
+        """  # noqa: E501
+        return prepare_data(data, config)
+
+    def build_datums(self, prepared: PreparedData, config: TinkerConfig) -> list[list[Any]]:
+        """One list of Datums per task group (advantages computed per group).
+
+        Example:
+            >>> batches = TinkerTrainer().build_datums(prepared, cfg)  # doctest: +SKIP
+        """
+        out = []
+        for group in prepared.groups:
+            adv = group_advantages(group, scale_rewards=config.scale_rewards)
+            out.append([sample_to_datum(s, adv[s.episode_id], loss_fn=config.loss_fn) for s in group.samples])
+        return out
+
+    def train(self, data: Any, config: TrainerConfig, **kw: Any) -> TrainResult:
+        """Run the RL loop on Tinker; writes ``job.json``, ``metrics.jsonl`` and ``result.json``.
+
+        Raises:
+            AuthError: No API key in ``api_key_env``, or Tinker refused it.
+            UserError: Bad data or settings (before anything is sent).
+
+        Example:
+            >>> TinkerTrainer().train("e.parquet", TinkerConfig(model="Qwen/Qwen3-8B"))  # doctest: +SKIP
+        """
+        cfg = _check_config(config)
+        out = Path(cfg.output_dir)
+        if (out / "job.json").is_file():
+            job = RemoteJob.load(out)
+            if not job.terminal:
+                raise UserError(
+                    f"{out} holds an unfinished Tinker run at step {job.info.get('step')}; continue it with "
+                    f"python -m sdk.train --resume {out}, or choose another --output"
+                )
+        _api_key(cfg.api_key_env)
+        prepared = self.prepare(data, cfg)
+        job = RemoteJob(
+            backend=self.name,
+            job_id=f"tinker-{int(time.time())}",
+            endpoint=cfg.base_url or os.environ.get("TINKER_BASE_URL", ""),
+            status="running",
+            info={"data": str(data), "config": dataclasses.asdict(cfg), "step": 0, "state_path": None},
+        )
+        return self._run(prepared, cfg, job, out)
+
+    def attach(self, output_dir: str | os.PathLike[str]) -> TrainResult:
+        """Continue an interrupted run from its last saved state (``--resume OUTPUT_DIR``).
+
+        Example:
+            >>> TinkerTrainer().attach("runs/tinker")  # doctest: +SKIP
+        """
+        out = Path(output_dir)
+        job = RemoteJob.load(out)
+        cfg = TinkerConfig(**job.info["config"])
+        if job.terminal:
+            progress(f"Tinker run in {out} already {job.status}")
+            return _result(out, job)
+        _api_key(cfg.api_key_env)
+        return self._run(self.prepare(job.info["data"], cfg), cfg, job, out)
+
+    def cancel(self, output_dir: str | os.PathLike[str]) -> TrainResult:
+        """Mark the run cancelled (the loop runs on the client: nothing keeps training on Tinker).
+
+        Example:
+            >>> TinkerTrainer().cancel("runs/tinker").metrics["status"]  # doctest: +SKIP
+            'cancelled'
+        """
+        out = Path(output_dir)
+        job = RemoteJob.load(out)
+        if not job.terminal:
+            job.status = "cancelled"
+            job.save(out)
+        return _result(out, job)
+
+    # ------------------------------------------------------------------------------------------ internal
+
+    def _run(self, prepared: PreparedData, cfg: TinkerConfig, job: RemoteJob, out: Path) -> TrainResult:
+        from tinker import types
+
+        batches = self.build_datums(prepared, cfg)
+        per_step = cfg.groups_per_step
+        n_batches = max(1, math.ceil(len(batches) / per_step))
+        steps = cfg.steps or n_batches
+        settings = {"max_retries": cfg.max_retries, "retry_base_delay": cfg.retry_base_delay}
+        service = _call(settings, "connect to Tinker", lambda: _service_client(cfg))
+        start = int(job.info.get("step") or 0)
+        state = job.info.get("state_path")
+        if state:
+            progress(f"restoring Tinker state {state} (step {start})")
+            client = _call(
+                settings,
+                "restore training state",
+                lambda: _resolve(service.create_training_client_from_state_with_optimizer(state)),
+            )
+        else:
+            start = 0
+            client = _call(
+                settings,
+                "create LoRA training client",
+                lambda: _resolve(
+                    service.create_lora_training_client(
+                        base_model=cfg.model, rank=cfg.lora_rank, seed=cfg.seed
+                    )
+                ),
+            )
+        out.mkdir(parents=True, exist_ok=True)
+        job.save(out)
+        metrics_path = out / "metrics.jsonl"
+        try:
+            for step in range(start, steps):
+                chosen = _indices(step, per_step, len(batches))
+                datums = [d for i in chosen for d in batches[i]]
+                datums = self._with_logprobs(client, datums, settings)
+                fb = _call(
+                    settings,
+                    "forward_backward",
+                    lambda d=datums: client.forward_backward(d, cfg.loss_fn).result(),
+                )
+                _call(
+                    settings,
+                    "optim_step",
+                    lambda: client.optim_step(types.AdamParams(learning_rate=cfg.learning_rate)).result(),
+                )
+                rewards = [float(e.reward or 0.0) for i in chosen for e in prepared.groups[i].episodes]
+                row = {
+                    "step": step + 1,
+                    "reward": statistics.fmean(rewards) if rewards else 0.0,
+                    "datums": len(datums),
+                    **{k: float(v) for k, v in (getattr(fb, "metrics", None) or {}).items()},
+                }
+                with open(metrics_path, "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+                progress(
+                    f"Tinker step {step + 1}/{steps}: "
+                    + ", ".join(f"{k}={v:.4g}" for k, v in row.items() if isinstance(v, float))
+                )
+                job.info["step"] = step + 1
+                if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < steps:
+                    job.info["state_path"] = self._save_state(
+                        client, f"{cfg.save_name}-{step + 1:06d}", settings
+                    )
+                job.save(out)
+        except KeyboardInterrupt:
+            progress(
+                f"interrupted at step {job.info['step']}; continue with: python -m sdk.train --resume {out}"
+            )
+            job.save(out)
+            raise
+        job.info["state_path"] = self._save_state(client, f"{cfg.save_name}-final", settings)
+        sampler = _call(
+            settings,
+            "save sampler weights",
+            lambda: client.save_weights_for_sampler(f"{cfg.save_name}-final").result(),
+        )
+        job.result_model = sampler.path
+        job.status = "succeeded"
+        job.save(out)
+        (out / "result.json").write_text(
+            json.dumps(
+                {
+                    "status": job.status,
+                    "steps": job.info["step"],
+                    "sampler_path": sampler.path,
+                    "state_path": job.info["state_path"],
+                },
+                indent=2,
+            )
+        )
+        progress(f"Tinker sampler weights: {sampler.path}")
+        return _result(out, job)
+
+    @staticmethod
+    def _save_state(client: Any, name: str, settings: dict[str, Any]) -> str:
+        resp = _call(settings, "save training state", lambda: client.save_state(name).result())
+        return str(resp.path)
+
+    @staticmethod
+    def _with_logprobs(client: Any, datums: list[Any], settings: dict[str, Any]) -> list[Any]:
+        """Fill unknown sampling logprobs with the current policy's (one ``forward`` for those datums)."""
+        missing = [i for i, d in enumerate(datums) if _needs_logprobs(d)]
+        if not missing:
+            return datums
+        from tinker import types
+
+        probe = [
+            types.Datum(
+                model_input=datums[i].model_input,
+                loss_fn_inputs={
+                    "target_tokens": datums[i].loss_fn_inputs["target_tokens"],
+                    "weights": datums[i].loss_fn_inputs["advantages"].to_numpy() * 0 + 1,
+                },
+            )
+            for i in missing
+        ]
+        fwd = _call(
+            settings, "forward (policy logprobs)", lambda: client.forward(probe, "cross_entropy").result()
+        )
+        filled = list(datums)
+        for i, output in zip(missing, fwd.loss_fn_outputs, strict=True):
+            filled[i] = _fill_logprobs(datums[i], output["logprobs"].to_numpy())
+        return filled
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def _indices(step: int, per_step: int, n: int) -> list[int]:
+    return [(step * per_step + i) % n for i in range(min(per_step, n))]
+
+
+def _check_config(config: TrainerConfig) -> TinkerConfig:
+    if not isinstance(config, TinkerConfig):
+        raise UserError(f"the tinker backend needs a TinkerConfig, got {type(config).__name__}")
+    if not config.model:
+        raise UserError("no base model given: pass --model (e.g. Qwen/Qwen3-8B)")
+    return config
+
+
+def _api_key(env: str) -> str:
+    key = os.environ.get(env, "")
+    if not key:
+        raise AuthError(f"no Tinker API key: set ${env}")
+    return key
+
+
+def _service_client(cfg: TinkerConfig) -> Any:
+    try:
+        import tinker
+    except ImportError as exc:  # pragma: no cover - tinker is in the remote extra
+        raise UserError("the tinker backend needs the tinker package: pip install 'tracerl[remote]'") from exc
+    return tinker.ServiceClient(api_key=_api_key(cfg.api_key_env), base_url=cfg.base_url or None)
+
+
+def _resolve(obj: Any) -> Any:
+    # create_*training_client* return a future of the client in tinker >= 0.3x (the client itself before).
+    return obj.result() if hasattr(obj, "result") and callable(obj.result) else obj
+
+
+def _call(settings: dict[str, Any], what: str, fn: Callable[[], T]) -> T:
+    import tinker
+
+    def once() -> T:
+        try:
+            return fn()
+        except tinker.AuthenticationError as exc:
+            raise AuthError(f"{what}: Tinker refused the API key (HTTP 401)") from exc
+        except tinker.PermissionDeniedError as exc:
+            raise AuthError(f"{what}: permission denied by Tinker (HTTP 403)") from exc
+        except tinker.RateLimitError as exc:
+            raise RateLimitError(f"{what}: HTTP 429 from Tinker") from exc
+        except (tinker.InternalServerError, tinker.APIConnectionError) as exc:
+            raise TransientError(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+        except tinker.APIStatusError as exc:
+            raise RemoteError(
+                f"{what}: HTTP {exc.status_code} from Tinker: {str(exc).splitlines()[0]}"
+            ) from exc
+
+    return with_retries(
+        once,
+        what=what,
+        attempts=int(settings.get("max_retries", 6)),
+        base_delay=float(settings.get("retry_base_delay", 1.0)),
+    )
+
+
+def _result(out: Path, job: RemoteJob) -> TrainResult:
+    metrics_path = out / "metrics.jsonl"
+    return TrainResult(
+        output_dir=out,
+        checkpoint=None,
+        adapter=True,
+        metrics_path=metrics_path if metrics_path.is_file() else None,
+        global_step=int(job.info.get("step") or 0),
+        metrics={
+            "status": job.status,
+            "sampler_path": job.result_model,
+            "state_path": job.info.get("state_path"),
+        },
+    )

@@ -133,22 +133,22 @@ class StoreReader:
     def _lines(self, chain: list[Path]) -> Iterator[tuple[dict[str, Any], str]]:
         for i, seg in enumerate(chain):
             last_segment = i == len(chain) - 1
+            # Line by line: reading a whole segment (up to segment_max_bytes) and splitting it held two
+            # copies of it in memory.
             with open(seg, "rb") as fh:
-                data = fh.read()
-            lines = data.split(b"\n")
-            torn = lines.pop()  # text after the final newline: empty unless the last line is torn
-            for n, raw in enumerate(lines, 1):
-                where = f"{seg.name}:{n}"
-                if not raw.strip():
-                    continue
-                event = self._decode(raw, where)
-                if event is not None:
-                    yield event, where
-            if torn.strip():
-                # A line without its newline is a write cut short (kill, crash): expected only at the very
-                # end of a process's last segment.
-                where = f"{seg.name}:{len(lines) + 1}"
-                self._problem("torn_line" if last_segment else "corrupt_line", where)
+                for n, raw in enumerate(fh, 1):
+                    if not raw.endswith(b"\n"):
+                        # A line without its newline is a write cut short (kill, crash): expected only at
+                        # the very end of a process's last segment.
+                        if raw.strip():
+                            self._problem("torn_line" if last_segment else "corrupt_line", f"{seg.name}:{n}")
+                        break
+                    if not raw.strip():
+                        continue
+                    where = f"{seg.name}:{n}"
+                    event = self._decode(raw, where)
+                    if event is not None:
+                        yield event, where
 
     def _decode(self, raw: bytes, where: str) -> dict[str, Any] | None:
         try:

@@ -1,0 +1,397 @@
+"""Sessions → threads → episodes.
+
+A call continues a thread when its request messages extend that thread's latest request plus response;
+otherwise it starts a new thread (another agent, a truncated or summarised context, a resample of the
+same prompt). Each thread becomes one episode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+from collections import Counter
+from typing import Any
+
+from sdk.episodes._normalize import normalize_message, same_message
+from sdk.episodes._schema import SCHEMA_VERSION
+from sdk.episodes._validate import Problem
+from sdk.store import StoredSession
+
+__all__ = ["BuildOptions", "session_episodes"]
+
+
+@dataclasses.dataclass
+class BuildOptions:
+    """How sessions become episodes (see ``build_episodes`` for the meaning of each field)."""
+
+    models: tuple[str, ...] = ()
+    agents: tuple[str, ...] = ()
+    splits: tuple[str, ...] = ()
+    split_by: tuple[str, ...] = ()
+    reward_name: str = "reward"
+    source: str | None = None
+
+
+def _match(value: Any, patterns: tuple[str, ...]) -> bool:
+    return isinstance(value, str) and any(fnmatch.fnmatchcase(value, p) for p in patterns)
+
+
+class _Thread:
+    __slots__ = ("index", "raw", "messages", "generated", "calls", "agent", "model", "stats", "incomplete")
+
+    def __init__(self, index: int, agent: Any, model: Any) -> None:
+        self.index = index
+        self.raw: list[Any] = []  # latest request + response, as stored: what the next call must extend
+        self.messages: list[dict[str, Any]] = []  # canonical transcript
+        self.generated: dict[int, dict[str, Any]] = {}  # message index -> the call that generated it
+        self.calls: list[dict[str, Any]] = []
+        self.agent = agent
+        self.model = model
+        self.stats: Counter[str] = Counter()
+        self.incomplete = 0
+
+
+def _extends(request: list[Any], raw: list[Any]) -> bool:
+    n = len(raw)
+    if len(request) < n:
+        return False
+    if n == 0:
+        return True
+    # The reader rebuilds deduplicated requests from the previous call's own objects, so identity
+    # settles almost every comparison; the last message (the response) is the most discriminating.
+    if not same_message(request[n - 1], raw[n - 1]):
+        return False
+    for i in range(n - 1):
+        a, b = request[i], raw[i]
+        if a is not b and not same_message(a, b):
+            return False
+    return True
+
+
+def _float_list(entries: Any) -> list[float | None] | None:
+    if not isinstance(entries, list):
+        return None
+    out: list[float | None] = []
+    for e in entries:
+        lp = e.get("logprob") if isinstance(e, dict) else e
+        out.append(float(lp) if isinstance(lp, (int, float)) and not isinstance(lp, bool) else None)
+    return out
+
+
+_I64 = (-(2**63), 2**63 - 1)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and _I64[0] <= v <= _I64[1] else None
+
+
+def _int_list(ids: Any) -> list[int] | None:
+    if not isinstance(ids, list):
+        return None
+    if ids:
+        # min/max run in C: a cheap guard against values Parquet's int64 cannot hold. Other odd
+        # values (floats) are caught when the batch is converted (see _frame.sanitize).
+        try:
+            if min(ids) < _I64[0] or max(ids) > _I64[1]:
+                return None
+        except TypeError:
+            return None
+    return ids
+
+
+def _float(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) or v is None else str(v)
+
+
+def _ids_from_logprob_tokens(entries: Any) -> list[int] | None:
+    # vLLM's --return-tokens-as-token-ids writes each logprob token as "token_id:1234": the ids survive
+    # even where a proxy or a streaming client dropped completion_token_ids (Agent Lightning #262).
+    if not isinstance(entries, list) or not entries:
+        return None
+    out = []
+    for e in entries:
+        tok = e.get("token") if isinstance(e, dict) else None
+        if not isinstance(tok, str) or not tok.startswith("token_id:"):
+            return None
+        try:
+            out.append(int(tok[9:]))
+        except ValueError:
+            return None
+    return out
+
+
+def _turn(index: int, call: dict[str, Any] | None, stats: Counter[str]) -> dict[str, Any]:
+    if call is None:
+        return {"message_index": index, "logprobs": None, "token_ids": None, "prompt_token_ids": None}
+    entries = call.get("logprobs")
+    token_ids = _int_list(call.get("completion_token_ids"))
+    if token_ids is None:
+        token_ids = _ids_from_logprob_tokens(entries)
+        if token_ids is not None:
+            stats["token_ids_from_logprobs"] += 1
+    return {
+        "message_index": index,
+        "logprobs": _float_list(entries),
+        "token_ids": token_ids,
+        "prompt_token_ids": _int_list(call.get("prompt_token_ids")),
+    }
+
+
+def _faithful(turns: list[dict[str, Any]]) -> bool:
+    if not turns:
+        return False
+    for t in turns:
+        lps, ids = t["logprobs"], t["token_ids"]
+        if lps is None or ids is None or len(lps) != len(ids) or not ids or None in lps:
+            return False
+    return True
+
+
+def _assign(s: StoredSession, opts: BuildOptions, counts: Counter[str]) -> list[_Thread]:
+    threads: list[_Thread] = []
+    for call in s.calls:
+        agent, model = _str(call.get("agent")), _str(call.get("model"))
+        if opts.models and not (
+            _match(model, opts.models) or _match(call.get("response_model"), opts.models)
+        ):
+            counts["calls_filtered"] += 1
+            continue
+        if opts.agents and not _match(agent, opts.agents):
+            counts["calls_filtered"] += 1
+            continue
+        request = call.get("request") or {}
+        messages = request.get("messages")
+        if not isinstance(messages, list):
+            messages = []
+        best: _Thread | None = None
+        if not call.get("request_incomplete"):
+            for th in reversed(threads):  # newest first: on a tie the most recent thread wins
+                if best is not None and len(th.raw) <= len(best.raw):
+                    continue
+                if ("agent" in opts.split_by and th.agent != agent) or (
+                    "model" in opts.split_by and th.model != model
+                ):
+                    continue
+                if _extends(messages, th.raw):
+                    best = th
+        if best is None:
+            best = _Thread(len(threads), agent, model)
+            threads.append(best)
+        th = best
+        if call.get("request_incomplete"):
+            th.incomplete += 1
+        for m in messages[len(th.raw) :]:
+            th.messages.append(normalize_message(m, th.stats))
+        response = call.get("response") or {}
+        message = response.get("message")
+        if message is not None:
+            canon = normalize_message(message, th.stats)
+            if canon["role"] != "assistant":
+                canon["role"] = "assistant"
+                th.stats["response_role_fixed"] += 1
+            th.generated[len(th.messages)] = call
+            th.messages.append(canon)
+            th.raw = [*messages, message]
+        else:
+            th.raw = messages
+        th.calls.append(call)
+    return threads
+
+
+_last_tools: list[Any] = [None, "[]"]
+
+
+def _tools_json(tools: Any) -> str:
+    # Agents offer the same tools on every call of every session: reuse the last encoding when equal
+    # (a dict comparison is several times cheaper than json.dumps).
+    if not isinstance(tools, list):
+        return "[]"
+    cached, text = _last_tools
+    if tools is cached or tools == cached:
+        return text
+    text = json.dumps(tools, ensure_ascii=False, default=str)
+    _last_tools[:] = [tools, text]
+    return text
+
+
+def session_episodes(
+    s: StoredSession, opts: BuildOptions, counts: Counter[str]
+) -> list[tuple[dict[str, Any], list[Problem]]]:
+    """Build the episodes of one session, each with the problems only the builder can see."""
+    threads = _assign(s, opts, counts)
+    if not threads:
+        return []
+    thread_of: dict[str, _Thread] = {}
+    for th in threads:
+        for call in th.calls:
+            cid = call.get("call_id")
+            if isinstance(cid, str):
+                thread_of[cid] = th
+    session_rewards: dict[str, float] = {}
+    call_rewards: dict[int, list[dict[str, Any]]] = {}
+    for r in s.rewards:
+        cid = r.get("call_id")
+        name = r.get("name")
+        r = {**r, "name": name if isinstance(name, str) else str(name)}
+        if cid is None:
+            session_rewards[r["name"]] = r["value"]
+        elif isinstance(cid, str) and cid in thread_of:
+            call_rewards.setdefault(thread_of[cid].index, []).append(r)
+        else:
+            counts["call_rewards_unmatched"] += 1
+
+    task_id = s.task_id if isinstance(s.task_id, str) or s.task_id is None else str(s.task_id)
+    sample = _int(s.sample)
+    out = []
+    for th in threads:
+        stats = th.stats
+        turns = []
+        context_turns = []
+        for i, m in enumerate(th.messages):
+            if m["role"] == "assistant":
+                call = th.generated.get(i)
+                if call is None:
+                    context_turns.append(i)
+                turns.append(_turn(i, call, stats))
+
+        named = dict(session_rewards)
+        given_per_call: dict[str, float] = {}
+        call_reward_meta = []
+        msg_index = {id(c): i for i, c in th.generated.items()}
+        for r in call_rewards.get(th.index, ()):
+            given_per_call[r["name"]] = given_per_call.get(r["name"], 0.0) + r["value"]
+            call = next(c for c in th.calls if c.get("call_id") == r["call_id"])
+            call_reward_meta.append(
+                {
+                    "call_id": r["call_id"],
+                    "message_index": msg_index.get(id(call)),
+                    "name": r["name"],
+                    "value": r["value"],
+                }
+            )
+        for name, value in given_per_call.items():
+            named.setdefault(name, value)
+
+        # One pass over the thread's calls for everything the episode sums up.
+        call_ids: list[Any] = []
+        frameworks: dict[Any, None] = {}
+        agents: dict[Any, None] = {}
+        models: dict[Any, None] = {}
+        response_models: dict[Any, None] = {}
+        errors: list[str] = []
+        failed = p_tok = c_tok = t_tok = 0
+        started = ended = None
+        agent = model = tools = finish_reason = None
+        for c in th.calls:
+            call_ids.append(c.get("call_id"))
+            frameworks[_str(c.get("framework"))] = None
+            a, mo, rm = c.get("agent"), c.get("model"), c.get("response_model")
+            if a is not None:
+                agent = _str(a)
+                agents[agent] = None
+            if mo is not None:
+                model = _str(mo)
+                models[model] = None
+            if rm is not None:
+                response_models[_str(rm)] = None
+            response = c.get("response") or {}
+            if response.get("finish_reason") is not None:
+                finish_reason = response["finish_reason"]
+            error = c.get("error")
+            if error or response.get("message") is None:
+                failed += 1
+                if isinstance(error, dict):
+                    errors.append(_str(error.get("type")) or "error")
+            t = (c.get("request") or {}).get("tools")
+            if t is not None:
+                tools = t
+            u = c.get("usage")
+            if isinstance(u, dict):
+                pt = _int(u.get("prompt_tokens")) or 0
+                ct = _int(u.get("completion_tokens")) or 0
+                tt = _int(u.get("total_tokens"))
+                p_tok += pt
+                c_tok += ct
+                t_tok += tt if tt is not None else pt + ct
+            t0, t1 = c.get("started_at"), c.get("ended_at")
+            if type(t0) in (int, float) and (started is None or t0 < started):
+                started = t0
+            if type(t1) in (int, float) and (ended is None or t1 > ended):
+                ended = t1
+        frameworks.pop(None, None)
+        tracerl: dict[str, Any] = {
+            "source": opts.source,
+            "call_ids": call_ids,
+            "threads_in_session": len(threads),
+            "frameworks": list(frameworks),
+            "agents": list(agents),
+            "models": list(models),
+            "response_models": list(response_models),
+            "finish_reason": finish_reason,
+            "failed_calls": failed,
+        }
+        if errors:
+            tracerl["errors"] = errors
+        if s.parent_session_ids:
+            tracerl["parent_session_ids"] = s.parent_session_ids
+        if s.error:
+            tracerl["session_error"] = s.error
+        if call_reward_meta:
+            tracerl["call_rewards"] = call_reward_meta
+        if context_turns:
+            # Assistant messages the thread's calls did not generate (few-shot examples, injected history).
+            tracerl["context_assistant_messages"] = context_turns
+        if stats:
+            tracerl["normalization"] = dict(stats)
+        metadata = {**s.metadata, "tracerl": tracerl}
+        ep: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "episode_id": f"{s.session_id}:{th.index}",
+            "session_id": s.session_id,
+            "task_id": task_id,
+            "sample": sample,
+            "thread": th.index,
+            "agent": agent,
+            "model": model,
+            "messages": th.messages,
+            "tools": _tools_json(tools),
+            "reward": None,
+            "rewards": [],
+            "turns": turns,
+            "token_faithful": _faithful(turns),
+            "metadata": json.dumps(metadata, ensure_ascii=False, default=str),
+            "num_calls": len(th.calls),
+            "usage": {
+                "prompt_tokens": _int(p_tok) or 0,
+                "completion_tokens": _int(c_tok) or 0,
+                "total_tokens": _int(t_tok) or 0,
+            },
+            "started_at": float(started) if started is not None else _float(s.started_at),
+            "ended_at": float(ended) if ended is not None else _float(s.ended_at),
+            # The reader reports an implicit session that was closed at exit as "ok": say what it is.
+            "status": "implicit" if s.implicit else (_str(s.status) or "ok"),
+        }
+        set_rewards(ep, named, opts.reward_name)
+        problems: list[Problem] = []
+        if th.incomplete:
+            problems.append(
+                Problem(
+                    "incomplete_request",
+                    f"{th.incomplete} call(s) build on a call missing from the store (missing_base): "
+                    "their earlier messages are lost",
+                )
+            )
+        out.append((ep, problems))
+    return out
+
+
+def set_rewards(ep: dict[str, Any], named: dict[str, float], reward_name: str) -> None:
+    """Write the named rewards into ``ep["rewards"]`` and the episode reward into ``ep["reward"]``."""
+    ep["rewards"] = [{"name": k, "value": v} for k, v in named.items()]
+    value = named.get(reward_name)
+    ep["reward"] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value

@@ -1,0 +1,337 @@
+"""Parallel export: worker processes over disjoint groups of segment chains, then one streaming merge.
+
+Parsing JSON lines dominates an export and Python runs it on one core, so a store written by several
+processes (one chain of segments each) is split by chain across worker processes. Each worker builds,
+validates and writes a part file; the parts are merged into one Parquet file by a streaming scan (Rust,
+bounded memory). Sessions never span chains, so episodes are identical to a single-process export and
+keep its row order (chains are split into contiguous groups, merged in order).
+
+Two things cross chains and are reconciled here: rewards (each worker reads every chain's rewards; only
+worker 0 counts invalid ones) and rewards for unknown sessions (unknown only if no worker saw the session).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sdk.episodes._parquet import default_rejects_path, progress_bar, sink, write_pairs
+from sdk.episodes._pipeline import Pipeline
+from sdk.episodes._summary import ExportSummary
+from sdk.episodes._validate import EpisodeError
+from sdk.store import StoreReader
+
+__all__ = ["plan_workers", "export_parallel"]
+
+MIN_BYTES_PER_WORKER = 16 * 1024 * 1024
+"""Below this much input per worker, starting processes costs more than it saves."""
+
+
+class _SubsetReader(StoreReader):
+    """A reader over some chains of a store that still sees every chain's rewards."""
+
+    def __init__(self, path: str, chains: list[list[Path]], count_reward_problems: bool) -> None:
+        super().__init__(path)
+        self._chains = chains
+        self._count_reward_problems = count_reward_problems
+        self.unknown_rewards: set[str] = set()
+
+    def segments(self) -> list[list[Path]]:
+        return self._chains
+
+    def _rewards(self, chains: list[list[Path]]) -> dict[str, list[dict[str, Any]]]:
+        return super()._rewards(StoreReader.segments(self))
+
+    def _problem(self, reason: str, where: str) -> None:
+        if reason == "reward_for_unknown_session":
+            self.unknown_rewards.add(where)  # reconciled across workers by the parent
+        elif reason != "invalid_reward" or self._count_reward_problems:
+            super()._problem(reason, where)
+
+
+def _group(chains: list[list[Path]], n: int) -> list[list[list[Path]]]:
+    """Split chains into ``n`` contiguous groups of similar byte size (order kept)."""
+    sizes = [sum(f.stat().st_size for f in chain) for chain in chains]
+    total = sum(sizes)
+    groups: list[list[list[Path]]] = [[]]
+    acc = 0
+    for chain, size in zip(chains, sizes, strict=True):
+        if groups[-1] and acc >= total * len(groups) / n and len(groups) < n:
+            groups.append([])
+        groups[-1].append(chain)
+        acc += size
+    return groups
+
+
+def plan_workers(store: Any, workers: int, **blockers: Any) -> list[list[list[Path]]] | None:
+    """Chain groups for a parallel export (``workers`` 0: automatic), or ``None`` to run in this process."""
+    if workers == 1 or not isinstance(store, (str, os.PathLike)) or not Path(store).is_dir():
+        return None
+    if any(blockers.values()):
+        return None
+    chains = StoreReader(store).segments()
+    total = sum(f.stat().st_size for chain in chains for f in chain)
+    n = workers if workers else min(os.cpu_count() or 1, 8, total // MIN_BYTES_PER_WORKER or 1)
+    n = min(n, len(chains))
+    return _group(chains, n) if n >= 2 else None
+
+
+def run_job(job_path: str) -> int:
+    """Worker process entry point (``python -m sdk.episodes._worker JOB``): export one chain group.
+
+    Prints ``progress N`` lines (calls read) on stdout; pickles ``("ok", (summary, unknown_rewards))``
+    or ``("error", (is_episode_error, message))`` next to the job file.
+    """
+    with open(job_path, "rb") as fh:
+        job = pickle.load(fh)
+    result_path = job_path + ".result"
+    try:
+        reader = _SubsetReader(job["store"], job["chains"], count_reward_problems=job["index"] == 0)
+        summary = ExportSummary()
+        pending = 0
+        last = time.monotonic()
+
+        def progress(n: int) -> None:
+            nonlocal pending, last
+            pending += n
+            now = time.monotonic()
+            if now - last >= 0.2:
+                sys.stdout.write(f"progress {pending}\n")
+                sys.stdout.flush()
+                pending, last = 0, now
+
+        pipeline = Pipeline(reader, summary=summary, progress=progress, **job["options"])
+        write_pairs(
+            pipeline, job["part"], summary=summary, rejects=job["rejects"], batch_size=job["batch_size"]
+        )
+        sys.stdout.write(f"progress {pending}\n")
+        summary._rewards = {}  # recomputed from the merged file
+        result: tuple[str, Any] = ("ok", (summary, reader.unknown_rewards))
+    except BaseException as exc:  # reported to the parent, which raises it
+        result = (
+            "error",
+            (isinstance(exc, EpisodeError), str(exc) or type(exc).__name__, type(exc).__name__),
+        )
+    with open(result_path, "wb") as fh:
+        pickle.dump(result, fh)
+    return 0
+
+
+def export_parallel(
+    store: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    groups: list[list[list[Path]]],
+    *,
+    rejects: Any,
+    progress: bool,
+    options: dict[str, Any],
+    batch_size: int,
+) -> ExportSummary:
+    """Export ``store`` with one worker process per chain group (see the module docstring)."""
+    import polars as pl
+
+    started = time.perf_counter()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.is_dir():
+        raise IsADirectoryError(f"output {str(out)!r} is a directory; give a .parquet file path")
+    rejects_path = default_rejects_path(out) if rejects is True else (Path(rejects) if rejects else None)
+    parts_dir = out.with_name(f".{out.name}.parts-{os.getpid()}")
+    parts_dir.mkdir(exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    update, close = progress_bar(progress)
+    lock = threading.Lock()
+    readers: list[threading.Thread] = []
+
+    def follow(proc: subprocess.Popen[bytes]) -> None:
+        # Workers report calls read as "progress N" lines; anything else on stdout is ignored.
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(b"progress ") and update is not None:
+                with lock:
+                    update(int(line.split()[1]))
+
+    # Plain subprocesses, not multiprocessing: spawn would re-run the caller's __main__ module.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    try:
+        for i, chains in enumerate(groups):
+            job = {
+                "index": i,
+                "store": str(store),
+                "chains": chains,
+                "part": str(parts_dir / f"{i:03d}.parquet"),
+                "rejects": str(parts_dir / f"{i:03d}.rejects.jsonl") if rejects_path else None,
+                "options": options,
+                "batch_size": batch_size,
+            }
+            job_path = parts_dir / f"{i:03d}.job"
+            with open(job_path, "wb") as fh:
+                pickle.dump(job, fh)
+            with open(parts_dir / f"{i:03d}.stderr", "wb") as err:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "sdk.episodes._worker", str(job_path)],
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    env=env,
+                )
+            procs.append(proc)
+            t = threading.Thread(target=follow, args=(proc,), daemon=True)
+            t.start()
+            readers.append(t)
+        outcomes: dict[int, Any] = {}
+        for i, proc in enumerate(procs):
+            proc.wait()
+            readers[i].join()
+            result = parts_dir / f"{i:03d}.job.result"
+            if not result.exists():
+                tail = (parts_dir / f"{i:03d}.stderr").read_text(errors="replace").strip().splitlines()
+                raise RuntimeError(
+                    f"export worker {i} died (exit code {proc.returncode})"
+                    + (f": {tail[-1]}" if tail else "")
+                )
+            with open(result, "rb") as fh:
+                status, payload = pickle.load(fh)
+            if status == "error":
+                is_episode_error, message, kind = payload
+                raise EpisodeError(message) if is_episode_error else RuntimeError(f"{kind}: {message}")
+            outcomes[i] = payload
+
+        summary = ExportSummary()
+        unknown: set[str] | None = None
+        for i in range(len(procs)):
+            part_summary, part_unknown = outcomes[i]
+            summary.merge(part_summary)
+            unknown = part_unknown if unknown is None else unknown & part_unknown
+        if unknown:
+            summary.store_problems["reward_for_unknown_session"] += len(unknown)
+            summary.store_examples.setdefault("reward_for_unknown_session", min(unknown))
+            if options.get("strict"):
+                raise EpisodeError(
+                    f"store problem reward_for_unknown_session at {min(unknown)} (strict mode)"
+                )
+
+        parts = [str(parts_dir / f"{i:03d}.parquet") for i in range(len(procs))]
+        lf = pl.scan_parquet(parts).with_row_index("_row")
+        dups = lf.select(pl.col("episode_id").is_duplicated().sum()).collect().item()
+        extra_rejects: list[str] = []
+        drop: set[int] = set()
+        if dups:
+            # The same session in two processes' segments (a single reader counts the later copy as
+            # event_after_session_end): keep the first, reject the others.
+            dropped = lf.filter(~pl.col("episode_id").is_first_distinct()).collect().to_dicts()
+            if options.get("strict"):
+                raise EpisodeError(f"episode {dropped[0]['episode_id']}: duplicate_id (strict mode)")
+            for ep in dropped:
+                drop.add(ep.pop("_row"))
+                problem = {
+                    "code": "duplicate_id",
+                    "message": f"episode id {ep['episode_id']!r} was already seen",
+                    "message_index": None,
+                    "severity": "error",
+                }
+                record = {
+                    "episode_id": ep["episode_id"],
+                    "session_id": ep["session_id"],
+                    "task_id": ep["task_id"],
+                    "reasons": ["duplicate_id"],
+                    "problems": [problem],
+                    "episode": ep,
+                }
+                extra_rejects.append(json.dumps(record, ensure_ascii=False))
+            summary.rejected["duplicate_id"] += len(dropped)
+        sink(_slices(parts, batch_size, drop), out, row_group_size=batch_size)
+        _recount(summary, out)
+        _merge_rejects(parts_dir, len(procs), rejects_path, extra_rejects, summary)
+    finally:
+        close()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(parts_dir, ignore_errors=True)
+    summary.out = str(out)
+    summary.elapsed_s = time.perf_counter() - started
+    return summary
+
+
+def _slices(parts: list[str], batch_size: int, drop: set[int]) -> Iterator[Any]:
+    # Part files re-read a batch at a time: a plain scan -> sink of the parts read ahead so far that a
+    # merge of vLLM-style token data took 3x the memory of the export itself.
+    import polars as pl
+
+    offset = 0
+    for part in parts:
+        n = pl.scan_parquet(part).select(pl.len()).collect().item()
+        for start in range(0, n, batch_size):
+            frame = pl.scan_parquet(part).slice(start, batch_size).collect()
+            if drop:
+                frame = frame.filter(pl.Series([offset + start + k not in drop for k in range(frame.height)]))
+            yield frame
+        offset += n
+
+
+def _recount(summary: ExportSummary, out: Path) -> None:
+    """Written / token-faithful / per-task reward statistics from the merged file (the truth)."""
+    import polars as pl
+
+    from sdk.episodes._summary import _Stats
+
+    lf = pl.scan_parquet(out)
+    written, faithful = lf.select(pl.len(), pl.col("token_faithful").sum()).collect().row(0)
+    summary.written, summary.token_faithful = int(written), int(faithful or 0)
+    stats = (
+        lf.filter(pl.col("reward").is_not_null())
+        .group_by("task_id", maintain_order=True)
+        .agg(
+            n=pl.len(),
+            mean=pl.col("reward").mean(),
+            m2=((pl.col("reward") - pl.col("reward").mean()) ** 2).sum(),
+        )
+        .collect()
+    )
+    summary._rewards = {
+        row["task_id"]: _Stats(int(row["n"]), float(row["mean"]), float(row["m2"]))
+        for row in stats.to_dicts()
+    }
+
+
+def _merge_rejects(
+    parts_dir: Path, n: int, path: Path | None, extra: list[str], summary: ExportSummary
+) -> None:
+    if path is None:
+        return
+    pieces = [parts_dir / f"{i:03d}.rejects.jsonl" for i in range(n)]
+    pieces = [p for p in pieces if p.exists()]
+    if not pieces and not extra:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a stale file from an earlier run would contradict the summary
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as dst:
+        for piece in pieces:
+            with open(piece, "rb") as src:
+                shutil.copyfileobj(src, dst)
+        for line in extra:
+            dst.write(line.encode("utf-8", "backslashreplace") + b"\n")
+    summary.rejects_path = str(path)
+
+
+def picklable(fns: list[tuple[str, Any]]) -> bool:
+    """Whether reward functions can be sent to a worker process (pickled by reference to their module)."""
+    if any(getattr(fn, "__module__", None) == "__main__" for _, fn in fns):
+        return False  # a worker's __main__ is not the caller's script
+    try:
+        pickle.dumps(fns)
+    except Exception:  # lambdas, closures, local classes
+        return False
+    return True

@@ -1,0 +1,282 @@
+"""Writing and reading episode Parquet files (polars, zstd, explicit schema, bounded memory)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from sdk.episodes._frame import episodes_frame, sanitize
+from sdk.episodes._pipeline import Pair, validate_only
+from sdk.episodes._schema import SCHEMA_VERSION, polars_schema
+from sdk.episodes._summary import ExportSummary
+from sdk.episodes._validate import EpisodeError
+
+__all__ = ["default_rejects_path", "read_episodes", "sink", "write_pairs", "write_parquet"]
+
+DEFAULT_BATCH_SIZE = 1000
+"""Episodes per in-memory batch: memory stays bounded by one batch whatever the store's size."""
+
+
+MAX_BATCH_TOKEN_VALUES = 250_000
+"""A batch is also cut at this many token ids + logprobs: as Python objects they take ~36 bytes each, and
+vLLM-style prompt token ids (the whole prompt, every turn) would otherwise dominate memory."""
+
+
+def _token_values(ep: dict[str, Any]) -> int:
+    n = 0
+    for t in ep.get("turns") or ():
+        for key in ("logprobs", "token_ids", "prompt_token_ids"):
+            v = t.get(key)
+            if v:
+                n += len(v)
+    return n
+
+
+def default_rejects_path(out: str | os.PathLike[str]) -> Path:
+    """``episodes.parquet`` → ``episodes.rejects.jsonl`` (next to the output)."""
+    p = Path(out)
+    stem = p.name[: -len(p.suffix)] if p.suffix else p.name
+    return p.with_name(f"{stem}.rejects.jsonl")
+
+
+def _file_metadata() -> dict[str, str]:
+    from sdk import __version__
+
+    return {"tracerl.schema_version": str(SCHEMA_VERSION), "tracerl.version": __version__}
+
+
+def sink(frames: Iterator[Any], path: Path, row_group_size: int = DEFAULT_BATCH_SIZE) -> None:
+    """Stream DataFrames into one zstd Parquet file at ``path`` (written to a temp file, then renamed).
+
+    polars' IO-source plugin feeds our generator into ``sink_parquet``'s streaming engine, so only
+    the batches in flight are in memory; ``row_group_size`` matters as much, because the writer buffers a
+    whole row group (polars' default, hundreds of thousands of rows, would hold most of a large export in
+    memory). Without it (older polars) batches go to part files that are
+    then merged by a streaming scan: the same bounded memory, one extra pass over the data.
+    """
+    import polars as pl
+
+    schema = polars_schema()
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    parts: Path | None = None
+    try:
+        try:
+            from polars.io.plugins import register_io_source
+        except ImportError:  # pragma: no cover - polars < 1.0
+            register_io_source = None
+
+        def source(*_: Any) -> Iterator[Any]:
+            empty = True
+            for frame in frames:
+                empty = False
+                yield frame
+            if empty:  # a file with the schema and no rows, never a missing file
+                yield pl.DataFrame(schema=schema)
+
+        if register_io_source is not None:
+            lf = register_io_source(source, schema=schema)
+            lf.sink_parquet(tmp, compression="zstd", metadata=_file_metadata(), row_group_size=row_group_size)
+        else:  # pragma: no cover - exercised only with old polars
+            parts = path.with_name(f".{path.name}.parts-{os.getpid()}")
+            parts.mkdir(exist_ok=True)
+            names = []
+            for i, frame in enumerate(source()):
+                name = parts / f"{i:06d}.parquet"
+                frame.write_parquet(name, compression="zstd")
+                names.append(str(name))
+            pl.scan_parquet(names, schema=schema).sink_parquet(
+                tmp, compression="zstd", row_group_size=row_group_size
+            )
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+        if parts is not None:
+            for f in parts.glob("*"):
+                f.unlink()
+            parts.rmdir()
+
+
+class _Rejects:
+    """The rejects file, created on the first reject (JSON lines: reasons, problems and the episode)."""
+
+    def __init__(self, path: Path | None, summary: ExportSummary) -> None:
+        self.path = path
+        self.summary = summary
+        self._fh: TextIO | None = None
+
+    def write(self, ep: dict[str, Any], problems: list[Any]) -> None:
+        if self.path is None:
+            return
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # backslashreplace writes a lone surrogate as the JSON escape it came from.
+            self._fh = open(self.path, "w", encoding="utf-8", errors="backslashreplace")
+            self.summary.rejects_path = str(self.path)
+        record = {
+            "episode_id": ep.get("episode_id"),
+            "session_id": ep.get("session_id"),
+            "task_id": ep.get("task_id"),
+            "reasons": sorted({p.code for p in problems if p.is_error}),
+            "problems": [p.to_dict() for p in problems],
+            "episode": ep,
+        }
+        self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+        elif self.path is not None and self.path.exists():
+            self.path.unlink()  # a stale rejects file from an earlier run would contradict the summary
+
+
+def write_pairs(
+    pairs: Iterable[Pair],
+    out: str | os.PathLike[str],
+    *,
+    summary: ExportSummary,
+    rejects: str | os.PathLike[str] | None | bool = True,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> ExportSummary:
+    """Write valid episodes to ``out`` and rejected ones to the rejects file; counts are in ``summary``."""
+    path = Path(out)
+    if path.is_dir():
+        raise IsADirectoryError(f"output {str(path)!r} is a directory; give a .parquet file path")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rejects_path = default_rejects_path(path) if rejects is True else (Path(rejects) if rejects else None)
+    sink_rejects = _Rejects(rejects_path, summary)
+    started = time.perf_counter()
+
+    def convert(batch: list[dict[str, Any]]) -> Any:
+        try:
+            return episodes_frame(batch)
+        except (TypeError, ValueError, OverflowError):
+            pass
+        for ep in batch:
+            faithful = ep.get("token_faithful")
+            for fix in sanitize(ep):
+                summary.warnings[fix] += 1
+            if faithful and not ep.get("token_faithful"):
+                summary.token_faithful -= 1
+        return episodes_frame(batch)
+
+    def frames() -> Iterator[Any]:
+        batch: list[dict[str, Any]] = []
+        values = 0
+        for ep, problems in pairs:
+            if any(p.is_error for p in problems):
+                sink_rejects.write(ep, problems)
+                continue
+            batch.append(ep)
+            values += _token_values(ep)
+            if len(batch) >= batch_size or values >= MAX_BATCH_TOKEN_VALUES:
+                yield convert(batch)
+                batch, values = [], 0
+        if batch:
+            yield convert(batch)
+
+    try:
+        sink(frames(), path, row_group_size=batch_size)
+    finally:
+        sink_rejects.close()
+    summary.out = str(path)
+    summary.elapsed_s = time.perf_counter() - started
+    return summary
+
+
+def write_parquet(
+    episodes: Iterable[dict[str, Any]],
+    path: str | os.PathLike[str],
+    *,
+    strict: bool = False,
+    require_reward: bool = True,
+    rejects: str | os.PathLike[str] | None | bool = True,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> ExportSummary:
+    """Validate episodes and write the valid ones to a zstd Parquet file, streaming.
+
+    Args:
+        episodes: Episode dicts, e.g. from ``build_episodes(store, on_invalid="keep")`` or ``read_episodes``.
+        path: Output ``.parquet`` file (replaced atomically when complete).
+        strict: Raise ``EpisodeError`` at the first invalid episode instead of rejecting it.
+        require_reward: Reject episodes without a reward (turn off for SFT data).
+        rejects: Rejects file path; ``True`` (default) for ``<out stem>.rejects.jsonl``, ``None``/``False``
+            to only count rejects.
+        batch_size: Episodes per in-memory batch.
+
+    Returns:
+        The :class:`ExportSummary` (written, rejected by reason, reward stats per task).
+
+    Example:
+        >>> from sdk.episodes import build_episodes, write_parquet
+        >>> summary = write_parquet(build_episodes("traces", on_invalid="keep"),  # doctest: +SKIP
+        ...                         "episodes.parquet")
+        >>> summary.written, dict(summary.rejected)  # doctest: +SKIP
+        (128, {'missing_reward': 3})
+    """
+    summary = ExportSummary()
+    pairs = validate_only(episodes, require_reward=require_reward, strict=strict, summary=summary)
+    return write_pairs(pairs, path, summary=summary, rejects=rejects, batch_size=batch_size)
+
+
+_REQUIRED = ("schema_version", "episode_id", "messages")
+
+
+def read_episodes(path: str | os.PathLike[str], *, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """Read an episode Parquet file back as a list of episode dicts (the shape ``build_episodes`` yields).
+
+    Raises ``EpisodeError`` with a one-line message when the file is missing, not Parquet, not an
+    episode file, or of a schema version this tracerl does not know.
+
+    Args:
+        path: A ``.parquet`` file written by ``export`` / ``write_parquet``.
+        columns: Read only these columns.
+
+    Example:
+        >>> eps = read_episodes("episodes.parquet")  # doctest: +SKIP
+        >>> eps[0]["messages"][0]["role"], eps[0]["reward"]  # doctest: +SKIP
+        ('system', 1.0)
+    """
+    import polars as pl
+
+    p = Path(path)
+    if not p.is_file():
+        raise EpisodeError(f"no episode file at {str(p)!r}")
+    try:
+        schema = pl.read_parquet_schema(p)
+    except Exception as exc:
+        raise EpisodeError(f"{str(p)!r} is not a readable Parquet file: {str(exc).splitlines()[0]}") from None
+    missing = [c for c in _REQUIRED if c not in schema]
+    if missing:
+        raise EpisodeError(f"{str(p)!r} is not a tracerl episode file (no {', '.join(missing)} column)")
+    try:
+        versions = pl.read_parquet(p, columns=["schema_version"])["schema_version"].unique().to_list()
+        unknown = [v for v in versions if v != SCHEMA_VERSION]
+        if unknown:
+            raise EpisodeError(
+                f"{str(p)!r} has unknown schema_version {unknown[0]!r} (this tracerl reads version "
+                f"{SCHEMA_VERSION}); upgrade tracerl"
+            )
+        return pl.read_parquet(p, columns=columns).to_dicts()
+    except EpisodeError:
+        raise
+    except Exception as exc:
+        raise EpisodeError(f"cannot read {str(p)!r}: {str(exc).splitlines()[0]}") from None
+
+
+def progress_bar(
+    enabled: bool, unit: str = "call"
+) -> tuple[Callable[[int], None] | None, Callable[[], None]]:
+    """A tqdm progress callback on stderr (``None`` when disabled or tqdm is missing) and its closer."""
+    if not enabled:
+        return None, lambda: None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None, lambda: None
+    bar = tqdm(unit=unit, unit_scale=True, dynamic_ncols=True, leave=False, desc="export")
+    return bar.update, bar.close

@@ -1,0 +1,178 @@
+"""The export pipeline: store → sessions → episodes → rewards → validation, with every item counted."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from sdk.episodes._build import BuildOptions, session_episodes
+from sdk.episodes._rewards import apply_group_reward, apply_reward_fns, resolve_reward_fns
+from sdk.episodes._summary import ExportSummary
+from sdk.episodes._validate import EpisodeError, Problem, validate_episode
+from sdk.store import StoredSession, StoreReader
+
+__all__ = ["Pipeline", "open_source", "validate_only", "validated"]
+
+Pair = tuple[dict[str, Any], list[Problem]]
+
+
+def open_source(source: Any) -> tuple[StoreReader | None, Iterable[StoredSession], str | None]:
+    """Resolve a store path, a ``StoreReader`` or an iterable of ``StoredSession`` to sessions."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if path.is_file():
+            hint = "; read episodes with sdk.episodes.read_episodes" if path.suffix == ".parquet" else ""
+            raise FileNotFoundError(f"{str(path)!r} is a file, not a tracerl store directory{hint}")
+        reader = StoreReader(path)  # raises FileNotFoundError with a clear message
+        return reader, reader.sessions(), str(path)
+    if isinstance(source, StoreReader):
+        return source, source.sessions(), str(source.path)
+    if isinstance(source, Iterable):
+        return None, source, None
+    raise TypeError(
+        f"expected a store directory, a StoreReader or StoredSessions, got {type(source).__name__}"
+    )
+
+
+class Pipeline:
+    """Iterate ``(episode, problems)`` for every episode of a store, counting everything in ``summary``.
+
+    Rejected episodes (any error problem) are yielded too, so a writer can put them in a rejects file;
+    in strict mode the first error (or store problem) raises ``EpisodeError`` instead.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        reward_fns: Any = None,
+        group_reward_fns: Mapping[str, Callable[..., Any]] | None = None,
+        reward_name: str = "reward",
+        models: Iterable[str] = (),
+        agents: Iterable[str] = (),
+        splits: Iterable[str] = (),
+        split_by: Iterable[str] = (),
+        require_reward: bool = True,
+        strict: bool = False,
+        summary: ExportSummary | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        split_by = tuple(split_by)
+        bad = [k for k in split_by if k not in ("agent", "model")]
+        if bad:
+            raise ValueError(f"split_by accepts 'agent' and 'model', got {bad}")
+        self.reader, self._sessions, store = open_source(source)
+        self.fns = resolve_reward_fns(reward_fns)
+        self.group_fns = list((group_reward_fns or {}).items())
+        self.opts = BuildOptions(
+            models=tuple(models),
+            agents=tuple(agents),
+            splits=tuple(splits),
+            split_by=split_by,
+            reward_name=reward_name,
+            source=store,
+        )
+        self.require_reward = require_reward
+        self.strict = strict
+        self.summary = summary if summary is not None else ExportSummary()
+        if self.reader is not None:
+            # Share the reader's counters: the summary is exact at every point of the iteration.
+            self.summary.store_problems = self.reader.problems
+            self.summary.store_examples = self.reader.examples
+        self.progress = progress
+        # A StoreReader yields each session once (a repeated session id is counted as a store problem), so
+        # episode ids are unique by construction: tracking them would only cost memory per episode.
+        self._seen: set[int] | None = None if self.reader is not None else set()
+
+    def _check_store(self) -> None:
+        if self.strict and self.reader is not None and self.reader.problems:
+            reason = next(iter(self.reader.problems))
+            where = self.reader.examples.get(reason, "?")
+            raise EpisodeError(f"store problem {reason} at {where} (strict mode)")
+
+    def _built(self) -> Iterator[Pair]:
+        summary, opts = self.summary, self.opts
+        for s in self._sessions:
+            summary.sessions += 1
+            n = len(s.calls)
+            summary.calls += n
+            self._check_store()
+            if opts.splits and s.metadata.get("split") not in opts.splits:
+                summary.skipped["sessions_filtered"] += 1
+                summary.skipped["calls_filtered"] += n
+            elif n == 0:
+                summary.skipped["sessions_without_calls"] += 1
+            else:
+                for ep, problems in session_episodes(s, opts, summary.skipped):
+                    summary.episodes += 1
+                    if self.fns:
+                        problems += apply_reward_fns(ep, self.fns, opts.reward_name)
+                    yield ep, problems
+            if self.progress is not None:
+                self.progress(n)
+        self._check_store()
+
+    def _grouped(self, pairs: Iterator[Pair]) -> Iterator[Pair]:
+        # A group reward needs every episode of a task at once: this stage holds all episodes in memory.
+        groups: dict[Any, list[Pair]] = {}
+        for pair in pairs:
+            groups.setdefault(pair[0].get("task_id"), []).append(pair)
+        for group in groups.values():
+            eps = [ep for ep, _ in group]
+            for name, fn in self.group_fns:
+                extras = apply_group_reward(eps, name, fn, self.opts.reward_name)
+                for (_, problems), extra in zip(group, extras, strict=True):
+                    problems += extra
+            yield from group
+
+    def __iter__(self) -> Iterator[Pair]:
+        pairs = self._built()
+        if self.group_fns:
+            pairs = self._grouped(pairs)
+        return validated(
+            pairs,
+            require_reward=self.require_reward,
+            strict=self.strict,
+            summary=self.summary,
+            seen=self._seen,
+        )
+
+
+def validated(
+    pairs: Iterable[Pair],
+    *,
+    require_reward: bool,
+    strict: bool,
+    summary: ExportSummary,
+    seen: set[int] | None,
+) -> Iterator[Pair]:
+    """Validate and count ``(episode, problems)`` pairs; in strict mode raise at the first error."""
+    for ep, problems in pairs:
+        problems += validate_episode(ep, require_reward=require_reward, seen_ids=seen)
+        error = next((p for p in problems if p.is_error), None)
+        if error is not None:
+            if strict:
+                raise EpisodeError(f"episode {ep.get('episode_id')}: {error} (strict mode)")
+            summary.reject(error.code)
+        else:
+            for p in problems:  # warnings of written episodes (a rejected one counts once, by its error)
+                summary.warnings[p.code] += 1
+            summary.written += 1
+            summary.token_faithful += bool(ep.get("token_faithful"))
+            summary.add_reward(ep.get("task_id"), ep.get("reward"))
+        yield ep, problems
+
+
+def validate_only(
+    episodes: Iterable[dict[str, Any]], *, require_reward: bool, strict: bool, summary: ExportSummary
+) -> Iterator[Pair]:
+    """Validate and count episodes that come from elsewhere (e.g. ``read_episodes``)."""
+
+    def pairs() -> Iterator[Pair]:
+        for ep in episodes:
+            summary.episodes += 1
+            yield ep, []
+
+    return validated(pairs(), require_reward=require_reward, strict=strict, summary=summary, seen=set())

@@ -1,0 +1,354 @@
+"""Episode validation: specific, located problems instead of a trainer crash three hours later."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from sdk.episodes._schema import SCHEMA_VERSION
+
+__all__ = ["PROBLEM_CODES", "EpisodeError", "Problem", "validate_episode"]
+
+PROBLEM_CODES: dict[str, str] = {
+    "unknown_schema_version": "schema_version is not one this tracerl reads",
+    "duplicate_id": "an episode id, or a tool call id within one assistant message, is used twice",
+    "empty_episode": "no messages, or no assistant message (e.g. every call failed)",
+    "invalid_message": "a message that is not an object or has no role",
+    "role_order": "unknown role, a conversation starting with assistant/tool, or a late system message",
+    "tool_result_without_call": "a tool message whose tool_call_id matches no open tool call",
+    "tool_call_unanswered": "a tool call that no tool message answers before the conversation moves on",
+    "invalid_tool_call": "a tool call without an id or a function name",
+    "invalid_tool_arguments": "tool call arguments that are not a JSON object",
+    "invalid_turns": "turns that do not point at assistant messages",
+    "missing_reward": "no reward from the session, its calls, or a reward function",
+    "non_finite_reward": "a reward that is NaN, infinite or not a number",
+    "incomplete_request": "a call whose prefix-deduplicated request could not be rebuilt from the store",
+    "reward_fn_error": "a reward function raised or returned something that is not a reward",
+    # Warnings: counted in the summary, the episode is kept.
+    "trailing_tool_call": "(warning) the last message calls tools that were never run (e.g. step limit)",
+}
+"""Every problem code with its meaning; all but ``trailing_tool_call`` reject the episode."""
+
+_WARNINGS = frozenset({"trailing_tool_call"})
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an episode.
+
+    Attributes:
+        code: Stable reason code (see ``PROBLEM_CODES``), used for counting and the rejects file.
+        message: What is wrong and where, for a human.
+        message_index: Index into ``messages`` when the problem is located at one message.
+        severity: ``"error"`` (the episode is rejected) or ``"warning"`` (counted, kept).
+
+    Example:
+        >>> p = Problem("missing_reward", "episode has no reward")
+        >>> p.is_error, str(p)
+        (True, 'missing_reward: episode has no reward')
+    """
+
+    code: str
+    message: str
+    message_index: int | None = None
+    severity: str = "error"
+
+    @property
+    def is_error(self) -> bool:
+        """Whether this problem rejects the episode."""
+        return self.severity == "error"
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The problem as a JSON-ready dict (the rejects file format)."""
+        return dataclasses.asdict(self)
+
+
+class EpisodeError(ValueError):
+    """Raised in strict mode at the first problem, and for unreadable episode files.
+
+    Example:
+        >>> str(EpisodeError("episode s1:0: missing_reward: episode has no reward"))
+        'episode s1:0: missing_reward: episode has no reward'
+    """
+
+
+def _problem(code: str, message: str, index: int | None = None) -> Problem:
+    return Problem(code, message, index, "warning" if code in _WARNINGS else "error")
+
+
+def _where(i: int, m: dict[str, Any]) -> str:
+    return f"message {i} ({m.get('role')})"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_rewards(ep: dict[str, Any], require_reward: bool, out: list[Problem]) -> None:
+    reward = ep.get("reward")
+    if reward is None:
+        if require_reward:
+            out.append(
+                _problem(
+                    "missing_reward",
+                    "episode has no reward: the session gave none (s.reward(...)), no call reward "
+                    "covers it, and no reward function returned one",
+                )
+            )
+    elif not _finite(reward):
+        out.append(_problem("non_finite_reward", f"reward must be a finite number, got {reward!r}"))
+    for r in ep.get("rewards") or ():
+        value = r.get("value") if isinstance(r, dict) else r
+        if not _finite(value):
+            name = r.get("name") if isinstance(r, dict) else "?"
+            out.append(
+                _problem("non_finite_reward", f"reward {name!r} must be a finite number, got {value!r}")
+            )
+
+
+def _check_tool_call(
+    i: int, m: dict[str, Any], k: int, tc: Any, ids: set[str], out: list[Problem]
+) -> str | None:
+    if not isinstance(tc, dict):
+        out.append(_problem("invalid_tool_call", f"{_where(i, m)}: tool call {k} is not an object", i))
+        return None
+    tc_id = tc.get("id")
+    fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+    name = fn.get("name")
+    if not isinstance(tc_id, str) or not tc_id:
+        out.append(_problem("invalid_tool_call", f"{_where(i, m)}: tool call {k} ({name}) has no id", i))
+        tc_id = None
+    elif tc_id in ids:
+        out.append(_problem("duplicate_id", f"{_where(i, m)}: tool call id {tc_id!r} is used twice", i))
+    else:
+        ids.add(tc_id)
+    if not isinstance(name, str) or not name:
+        out.append(
+            _problem("invalid_tool_call", f"{_where(i, m)}: tool call {tc_id!r} has no function name", i)
+        )
+    args = fn.get("arguments")
+    if isinstance(args, str) and args.strip():  # "" means "no arguments" (several frameworks send it)
+        try:
+            parsed = json.loads(args)
+        except ValueError as exc:
+            out.append(
+                _problem(
+                    "invalid_tool_arguments",
+                    f"{_where(i, m)}: tool call {tc_id!r} ({name}) has invalid JSON arguments ({exc}): "
+                    f"{args[:80]!r}",
+                    i,
+                )
+            )
+        else:
+            if not isinstance(parsed, dict):
+                out.append(
+                    _problem(
+                        "invalid_tool_arguments",
+                        f"{_where(i, m)}: tool call {tc_id!r} ({name}) arguments are JSON "
+                        f"{type(parsed).__name__}, not an object",
+                        i,
+                    )
+                )
+    elif args is not None and not isinstance(args, str):
+        out.append(
+            _problem(
+                "invalid_tool_arguments",
+                f"{_where(i, m)}: tool call {tc_id!r} ({name}) arguments must be a JSON string, "
+                f"got {type(args).__name__}",
+                i,
+            )
+        )
+    return tc_id
+
+
+def _check_messages(messages: list[Any], out: list[Problem]) -> None:
+    pending: dict[str, tuple[int, str | None]] = {}  # open tool call id -> (assistant index, function name)
+    calls_at: int | None = None  # index of the assistant message whose tool calls are being answered
+    answered: set[str] = set()
+    started = False  # a non-system message was seen
+
+    def unanswered(until: str) -> None:
+        for tc_id, (at, name) in pending.items():
+            out.append(
+                _problem(
+                    "tool_call_unanswered",
+                    f"message {at} (assistant): tool call {tc_id!r} ({name}) is never answered by a tool "
+                    f"message ({until})",
+                    at,
+                )
+            )
+        pending.clear()
+
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            out.append(_problem("invalid_message", f"message {i} is not an object with a role", i))
+            continue
+        role = m["role"]
+        if role not in _ROLES:
+            out.append(
+                _problem(
+                    "role_order",
+                    f"message {i} has unknown role {role!r} (expected system, user, assistant or tool)",
+                    i,
+                )
+            )
+            continue
+        if role == "tool":
+            tc_id = m.get("tool_call_id")
+            if calls_at is None:
+                out.append(
+                    _problem(
+                        "tool_result_without_call",
+                        f"message {i} (tool) answers {tc_id!r} but does not follow an assistant message "
+                        "with tool calls",
+                        i,
+                    )
+                )
+            elif not isinstance(tc_id, str):
+                out.append(_problem("tool_result_without_call", f"message {i} (tool) has no tool_call_id", i))
+            elif tc_id in pending:
+                del pending[tc_id]
+                answered.add(tc_id)
+            elif tc_id in answered:
+                out.append(
+                    _problem(
+                        "duplicate_id", f"message {i} (tool) answers tool call {tc_id!r} a second time", i
+                    )
+                )
+            else:
+                out.append(
+                    _problem(
+                        "tool_result_without_call",
+                        f"message {i} (tool) answers tool_call_id {tc_id!r}, which the assistant message "
+                        f"{calls_at} did not make",
+                        i,
+                    )
+                )
+            started = True
+            continue
+        # Any other message closes the block of tool results.
+        if pending:
+            unanswered(f"message {i} is a {role} message")
+        calls_at = None
+        answered = set()
+        if i == 0 and role == "assistant":
+            out.append(
+                _problem(
+                    "role_order",
+                    "message 0 is an assistant message; an episode starts with a system or user message",
+                    0,
+                )
+            )
+        if role == "system":
+            if started:
+                out.append(
+                    _problem(
+                        "role_order", f"message {i} is a system message after the conversation started", i
+                    )
+                )
+            continue
+        started = True
+        if role == "assistant":
+            tcs = m.get("tool_calls")
+            if tcs:
+                ids: set[str] = set()
+                if not isinstance(tcs, list):
+                    tcs = [tcs]
+                for k, tc in enumerate(tcs):
+                    tc_id = _check_tool_call(i, m, k, tc, ids, out)
+                    if tc_id is not None:
+                        fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+                        pending[tc_id] = (i, fn.get("name"))
+                calls_at = i
+    if pending:
+        last = len(messages) - 1
+        if calls_at == last:
+            # The agent stopped (step limit, crash) after the model asked for tools: the turn itself is
+            # fine to train on, so this is counted but not rejected.
+            names = ", ".join(f"{k!r}" for k in pending)
+            out.append(
+                _problem(
+                    "trailing_tool_call",
+                    f"message {last} (assistant): tool calls {names} were never run (the episode ends there)",
+                    last,
+                )
+            )
+        else:
+            unanswered("the episode ends first")
+
+
+def validate_episode(
+    ep: dict[str, Any], *, require_reward: bool = True, seen_ids: set[int] | None = None
+) -> list[Problem]:
+    """Check one episode; return its problems (empty when it is valid).
+
+    Args:
+        ep: An episode dict as built by ``build_episodes`` or read by ``read_episodes``.
+        require_reward: Report ``missing_reward`` when the episode has no reward (off for SFT data).
+        seen_ids: Pass the same set across calls to detect duplicate episode ids (hashes are kept).
+
+    Returns:
+        Problems in message order; those with ``is_error`` reject the episode.
+
+    Example:
+        >>> ep = {"schema_version": 1, "episode_id": "s:0", "reward": 1.0, "rewards": [],
+        ...       "messages": [{"role": "user", "content": "hi"},
+        ...                    {"role": "tool", "tool_call_id": "c1", "content": "42"}], "turns": []}
+        >>> [p.code for p in validate_episode(ep)]
+        ['tool_result_without_call', 'empty_episode']
+    """
+    out: list[Problem] = []
+    version = ep.get("schema_version")
+    if version != SCHEMA_VERSION:
+        out.append(
+            _problem(
+                "unknown_schema_version",
+                f"unknown schema_version {version!r} (this tracerl reads version {SCHEMA_VERSION})",
+            )
+        )
+    if seen_ids is not None:
+        key = hash(ep.get("episode_id"))
+        if key in seen_ids:
+            out.append(_problem("duplicate_id", f"episode id {ep.get('episode_id')!r} was already seen"))
+        else:
+            seen_ids.add(key)
+    messages = ep.get("messages")
+    if not isinstance(messages, list) or not messages:
+        out.append(_problem("empty_episode", "episode has no messages"))
+    else:
+        _check_messages(messages, out)
+        assistant = [
+            i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"
+        ]
+        if not assistant:
+            out.append(_problem("empty_episode", f"episode has no assistant message{_failed_calls(ep)}"))
+        turns = ep.get("turns")
+        if turns is not None:
+            indices = [t.get("message_index") if isinstance(t, dict) else None for t in turns]
+            if indices != assistant:
+                out.append(
+                    _problem(
+                        "invalid_turns",
+                        f"turns point at messages {indices}, the assistant messages are {assistant}",
+                    )
+                )
+    _check_rewards(ep, require_reward, out)
+    return out
+
+
+def _failed_calls(ep: dict[str, Any]) -> str:
+    try:
+        meta = json.loads(ep.get("metadata") or "{}").get("tracerl") or {}
+    except (ValueError, AttributeError):
+        return ""
+    failed = meta.get("failed_calls") or 0
+    if failed:
+        errors = ", ".join(sorted(set(meta.get("errors") or [])))
+        return f" (its {failed} call(s) failed: {errors})" if errors else f" (its {failed} call(s) failed)"
+    return ""

@@ -1,0 +1,278 @@
+"""``python -m sdk.inspect PATH``: a quick summary of a tracerl store directory or an episode Parquet file.
+
+Example:
+    $ python -m sdk.inspect ./traces
+    $ python -m sdk.inspect episodes.parquet --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+__all__ = ["inspect_parquet", "inspect_store", "main"]
+
+
+def _top(counter: Counter[Any], n: int = 5) -> str:
+    if not counter:
+        return "-"
+    items = [f"{k} ({v})" for k, v in counter.most_common(n)]
+    if len(counter) > n:
+        items.append(f"… {len(counter) - n} more")
+    return ", ".join(items)
+
+
+def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    return f"{mean:.4f} ± {std:.4f} (n={len(values)})"
+
+
+def inspect_store(path: str | Path) -> dict[str, Any]:
+    """Summarise a store directory (reads it once, streaming).
+
+    Example:
+        >>> import tempfile
+        >>> inspect_store(tempfile.mkdtemp())["sessions"]
+        0
+    """
+    from sdk.store import StoreReader
+
+    reader = StoreReader(path)
+    segments = [f for chain in reader.segments() for f in chain]
+    status: Counter[str] = Counter()
+    models: Counter[str] = Counter()
+    frameworks: Counter[str] = Counter()
+    agents: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    tasks: set[Any] = set()
+    rewards: list[float] = []
+    calls = with_logprobs = with_token_ids = 0
+    first = last = None
+    for s in reader.sessions():
+        status[s.status] += 1
+        tasks.add(s.task_id)
+        if s.reward is not None:
+            rewards.append(s.reward)
+        for c in s.calls:
+            calls += 1
+            models[str(c.get("model"))] += 1
+            frameworks[str(c.get("framework"))] += 1
+            if c.get("agent"):
+                agents[str(c.get("agent"))] += 1
+            if isinstance(c.get("error"), dict):
+                errors[str(c["error"].get("type"))] += 1
+            with_logprobs += bool(c.get("logprobs"))
+            with_token_ids += bool(c.get("completion_token_ids"))
+            t = c.get("started_at")
+            if isinstance(t, (int, float)):
+                first = t if first is None else min(first, t)
+                last = t if last is None else max(last, t)
+    return {
+        "kind": "store",
+        "path": str(path),
+        "segments": len(segments),
+        "bytes": sum(f.stat().st_size for f in segments),
+        "sessions": sum(status.values()),
+        "sessions_by_status": dict(status),
+        "tasks": len(tasks - {None}),
+        "calls": calls,
+        "calls_with_logprobs": with_logprobs,
+        "calls_with_token_ids": with_token_ids,
+        "failed_calls": dict(errors),
+        "models": dict(models),
+        "frameworks": dict(frameworks),
+        "agents": dict(agents),
+        "session_reward": _mean_std(rewards),
+        "sessions_with_reward": len(rewards),
+        "first_call": first,
+        "last_call": last,
+        "problems": dict(reader.problems),
+        "problem_examples": dict(reader.examples),
+    }
+
+
+def inspect_parquet(path: str | Path) -> dict[str, Any]:
+    """Summarise an episode Parquet file (only small columns are read).
+
+    Raises ``sdk.episodes.EpisodeError`` for a file that is not a readable episode file.
+
+    Example:
+        >>> inspect_parquet("episodes.parquet")["episodes"]  # doctest: +SKIP
+        128
+    """
+    import polars as pl
+
+    from sdk.episodes import EpisodeError
+    from sdk.episodes._schema import SCHEMA_VERSION, polars_schema
+
+    p = Path(path)
+    try:
+        schema = pl.read_parquet_schema(p)
+    except Exception as exc:
+        raise EpisodeError(f"{str(p)!r} is not a readable Parquet file: {str(exc).splitlines()[0]}") from None
+    expected = polars_schema()
+    if "episode_id" not in schema or "schema_version" not in schema:
+        raise EpisodeError(f"{str(p)!r} is not a tracerl episode file (no episode_id/schema_version column)")
+    wanted = [
+        c
+        for c in (
+            "schema_version",
+            "task_id",
+            "reward",
+            "token_faithful",
+            "status",
+            "num_calls",
+            "model",
+            "agent",
+        )
+        if c in schema
+    ]
+    lf = pl.scan_parquet(p).select(wanted)
+    df = lf.collect()
+    n = df.height
+    versions = sorted(df["schema_version"].unique().to_list())
+    rewards = [v for v in df["reward"].to_list() if v is not None] if "reward" in df.columns else []
+    per_task: dict[Any, list[float]] = {}
+    if "task_id" in df.columns and "reward" in df.columns:
+        for t, r in zip(df["task_id"].to_list(), df["reward"].to_list(), strict=True):
+            if r is not None:
+                per_task.setdefault(t, []).append(r)
+    msg_stats: dict[str, Any] = {}
+    if "messages" in schema:
+        lengths = pl.scan_parquet(p).select(pl.col("messages").list.len()).collect().to_series()
+        msg_stats = {"messages_mean": float(lengths.mean() or 0), "messages_max": int(lengths.max() or 0)}
+
+    def counts(col: str) -> dict[str, int]:
+        if col not in df.columns:
+            return {}
+        return {str(k): int(v) for k, v in df[col].value_counts(sort=True).iter_rows()}
+
+    return {
+        "kind": "parquet",
+        "path": str(p),
+        "bytes": p.stat().st_size,
+        "episodes": n,
+        "schema_versions": versions,
+        "schema_ok": versions in ([], [SCHEMA_VERSION]) and dict(schema) == dict(expected),
+        "missing_columns": [c for c in expected if c not in schema],
+        "extra_columns": [c for c in schema if c not in expected],
+        "tasks": len({t for t in df["task_id"].to_list() if t is not None}) if "task_id" in df.columns else 0,
+        "reward": _mean_std(rewards),
+        "reward_per_task": {str(t): _mean_std(v) for t, v in per_task.items()},
+        "token_faithful": int(df["token_faithful"].sum()) if "token_faithful" in df.columns else 0,
+        "calls": int(df["num_calls"].sum()) if "num_calls" in df.columns else 0,
+        "status": counts("status"),
+        "models": counts("model"),
+        "agents": counts("agent"),
+        **msg_stats,
+    }
+
+
+def _rows(info: dict[str, Any], max_tasks: int) -> list[tuple[str, str]]:
+    if info["kind"] == "store":
+        rows = [
+            ("store", info["path"]),
+            ("segments", f"{info['segments']} ({info['bytes'] / 1e6:.1f} MB)"),
+            ("sessions", f"{info['sessions']} ({_top(Counter(info['sessions_by_status']))})"),
+            ("tasks", str(info["tasks"])),
+            ("calls", str(info["calls"])),
+            ("  with logprobs", str(info["calls_with_logprobs"])),
+            ("  with token ids", str(info["calls_with_token_ids"])),
+            ("  failed", _top(Counter(info["failed_calls"]))),
+            ("models", _top(Counter(info["models"]))),
+            ("frameworks", _top(Counter(info["frameworks"]))),
+            ("agents", _top(Counter(info["agents"]))),
+            ("session reward", info["session_reward"]),
+        ]
+        for k, v in Counter(info["problems"]).most_common():
+            rows.append((f"  problem: {k}", f"{v} (first at {info['problem_examples'].get(k, '?')})"))
+        if not info["problems"]:
+            rows.append(("problems", "none"))
+        return rows
+    rows = [
+        ("file", info["path"]),
+        ("size", f"{info['bytes'] / 1e6:.2f} MB"),
+        ("episodes", str(info["episodes"])),
+        ("schema version", ", ".join(map(str, info["schema_versions"])) or "-"),
+        (
+            "schema",
+            "ok"
+            if info["schema_ok"]
+            else f"differs (missing {info['missing_columns'] or '-'}, extra {info['extra_columns'] or '-'})",
+        ),
+        ("tasks", str(info["tasks"])),
+        ("calls", str(info["calls"])),
+        ("token-faithful", f"{info['token_faithful']} of {info['episodes']}"),
+        (
+            "messages per episode",
+            f"{info.get('messages_mean', 0):.1f} mean, {info.get('messages_max', 0)} max",
+        ),
+        ("status", _top(Counter(info["status"]))),
+        ("models", _top(Counter(info["models"]))),
+        ("agents", _top(Counter(info["agents"]))),
+        ("reward", info["reward"]),
+    ]
+    tasks = sorted(info["reward_per_task"].items())
+    rows += [(f"  task {t}", v) for t, v in tasks[:max_tasks]]
+    if len(tasks) > max_tasks:
+        rows.append((f"  … {len(tasks) - max_tasks} more tasks", ""))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the inspect CLI; return the exit status.
+
+    Example:
+        >>> main(["episodes.parquet"])  # doctest: +SKIP
+        0
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m sdk.inspect",
+        description="Print a quick summary of a tracerl store directory or an episode Parquet file.",
+    )
+    parser.add_argument("path", nargs="?", help="store directory or .parquet file")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--max-tasks", type=int, default=20, metavar="N", help="tasks shown (default: 20)")
+    parser.add_argument("--schema", action="store_true", help="print the episode Parquet schema (markdown)")
+    args = parser.parse_args(argv)
+    if args.schema:
+        from sdk.episodes._schema import schema_markdown
+
+        print(schema_markdown())
+        return 0
+    if args.path is None:
+        parser.error("give a store directory or a .parquet file (or --schema)")
+    path = Path(args.path)
+    try:
+        if path.is_dir():
+            info = inspect_store(path)
+        elif path.is_file():
+            info = inspect_parquet(path)
+        else:
+            raise FileNotFoundError(f"no store directory or Parquet file at {str(path)!r}")
+    except ImportError as exc:
+        print(f"error: {exc} (pip install 'tracerl[episodes]')", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+        return 0
+    from sdk.export import print_rows
+
+    print_rows(f"tracerl {info['kind']}", _rows(info, args.max_tasks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

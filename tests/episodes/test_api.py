@@ -1,0 +1,29 @@
+"""The public surface of sdk.episodes is small, pinned and documented."""
+
+from __future__ import annotations
+
+import sdk.episodes
+
+
+def test_public_surface_is_pinned_and_documented() -> None:
+    assert sorted(sdk.episodes.__all__) == sorted(
+        [
+            "PROBLEM_CODES",
+            "SCHEMA_VERSION",
+            "EpisodeError",
+            "ExportSummary",
+            "Problem",
+            "RewardError",
+            "build_episodes",
+            "export",
+            "llm_judge_reward",
+            "read_episodes",
+            "validate_episode",
+            "write_parquet",
+        ]
+    )
+    assert sdk.episodes.SCHEMA_VERSION == 1
+    for name in sdk.episodes.__all__:
+        obj = getattr(sdk.episodes, name)
+        if callable(obj):
+            assert obj.__doc__ and "Example" in obj.__doc__, f"sdk.episodes.{name} needs a docstring example"

@@ -1,0 +1,124 @@
+"""Parallel export (worker processes over segment chains) gives exactly the single-process result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from episode_helpers import RawStore, assistant, system, tool, tool_call, user
+
+from sdk import export as export_cli
+from sdk.episodes import EpisodeError, export
+from sdk.episodes._parallel import _group, plan_workers
+
+OK = [system("s"), user("q")]
+
+
+def multi_process_store(path: Path, processes: int = 3, sessions: int = 4) -> Path:
+    for p in range(processes):
+        raw = RawStore(path, f"20260101T000000-host-{p}-abcdef")
+        for i in range(sessions):
+            sid = f"p{p}s{i}"
+            calls = [tool_call("c1")] if i % 2 else None
+            raw.start(sid, task_id=f"t{i % 2}", metadata={"split": "train"})
+            raw.call(sid, OK, assistant(None, calls) if calls else assistant("direct"), call_id=f"{sid}a")
+            if calls:
+                raw.call(sid, [*OK, assistant(None, calls), tool("c1")], assistant("done"), call_id=f"{sid}b")
+            if i != 3:
+                raw.reward(sid, float(i) / 4)
+            raw.end(sid)
+    return path
+
+
+def frames_equal(a: Path, b: Path) -> bool:
+    return pl.read_parquet(a).equals(pl.read_parquet(b))
+
+
+def test_parallel_equals_single_process(tmp_path: Path) -> None:
+    store = multi_process_store(tmp_path / "store")
+    # A reward written by a scoring job in another process, for a session of the first process.
+    RawStore(store, "20260101T000000-scorer-9-abcdef").reward("p0s3", 0.5).reward("ghost", 1.0)
+    one = export(store, tmp_path / "one.parquet", workers=1)
+    two = export(store, tmp_path / "two.parquet", workers=2)
+    assert frames_equal(tmp_path / "one.parquet", tmp_path / "two.parquet")
+    for s in (one, two):
+        assert s.written == 10 and dict(s.rejected) == {"missing_reward": 2}
+        assert dict(s.store_problems) == {"reward_for_unknown_session": 1}
+    a, b = one.reward_stats(), two.reward_stats()
+    assert a.keys() == b.keys() and all(b[k] == pytest.approx(a[k]) for k in a)
+    assert (
+        two.token_faithful == one.token_faithful and two.sessions == one.sessions and two.calls == one.calls
+    )
+    rejects = [json.loads(x) for x in (tmp_path / "two.rejects.jsonl").read_text().splitlines()]
+    assert sorted(r["episode_id"] for r in rejects) == ["p1s3:0", "p2s3:0"]
+
+
+def test_a_session_in_two_processes_is_rejected_once_as_duplicate(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    for p in range(2):
+        RawStore(store, f"20260101T000000-host-{p}-abcdef").session("same", OK, assistant("a"))
+    single = export(store, tmp_path / "one.parquet", workers=1)
+    assert single.written == 1 and dict(single.store_problems) == {"event_after_session_end": 3}
+    parallel = export(store, tmp_path / "two.parquet", workers=2)
+    assert parallel.written == 1 and dict(parallel.rejected) == {"duplicate_id": 1}
+    [line] = (tmp_path / "two.rejects.jsonl").read_text().splitlines()
+    assert json.loads(line)["reasons"] == ["duplicate_id"]
+    with pytest.raises(EpisodeError, match="duplicate_id"):
+        export(store, tmp_path / "strict.parquet", workers=2, strict=True)
+
+
+def test_strict_failure_in_a_worker_is_raised_and_nothing_is_written(tmp_path: Path) -> None:
+    store = multi_process_store(tmp_path / "store")
+    out = tmp_path / "e.parquet"
+    with pytest.raises(EpisodeError, match=r"missing_reward.*strict mode"):
+        export(store, out, workers=3, strict=True)
+    assert not out.exists() and list(tmp_path.glob(".e.parquet*")) == []  # no parts or temp file left
+
+
+def test_module_level_reward_functions_travel_to_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = multi_process_store(tmp_path / "store")
+    (tmp_path / "par_rewards.py").write_text("def one(ep):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    summary = export(store, tmp_path / "e.parquet", workers=2, reward_fns="par_rewards:one")
+    assert summary.written == 12 and set(pl.read_parquet(tmp_path / "e.parquet")["reward"]) == {1.0}
+    # A lambda cannot be sent to a worker: the export runs in this process instead, same result.
+    summary = export(store, tmp_path / "f.parquet", workers=2, reward_fns=lambda ep: 1.0)
+    assert summary.written == 12 and frames_equal(tmp_path / "e.parquet", tmp_path / "f.parquet")
+
+
+def test_cli_workers_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = multi_process_store(tmp_path / "store")
+    rc = export_cli.main(
+        [
+            "--store",
+            str(store),
+            "--out",
+            str(tmp_path / "e.parquet"),
+            "--workers",
+            "2",
+            "--summary-json",
+            "-",
+            "-q",
+        ]
+    )
+    assert rc == 0 and json.loads(capsys.readouterr().out)["written"] == 9
+
+
+def test_planning(tmp_path: Path) -> None:
+    store = multi_process_store(tmp_path / "store", processes=3, sessions=1)
+    assert plan_workers(store, 1) is None
+    assert plan_workers(store, 0) is None  # automatic, small store: not worth starting processes
+    assert [len(g) for g in plan_workers(store, 2)] in ([1, 2], [2, 1])
+    assert [len(g) for g in plan_workers(store, 8)] == [1, 1, 1]
+    assert plan_workers(store, 2, group_rewards=True) is None
+    one_chain = tmp_path / "one"
+    RawStore(one_chain).session("s", OK, assistant("a"))
+    assert plan_workers(one_chain, 4) is None
+    chains = [[tmp_path / f"c{i}"] for i in range(4)]
+    for i, c in enumerate(chains):
+        c[0].write_bytes(b"x" * (100 if i == 0 else 10))
+    assert [len(g) for g in _group(chains, 2)] == [1, 3]

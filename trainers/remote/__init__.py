@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 from trainers.base import TrainerConfig, TrainResult, UserError
 
 __all__ = [
+    "refuse_running_job",
     "JOB_FILE",
     "REMOTE_BACKENDS",
     "TERMINAL_STATUSES",
@@ -461,3 +462,23 @@ def group_by_task(episodes: Iterable[Mapping[str, Any]]) -> dict[str, list[Mappi
             continue
         out.setdefault(str(ep["task_id"]), []).append(ep)
     return out
+
+
+def refuse_running_job(out: Path) -> None:
+    """Raise ``UserError`` if ``out`` already follows a job that has not finished.
+
+    Example:
+        >>> import tempfile
+        >>> refuse_running_job(Path(tempfile.mkdtemp()))
+    """
+    if (out / "job.json").is_file():
+        try:
+            job = RemoteJob.load(out)
+        except UserError:
+            return
+        if not job.terminal:
+            raise UserError(
+                f"{out} already follows job {job.job_id} ({job.status}); re-attach with "
+                f"python -m sdk.train --resume {out}, cancel it with --resume {out} --cancel, "
+                "or choose another --output"
+            )

@@ -36,6 +36,7 @@ from trainers.remote import (
     RemoteJob,
     TransientError,
     progress,
+    refuse_running_job,
     validate_episodes,
     with_retries,
 )
@@ -267,7 +268,7 @@ class HTTPTrainer:
         if config.eval_data:
             raise UserError("eval_data is not supported by the http backend; use eval_fraction")
         out = Path(config.output_dir)
-        _refuse_running_job(out)
+        refuse_running_job(out)
         token = _token(config.token_env)
 
         from trainers._dataset import load_episodes
@@ -432,20 +433,6 @@ def _token(env: str) -> str:
     if not token:
         raise AuthError(f"no token for the training server: set ${env} (the server's bearer token)")
     return token
-
-
-def _refuse_running_job(out: Path) -> None:
-    if (out / "job.json").is_file():
-        try:
-            job = RemoteJob.load(out)
-        except UserError:
-            return
-        if not job.terminal:
-            raise UserError(
-                f"{out} already follows job {job.job_id} ({job.status}); re-attach with "
-                f"python -m sdk.train --resume {out}, cancel it with --resume {out} --cancel, "
-                "or choose another --output"
-            )
 
 
 def _upload_file(data: Any, episodes: list[dict[str, Any]], out: Path) -> Path:

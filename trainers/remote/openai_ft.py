@@ -49,6 +49,7 @@ from trainers.remote import (
     TransientError,
     group_by_task,
     progress,
+    refuse_running_job,
     validate_episodes,
     with_retries,
 )
@@ -363,7 +364,7 @@ class OpenAIFineTuneTrainer:
         """
         cfg = _check_config(config)
         out = Path(cfg.output_dir)
-        _refuse_running_job(out)
+        refuse_running_job(out)
         _api_key(cfg.api_key_env)  # fail before any work when the key is missing
         examples, notes = self.build_examples(data, cfg)
         for note in notes:
@@ -632,20 +633,6 @@ def _retry_after(exc: Any) -> float | None:
         return float(value) if value is not None else None
     except ValueError:
         return None
-
-
-def _refuse_running_job(out: Path) -> None:
-    if (out / "job.json").is_file():
-        try:
-            job = RemoteJob.load(out)
-        except UserError:
-            return
-        if not job.terminal:
-            raise UserError(
-                f"{out} already follows job {job.job_id} ({job.status}); re-attach with "
-                f"python -m sdk.train --resume {out}, cancel it with --resume {out} --cancel, "
-                "or choose another --output"
-            )
 
 
 def _result(out: Path, job: RemoteJob) -> TrainResult:

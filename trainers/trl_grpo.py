@@ -58,6 +58,7 @@ class TRLGRPOConfig(TrainerConfig):
 
     Parameters that control the policy update:
         behaviour_logprobs: clip against the stored behaviour logprobs of token-faithful episodes.
+        min_advantage: clamp advantages from below (0.0 = positive-only); None = signed GRPO advantages.
         grpo: any ``trl.GRPOConfig`` field, passed through (e.g. ``learning_rate``, ``loss_type``,
             ``beta``, ``num_iterations``, ``epsilon_high``, ``max_steps``, ``per_device_train_batch_size``,
             ``save_steps``).
@@ -76,6 +77,14 @@ class TRLGRPOConfig(TrainerConfig):
         metadata={
             "help": "Use stored behaviour logprobs of token-faithful episodes as the clipping reference "
             "(π_θ/π_behaviour); otherwise the ratio starts at 1 each update."
+        },
+    )
+    min_advantage: float | None = field(
+        default=None,
+        metadata={
+            "help": "Clamp advantages from below (e.g. 0.0: reinforce better-than-group episodes and never "
+            "push failed ones down, a filtered-behaviour-cloning-like variant that is stabler for small "
+            "models); None keeps GRPO's signed advantages."
         },
     )
     lora: bool = field(
@@ -244,8 +253,16 @@ def replay_trainer_class() -> type:
     from trl import GRPOTrainer
 
     class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
-        def __init__(self, *args: Any, replay_behaviour: bool = True, curriculum: Any = None, **kw: Any):
+        def __init__(
+            self,
+            *args: Any,
+            replay_behaviour: bool = True,
+            curriculum: Any = None,
+            min_advantage: float | None = None,
+            **kw: Any,
+        ):
             self._replay_behaviour = replay_behaviour
+            self._min_advantage = min_advantage
             self._curriculum = curriculum
             self._replay_rows: list[dict[str, Any]] = []
             super().__init__(*args, **kw)
@@ -272,6 +289,8 @@ def replay_trainer_class() -> type:
             known = ~torch.isnan(pre)
             if known.any():
                 out["advantages"] = torch.where(known, pre.to(out["advantages"].dtype), out["advantages"])
+            if self._min_advantage is not None:
+                out["advantages"] = out["advantages"].clamp(min=self._min_advantage)
             sampling = out.get("sampling_per_token_logps")
             if sampling is not None and self._replay_behaviour:
                 loss_mask = out["completion_mask"]
@@ -795,6 +814,7 @@ class TRLGRPOTrainer:
                 callbacks=[*cbs, *(callbacks or [])],
                 replay_behaviour=config.behaviour_logprobs,
                 curriculum=curriculum,
+                min_advantage=config.min_advantage,
             )
         except OSError as exc:
             raise UserError(

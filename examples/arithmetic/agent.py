@@ -74,8 +74,12 @@ def make_langchain_agent(
     return create_agent(model=llm, tools=_lc_tools(), system_prompt=SYSTEM_PROMPT)
 
 
-def run_langchain(agent: Any, task: Task, max_steps: int = 6) -> dict[str, Any]:
+def run_langchain(
+    agent: Any, task: Task, max_steps: int = 6, callbacks: list[Any] | None = None
+) -> dict[str, Any]:
     """Run the LangChain agent on one task; returns ``{"answer", "reward", "messages", "error"}``.
+
+    ``callbacks`` are passed in the run config (e.g. ``[TracerlCallbackHandler()]`` to capture the run).
 
     Example:
         >>> run_langchain(agent, Task("t", "mul", 6, 7))["reward"]  # doctest: +SKIP
@@ -85,7 +89,8 @@ def run_langchain(agent: Any, task: Task, max_steps: int = 6) -> dict[str, Any]:
 
     try:
         out = agent.invoke(
-            {"messages": [{"role": "user", "content": task.question}]}, config={"recursion_limit": max_steps}
+            {"messages": [{"role": "user", "content": task.question}]},
+            config={"recursion_limit": max_steps, "callbacks": list(callbacks or [])},
         )
     except Exception as exc:
         return {"answer": None, "reward": 0.0, "messages": [], "error": f"{type(exc).__name__}: {exc}"}

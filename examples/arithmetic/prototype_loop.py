@@ -273,8 +273,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--n-train", type=int, default=64)
     p.add_argument("--n-eval", type=int, default=100)
-    p.add_argument("--per-round", type=int, default=0,
-                   help="fresh training tasks per round from the --n-train pool (0 = all tasks every round)")
+    p.add_argument(
+        "--per-round",
+        type=int,
+        default=0,
+        help="fresh training tasks per round from the --n-train pool (0 = all tasks every round)",
+    )
     p.add_argument("--G", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--epochs", type=int, default=1)

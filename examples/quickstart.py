@@ -61,7 +61,9 @@ def run_agent(client: openai.OpenAI, model: str, question: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the quickstart; return the process exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", default="runs/quickstart-store", help="store directory (default: %(default)s)")
+    parser.add_argument(
+        "--store", default="runs/quickstart-store", help="store directory (default: %(default)s)"
+    )
     parser.add_argument("--base-url", help="an OpenAI-compatible endpoint; default: a local scripted server")
     parser.add_argument("--model", default="gpt-4o-mini", help="model name (default: %(default)s)")
     parser.add_argument("--samples", type=int, default=2, help="samples per task (default: %(default)s)")
@@ -88,9 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     calls = sum(len(s.calls) for s in sessions)
     rewards = [s.reward for s in sessions if s.reward is not None]
     by_task = Counter(s.task_id for s in sessions)
-    print(f"store {Path(args.store).resolve()}: {len(sessions)} sessions, {calls} calls, "
-          f"{len(by_task)} tasks, mean reward {sum(rewards) / max(1, len(rewards)):.2f}, "
-          f"problems {dict(reader.problems) or 'none'}")
+    print(
+        f"store {Path(args.store).resolve()}: {len(sessions)} sessions, {calls} calls, "
+        f"{len(by_task)} tasks, mean reward {sum(rewards) / max(1, len(rewards)):.2f}, "
+        f"problems {dict(reader.problems) or 'none'}"
+    )
     return 0
 
 

@@ -166,57 +166,10 @@ def make_episodes(
 
 
 def episode_schema() -> Any:
-    import polars as pl
+    # The exporter's own schema: trainer tests then also check the contract with what sdk.export writes.
+    from sdk.episodes._schema import polars_schema
 
-    call = pl.Struct(
-        {
-            "id": pl.String,
-            "type": pl.String,
-            "function": pl.Struct({"name": pl.String, "arguments": pl.String}),
-        }
-    )
-    message = pl.Struct(
-        {
-            "role": pl.String,
-            "content": pl.String,
-            "tool_calls": pl.List(call),
-            "tool_call_id": pl.String,
-            "name": pl.String,
-            "reasoning_content": pl.String,
-        }
-    )
-    turn = pl.Struct(
-        {
-            "message_index": pl.Int64,
-            "logprobs": pl.List(pl.Float64),
-            "token_ids": pl.List(pl.Int64),
-            "prompt_token_ids": pl.List(pl.Int64),
-        }
-    )
-    return {
-        "schema_version": pl.Int64,
-        "episode_id": pl.String,
-        "session_id": pl.String,
-        "task_id": pl.String,
-        "sample": pl.Int64,
-        "thread": pl.Int64,
-        "agent": pl.String,
-        "model": pl.String,
-        "messages": pl.List(message),
-        "tools": pl.String,
-        "reward": pl.Float64,
-        "rewards": pl.List(pl.Struct({"name": pl.String, "value": pl.Float64})),
-        "turns": pl.List(turn),
-        "token_faithful": pl.Boolean,
-        "metadata": pl.String,
-        "num_calls": pl.Int64,
-        "usage": pl.Struct(
-            {"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "total_tokens": pl.Int64}
-        ),
-        "started_at": pl.Float64,
-        "ended_at": pl.Float64,
-        "status": pl.String,
-    }
+    return polars_schema()
 
 
 def write_parquet(episodes: list[dict[str, Any]], path: str | Path) -> Path:

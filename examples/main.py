@@ -22,6 +22,10 @@ What happens:
 6. **Evaluate**: held-out success (mean reward on never-trained tasks, sampled at the collection
    temperature, ``--eval-samples`` per task) before training and after every round.
 
+Measured (3 seeds, two independent sets of runs): tests/bench/RESULTS.md. With ``--sft-steps 500`` two of
+three seeds stayed near 10-20%: the SFT policy had not yet learned to pick the operation, so RL saw no
+successful multiplication to reinforce.
+
 Table columns: ``held-out`` is the held-out success after the round's update (round 0: the SFT policy);
 ``train reward`` is the mean reward of the episodes collected in that round (by the policy *before* its
 update); ``groups`` are the tasks whose G rewards differ (the others carry no GRPO signal); ``steps`` are

@@ -107,6 +107,35 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
     return value
 
 
+def _yaml_loader() -> Any:
+    """A safe YAML loader where only true/false are booleans.
+
+    YAML 1.1 also reads yes/no/on/off as booleans, which turns ``save_strategy: no`` (a TRL value) into
+    ``False``; and it reads ``1e-3`` as a string. Both are fixed here.
+    """
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
+        for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    )
+    # YAML 1.1 floats need a dot: without this, 1e-3 (a learning rate) would stay a string.
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+        list("-+0123456789."),
+    )
+    return Loader
+
+
 def _grpo_pairs(pairs: list[str]) -> dict[str, Any]:
     import yaml
 
@@ -118,7 +147,9 @@ def _grpo_pairs(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise UserError(f"--grpo expects KEY=VALUE, got {pair!r}")
         try:
-            out[key.strip().replace("-", "_")] = yaml.safe_load(raw) if raw.strip() else None
+            out[key.strip().replace("-", "_")] = (
+                yaml.load(raw, Loader=_yaml_loader()) if raw.strip() else None
+            )
         except yaml.YAMLError:
             out[key.strip().replace("-", "_")] = raw
     return out
@@ -193,7 +224,7 @@ def _load_yaml(path: str) -> dict[str, Any]:
     if not p.is_file():
         raise UserError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.load(p.read_text(), Loader=_yaml_loader()) or {}
     except yaml.YAMLError as exc:
         raise UserError(f"cannot parse {p}: {str(exc).splitlines()[0]}") from exc
     if not isinstance(data, dict):

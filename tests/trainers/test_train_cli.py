@@ -208,3 +208,17 @@ def test_error_unknown_grpo_field_and_resume_without_checkpoint(tmp_path, parque
 def test_help_exits_zero(capsys):
     rc, out, _ = run_cli(capsys, ["--help"])
     assert rc == 0 and "--num-generations" in out and "--grpo KEY=VALUE" in out and "--max-steps" in out
+
+
+def test_yaml_values_keep_trl_strings_and_read_exponent_floats(tmp_path) -> None:
+    """YAML 1.1 would read ``save_strategy: no`` as False and ``1e-3`` as a string."""
+    from sdk.train import _grpo_pairs, _load_yaml
+
+    assert _grpo_pairs(["save_strategy=no", "bf16=false", "learning_rate=1e-3"]) == {
+        "save_strategy": "no",
+        "bf16": False,
+        "learning_rate": 0.001,
+    }
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("grpo:\n  save_strategy: no\n  learning_rate: 5e-4\n")
+    assert _load_yaml(str(cfg))["grpo"] == {"save_strategy": "no", "learning_rate": 0.0005}

@@ -7,7 +7,7 @@ import json
 import re
 import subprocess
 import sys
-import time
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -343,12 +343,19 @@ def test_async_client_concurrency_and_latency() -> None:
         finally:
             await client.close()
 
-    with ScriptedOpenAIServer(latency_s=0.2) as server:
-        start = time.perf_counter()
+    # Each request waits until 50 are in flight at once: a server handling requests one at a time could
+    # never get past the barrier (its timeout is only a hang guard), so this proves concurrency without
+    # measuring time.
+    barrier = threading.Barrier(50, timeout=60)
+
+    def policy(request: dict, endpoint: str) -> None:
+        barrier.wait()
+        return None  # then answer with the default policy
+
+    with ScriptedOpenAIServer(policy=policy) as server:
         out = asyncio.run(run(server))
-        elapsed = time.perf_counter() - start
         assert out == [f"You said: {i}" for i in range(200)] and len(server.requests) == 200
-        assert 0.2 <= elapsed < 10
+        assert not barrier.broken
 
 
 def test_stop_closes_keepalive_connections() -> None:

@@ -6,8 +6,9 @@ validates and writes a part file; the parts are merged into one Parquet file by 
 bounded memory). Sessions never span chains, so episodes are identical to a single-process export and
 keep its row order (chains are split into contiguous groups, merged in order).
 
-Two things cross chains and are reconciled here: rewards (each worker reads every chain's rewards; only
-worker 0 counts invalid ones) and rewards for unknown sessions (unknown only if no worker saw the session).
+Two things cross chains and are reconciled here: rewards (this process collects every chain's rewards
+once, in a SQLite index the workers read) and rewards for unknown sessions (the workers list the sessions
+whose rewards they took; whatever no worker took is for an unknown session).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 import pickle
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -30,6 +32,7 @@ from sdk.episodes._pipeline import Pipeline
 from sdk.episodes._summary import ExportSummary
 from sdk.episodes._validate import EpisodeError
 from sdk.store import StoreReader
+from sdk.store._index import RewardIndex, scan_rewards
 
 __all__ = ["plan_workers", "export_parallel"]
 
@@ -37,26 +40,56 @@ MIN_BYTES_PER_WORKER = 16 * 1024 * 1024
 """Below this much input per worker, starting processes costs more than it saves."""
 
 
-class _SubsetReader(StoreReader):
-    """A reader over some chains of a store that still sees every chain's rewards."""
+class _ClaimingIndex(RewardIndex):
+    """A worker's view of the parent's reward index: read-only; claimed session ids go to a file.
 
-    def __init__(self, path: str, chains: list[list[Path]], count_reward_problems: bool) -> None:
+    The parent scans rewards while the workers start: the database path arrives on stdin, read when the
+    first session needs its rewards.
+    """
+
+    def __init__(self, claimed_path: str) -> None:
+        super().__init__()
+        self._claimed = open(claimed_path, "w", encoding="utf-8")
+        self._ready = False
+
+    def get(self, session_id: str) -> list[dict[str, Any]]:
+        if not self._ready:
+            path = sys.stdin.readline().strip()
+            if not path:
+                raise RuntimeError("the parent process sent no reward index")
+            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            self._ready = True
+        return super().get(session_id)
+
+    def take(self, session_id: str) -> list[dict[str, Any]]:
+        out = self.get(session_id)
+        if out:
+            self._claimed.write(json.dumps(session_id) + "\n")
+        return out
+
+    def unclaimed(self) -> Iterator[str]:
+        return iter(())  # reconciled by the parent
+
+    def close(self) -> None:
+        self._claimed.close()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+class _SubsetReader(StoreReader):
+    """A reader over some chains of a store, with the rewards of every chain from the parent's index."""
+
+    def __init__(self, path: str, chains: list[list[Path]], claimed_path: str) -> None:
         super().__init__(path)
         self._chains = chains
-        self._count_reward_problems = count_reward_problems
-        self.unknown_rewards: set[str] = set()
+        self._claimed_path = claimed_path
 
     def segments(self) -> list[list[Path]]:
         return self._chains
 
-    def _rewards(self, chains: list[list[Path]]) -> dict[str, list[dict[str, Any]]]:
-        return super()._rewards(StoreReader.segments(self))
-
-    def _problem(self, reason: str, where: str) -> None:
-        if reason == "reward_for_unknown_session":
-            self.unknown_rewards.add(where)  # reconciled across workers by the parent
-        elif reason != "invalid_reward" or self._count_reward_problems:
-            super()._problem(reason, where)
+    def _rewards(self, chains: list[list[Path]]) -> RewardIndex:
+        return _ClaimingIndex(self._claimed_path)
 
 
 def _group(chains: list[list[Path]], n: int) -> list[list[list[Path]]]:
@@ -89,14 +122,14 @@ def plan_workers(store: Any, workers: int, **blockers: Any) -> list[list[list[Pa
 def run_job(job_path: str) -> int:
     """Worker process entry point (``python -m sdk.episodes._worker JOB``): export one chain group.
 
-    Prints ``progress N`` lines (calls read) on stdout; pickles ``("ok", (summary, unknown_rewards))``
+    Prints ``progress N`` lines (calls read) on stdout; pickles ``("ok", summary)``
     or ``("error", (is_episode_error, message))`` next to the job file.
     """
     with open(job_path, "rb") as fh:
         job = pickle.load(fh)
     result_path = job_path + ".result"
     try:
-        reader = _SubsetReader(job["store"], job["chains"], count_reward_problems=job["index"] == 0)
+        reader = _SubsetReader(job["store"], job["chains"], job["claimed"])
         summary = ExportSummary()
         pending = 0
         last = time.monotonic()
@@ -116,7 +149,7 @@ def run_job(job_path: str) -> int:
         )
         sys.stdout.write(f"progress {pending}\n")
         summary._rewards = {}  # recomputed from the merged file
-        result: tuple[str, Any] = ("ok", (summary, reader.unknown_rewards))
+        result: tuple[str, Any] = ("ok", summary)
     except BaseException as exc:  # reported to the parent, which raises it
         result = (
             "error",
@@ -163,6 +196,13 @@ def export_parallel(
 
     # Plain subprocesses, not multiprocessing: spawn would re-run the caller's __main__ module.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    summary = ExportSummary()
+
+    def invalid_reward(name: str) -> None:
+        summary.store_problems["invalid_reward"] += 1
+        summary.store_examples.setdefault("invalid_reward", name)
+
+    rewards: RewardIndex | None = None
     try:
         for i, chains in enumerate(groups):
             job = {
@@ -173,6 +213,7 @@ def export_parallel(
                 "rejects": str(parts_dir / f"{i:03d}.rejects.jsonl") if rejects_path else None,
                 "options": options,
                 "batch_size": batch_size,
+                "claimed": str(parts_dir / f"{i:03d}.claimed"),
             }
             job_path = parts_dir / f"{i:03d}.job"
             with open(job_path, "wb") as fh:
@@ -180,6 +221,7 @@ def export_parallel(
             with open(parts_dir / f"{i:03d}.stderr", "wb") as err:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "sdk.episodes._worker", str(job_path)],
+                    stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=err,
                     env=env,
@@ -188,6 +230,16 @@ def export_parallel(
             t = threading.Thread(target=follow, args=(proc,), daemon=True)
             t.start()
             readers.append(t)
+        # While the workers start: every chain's rewards, once, in an index on disk that they all read.
+        rewards = scan_rewards([f for chains in groups for chain in chains for f in chain], invalid_reward)
+        if options.get("strict") and summary.store_problems:
+            raise EpisodeError(f"store problem invalid_reward at {summary.store_examples['invalid_reward']}")
+        rewards_db = rewards.spill()
+        for proc in procs:
+            assert proc.stdin is not None
+            with contextlib.suppress(BrokenPipeError):  # a worker that died is reported below
+                proc.stdin.write(rewards_db.encode() + b"\n")
+                proc.stdin.close()
         outcomes: dict[int, Any] = {}
         for i, proc in enumerate(procs):
             proc.wait()
@@ -206,19 +258,15 @@ def export_parallel(
                 raise EpisodeError(message) if is_episode_error else RuntimeError(f"{kind}: {message}")
             outcomes[i] = payload
 
-        summary = ExportSummary()
-        unknown: set[str] | None = None
         for i in range(len(procs)):
-            part_summary, part_unknown = outcomes[i]
-            summary.merge(part_summary)
-            unknown = part_unknown if unknown is None else unknown & part_unknown
-        if unknown:
-            summary.store_problems["reward_for_unknown_session"] += len(unknown)
-            summary.store_examples.setdefault("reward_for_unknown_session", min(unknown))
+            summary.merge(outcomes[i])
+            with open(parts_dir / f"{i:03d}.claimed", encoding="utf-8") as fh:
+                rewards.discard(json.loads(line) for line in fh)
+        for sid in rewards.unclaimed():
+            summary.store_problems["reward_for_unknown_session"] += 1
+            summary.store_examples.setdefault("reward_for_unknown_session", sid)
             if options.get("strict"):
-                raise EpisodeError(
-                    f"store problem reward_for_unknown_session at {min(unknown)} (strict mode)"
-                )
+                raise EpisodeError(f"store problem reward_for_unknown_session at {sid} (strict mode)")
 
         parts = [str(parts_dir / f"{i:03d}.parquet") for i in range(len(procs))]
         lf = pl.scan_parquet(parts).with_row_index("_row")
@@ -253,6 +301,8 @@ def export_parallel(
         _recount(summary, out)
         _merge_rejects(parts_dir, len(procs), rejects_path, extra_rejects, summary)
     finally:
+        if rewards is not None:
+            rewards.close()
         close()
         for proc in procs:
             if proc.poll() is None:

@@ -2,6 +2,8 @@
 
 Streaming by design: a process's segments are read in order and each session is yielded when its
 ``session_end`` event is seen, so memory holds only the sessions still open, whatever the store's size.
+The two store-wide indexes (rewards by session, from a first pass; sessions already read) move to a
+temporary SQLite file past ``index_limit`` entries, so memory stays flat as a store grows.
 Every line that cannot be used is counted by reason in :attr:`StoreReader.problems`; nothing is dropped
 without a count.
 """
@@ -9,14 +11,15 @@ without a count.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sdk._json import JSONError, loads
 from sdk._records import CALL_DEFAULTS
+from sdk.store._index import DEFAULT_LIMIT, RewardIndex, SeenSessions, scan_rewards
 from sdk.store._writer import SEGMENT_SUFFIX
 
 __all__ = ["EVENT_VERSION", "StoreReader", "StoredSession", "read_sessions"]
@@ -25,6 +28,7 @@ EVENT_VERSION = 1
 """Version written in every event's ``v`` field; readers reject larger versions (counted)."""
 
 _KNOWN_EVENTS = frozenset({"session_start", "call", "reward", "session_end"})
+_DEFAULTS = {k: v for k, v in CALL_DEFAULTS.items() if not isinstance(v, list)}
 
 
 @dataclasses.dataclass
@@ -98,6 +102,8 @@ class StoreReader:
         num_calls: Calls read so far.
         num_sessions: Sessions yielded so far.
         num_merged: Framework records merged into the recording transport's record of the same call.
+        index_limit: Entries the reward index and the set of read sessions keep in memory before they
+            move to a temporary SQLite file (memory against speed: a lookup there costs ~10 µs).
 
     Example:
         >>> import tempfile
@@ -117,6 +123,7 @@ class StoreReader:
         self.num_calls = 0
         self.num_sessions = 0
         self.num_merged = 0
+        self.index_limit = DEFAULT_LIMIT
 
     def segments(self) -> list[list[Path]]:
         """Segment files grouped by writing process, each group in write order."""
@@ -130,145 +137,120 @@ class StoreReader:
         self.problems[reason] += 1
         self.examples.setdefault(reason, where)
 
-    def _lines(self, chain: list[Path]) -> Iterator[tuple[dict[str, Any], str]]:
+    def _lines(self, chain: list[Path]) -> Iterator[tuple[dict[str, Any], str, int]]:
+        """Yield ``(event, segment name, line number)`` for every usable line of one process's segments."""
         for i, seg in enumerate(chain):
             last_segment = i == len(chain) - 1
+            name = seg.name
             # Line by line: reading a whole segment (up to segment_max_bytes) and splitting it held two
-            # copies of it in memory.
-            with open(seg, "rb") as fh:
+            # copies of it in memory. A 64 KiB buffer: with the default 8 KiB, lines of a few KB (token
+            # data) mostly straddle two buffers, and reading them cost 4x more.
+            with open(seg, "rb", buffering=1 << 16) as fh:
                 for n, raw in enumerate(fh, 1):
-                    if not raw.endswith(b"\n"):
+                    if raw[-1:] != b"\n":
                         # A line without its newline is a write cut short (kill, crash): expected only at
                         # the very end of a process's last segment.
                         if raw.strip():
-                            self._problem("torn_line" if last_segment else "corrupt_line", f"{seg.name}:{n}")
+                            self._problem("torn_line" if last_segment else "corrupt_line", f"{name}:{n}")
                         break
-                    if not raw.strip():
+                    try:
+                        event = loads(raw)
+                    except UnicodeDecodeError:
+                        self._problem("non_utf8_line", f"{name}:{n}")
                         continue
-                    where = f"{seg.name}:{n}"
-                    event = self._decode(raw, where)
-                    if event is not None:
-                        yield event, where
+                    except JSONError:
+                        if raw.strip():
+                            self._problem("corrupt_line", f"{name}:{n}")
+                        continue
+                    # The checks every event must pass, cheapest first (the writer's events pass them all).
+                    if (
+                        type(event) is dict
+                        and event.get("event") in _KNOWN_EVENTS
+                        and type(event.get("session_id")) is str
+                        and event.get("v", EVENT_VERSION) == EVENT_VERSION
+                    ):
+                        yield event, name, n
+                        continue
+                    reason = _unusable(event)
+                    if reason is None:  # a str subclass, a bool version, ...: usable after all
+                        yield event, name, n
+                    else:
+                        self._problem(reason, f"{name}:{n}")
 
-    def _decode(self, raw: bytes, where: str) -> dict[str, Any] | None:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            self._problem("non_utf8_line", where)
-            return None
-        try:
-            event = json.loads(text)
-        except ValueError:
-            self._problem("corrupt_line", where)
-            return None
-        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
-            self._problem("not_an_event", where)
-            return None
-        if event["event"] not in _KNOWN_EVENTS:
-            self._problem("unknown_event", where)
-            return None
-        v = event.get("v", EVENT_VERSION)
-        if not isinstance(v, int) or v > EVENT_VERSION:
-            self._problem("unsupported_event_version", where)
-            return None
-        if not isinstance(event.get("session_id"), str):
-            self._problem("missing_session_id", where)
-            return None
-        return event
-
-    def _rewards(self, chains: list[list[Path]]) -> dict[str, list[dict[str, Any]]]:
+    def _rewards(self, chains: list[list[Path]]) -> RewardIndex:
         # Rewards may arrive after a session ended, or from another process (post-hoc scoring): collect
         # them in a cheap first pass so a session is complete when it is yielded.
-        rewards: dict[str, list[dict[str, Any]]] = {}
-        for chain in chains:
-            for seg in chain:
-                with open(seg, "rb") as fh:
-                    for raw in fh:
-                        # A cheap filter that still matches any JSON spacing (`"event": "reward"` from
-                        # other writers); the event type is checked after parsing.
-                        if b'"reward"' not in raw or not raw.endswith(b"\n"):
-                            continue
-                        try:
-                            ev = json.loads(raw)
-                        except ValueError:
-                            continue
-                        if not isinstance(ev, dict) or ev.get("event") != "reward":
-                            continue
-                        value = ev.get("value")
-                        if (
-                            not isinstance(ev, dict)
-                            or not isinstance(ev.get("session_id"), str)
-                            or not isinstance(value, (int, float))
-                            or isinstance(value, bool)
-                            or value != value
-                            or value in (float("inf"), float("-inf"))
-                        ):
-                            self._problem("invalid_reward", seg.name)
-                            continue
-                        rewards.setdefault(ev["session_id"], []).append(
-                            {
-                                "value": float(value),
-                                "name": ev.get("name") or "reward",
-                                "call_id": ev.get("call_id"),
-                                "ts": ev.get("ts"),
-                            }
-                        )
-        return rewards
+        return scan_rewards(
+            (seg for chain in chains for seg in chain),
+            lambda name: self._problem("invalid_reward", name),
+            self.index_limit,
+        )
 
     def sessions(self) -> Iterator[StoredSession]:
         """Yield every session in the store, each when complete (or at the end, if it never ended)."""
         chains = self.segments()
         rewards = self._rewards(chains)
-        seen: set[str] = set()
-        for chain in chains:
-            open_: dict[str, _Open] = {}
-            for event, where in self._lines(chain):
-                kind = event["event"]
-                sid = event["session_id"]
-                if kind == "reward":
-                    continue
-                if sid in seen:
-                    self._problem("event_after_session_end", where)
-                    continue
-                state = open_.get(sid)
-                if kind == "session_start":
-                    if state is not None:
-                        self._problem("duplicate_session_start", where)
-                        continue
-                    open_[sid] = _Open(self._start(event))
-                    continue
-                if state is None:
-                    self._problem(f"{kind}_before_session_start", where)
-                    state = open_[sid] = _Open(StoredSession(session_id=sid))
-                if kind == "call":
-                    if _malformed_call(event):
-                        self._problem("malformed_call", where)
-                        continue
-                    call = self._call(event, state, where)
-                    if not self._merge(call, state.session):
-                        state.session.calls.append(call)
-                        self.num_calls += 1
-                else:  # session_end
-                    s = state.session
-                    s.ended_at = event.get("ts")
-                    s.status = event.get("status") or "ok"
-                    s.error = event.get("error")
-                    del open_[sid]
-                    seen.add(sid)
-                    yield self._finish(s, rewards)
-            for state in open_.values():
-                s = state.session
-                if not s.implicit:
-                    self._problem("missing_session_end", s.session_id)
-                s.status = "implicit" if s.implicit else "incomplete"
-                seen.add(s.session_id)
-                yield self._finish(s, rewards)
-        for sid in rewards:
-            if sid not in seen:
+        seen = SeenSessions(self.index_limit)
+        try:
+            for chain in chains:
+                yield from self._chain_sessions(chain, rewards, seen)
+            for sid in rewards.unclaimed():
                 self._problem("reward_for_unknown_session", sid)
+        finally:
+            rewards.close()
+            seen.close()
 
-    def _finish(self, s: StoredSession, rewards: dict[str, list[dict[str, Any]]]) -> StoredSession:
-        s.rewards = rewards.get(s.session_id, [])
+    def _chain_sessions(
+        self, chain: list[Path], rewards: RewardIndex, seen: SeenSessions
+    ) -> Iterator[StoredSession]:
+        open_: dict[str, _Open] = {}
+        for event, name, n in self._lines(chain):
+            kind = event["event"]
+            if kind == "reward":
+                continue
+            sid = event["session_id"]
+            state = open_.get(sid)
+            if state is None and sid in seen:  # only sessions not open are looked up: rare
+                self._problem("event_after_session_end", f"{name}:{n}")
+                continue
+            if kind == "call":
+                if state is None:
+                    self._problem("call_before_session_start", f"{name}:{n}")
+                    state = open_[sid] = _Open(StoredSession(session_id=sid))
+                if _malformed_call(event):
+                    self._problem("malformed_call", f"{name}:{n}")
+                    continue
+                call = self._call(event, state, name, n)
+                if call.get("same_call_as") is None or not self._merge(call, state.session):
+                    state.session.calls.append(call)
+                    self.num_calls += 1
+            elif kind == "session_start":
+                if state is not None:
+                    self._problem("duplicate_session_start", f"{name}:{n}")
+                    continue
+                open_[sid] = _Open(self._start(event))
+            else:  # session_end
+                if state is None:
+                    self._problem("session_end_before_session_start", f"{name}:{n}")
+                    state = _Open(StoredSession(session_id=sid))
+                else:
+                    del open_[sid]
+                s = state.session
+                s.ended_at = event.get("ts")
+                s.status = event.get("status") or "ok"
+                s.error = event.get("error")
+                seen.add(sid)
+                yield self._finish(s, rewards)
+        for state in open_.values():
+            s = state.session
+            if not s.implicit:
+                self._problem("missing_session_end", s.session_id)
+            s.status = "implicit" if s.implicit else "incomplete"
+            seen.add(s.session_id)
+            yield self._finish(s, rewards)
+
+    def _finish(self, s: StoredSession, rewards: RewardIndex) -> StoredSession:
+        s.rewards = rewards.take(s.session_id)
         self.num_sessions += 1
         return s
 
@@ -307,11 +289,12 @@ class StoreReader:
         self.num_merged += 1
         return True
 
-    def _call(self, event: dict[str, Any], state: _Open, where: str) -> dict[str, Any]:
-        call = {k: v for k, v in event.items() if k not in ("event", "v")}
-        for key, default in CALL_DEFAULTS.items():
-            if key not in call:
-                call[key] = list(default) if isinstance(default, list) else default
+    def _call(self, event: dict[str, Any], state: _Open, name: str, n: int) -> dict[str, Any]:
+        call = {**_DEFAULTS, **event}
+        del call["event"]
+        call.pop("v", None)
+        if "parent_session_ids" not in event:
+            call["parent_session_ids"] = []  # a list of its own: callers may append to it
         started, ended = call.get("started_at"), call.get("ended_at")
         if isinstance(started, (int, float)) and isinstance(ended, (int, float)):
             call["latency_s"] = max(0.0, ended - started)
@@ -325,7 +308,7 @@ class StoreReader:
             # No call_id means the session's previous call (the writer's common case).
             prior = state.bases.get(base["call_id"]) if "call_id" in base else state.last
             if prior is None:
-                self._problem("missing_base", where)
+                self._problem("missing_base", f"{name}:{n}")
                 call["request_incomplete"] = True
             else:
                 messages = prior[0][: base.get("n", 0)] + messages
@@ -338,6 +321,20 @@ class StoreReader:
         thread = messages + [response["message"]] if response.get("message") is not None else messages
         state.last = state.bases[call.get("call_id", "")] = (thread, request.get("tools"))
         return call
+
+
+def _unusable(event: Any) -> str | None:
+    """Why a parsed line is not a usable event (``None``: it is one)."""
+    if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+        return "not_an_event"
+    if event["event"] not in _KNOWN_EVENTS:
+        return "unknown_event"
+    v = event.get("v", EVENT_VERSION)
+    if not isinstance(v, int) or v > EVENT_VERSION:
+        return "unsupported_event_version"
+    if not isinstance(event.get("session_id"), str):
+        return "missing_session_id"
+    return None
 
 
 def _list(value: Any) -> list[Any]:

@@ -122,3 +122,22 @@ def test_planning(tmp_path: Path) -> None:
     for i, c in enumerate(chains):
         c[0].write_bytes(b"x" * (100 if i == 0 else 10))
     assert [len(g) for g in _group(chains, 2)] == [1, 3]
+
+
+def test_spilled_indexes_give_the_same_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past DEFAULT_LIMIT entries the reader's reward index and seen-session set live in SQLite: a store
+    # with late, foreign, unknown and duplicate-session rewards exports the same either way.
+    import sdk.store._reader as reader_module
+
+    store = multi_process_store(tmp_path / "store")
+    RawStore(store, "20260101T000000-scorer-9-abcdef").reward("p0s3", 0.5).reward("ghost", 1.0)
+    RawStore(store, "20260101T000000-host-0-abcdef").session("p0s0", OK, assistant("again"))
+    memory = export(store, tmp_path / "memory.parquet", workers=1)
+    monkeypatch.setattr(reader_module, "DEFAULT_LIMIT", 2)
+    spilled = export(store, tmp_path / "spilled.parquet", workers=1)
+    assert frames_equal(tmp_path / "memory.parquet", tmp_path / "spilled.parquet")
+    paths = ("out", "rejects_path", "elapsed_s")
+    assert {k: v for k, v in spilled.to_dict().items() if k not in paths} == {
+        k: v for k, v in memory.to_dict().items() if k not in paths
+    }
+    assert dict(spilled.store_problems) == {"reward_for_unknown_session": 1, "event_after_session_end": 3}

@@ -11,7 +11,7 @@ import sdk
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("langchain", "langchain_core", "langgraph", "llama_index", "strands", "torch", "trl", "transformers",
-         "polars", "openai", "httpx", "httpx2", "numpy", "pandas")
+         "polars", "openai", "httpx", "httpx2", "numpy", "pandas", "pyarrow", "orjson")
 
 
 def test_import_sdk_imports_no_framework_or_heavy_library() -> None:

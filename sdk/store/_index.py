@@ -1,0 +1,282 @@
+"""Store-wide indexes the reader needs, in bounded memory: rewards by session, and sessions already read.
+
+Both grow with the number of sessions in a store. Each lives in a dict until it holds ``limit`` entries,
+then moves to a temporary SQLite database next to nothing the user owns (the system temp directory), so a
+reader's memory stays flat whatever the store's size. The database is deleted when the reader is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import marshal
+import os
+import sqlite3
+import tempfile
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+__all__ = ["DEFAULT_LIMIT", "RewardIndex", "SeenSessions", "scan_rewards"]
+
+DEFAULT_LIMIT = 100_000
+"""Entries an index keeps in memory before it moves to SQLite (~30 MB of rewards)."""
+
+Reward = tuple[float, str, Any, Any]
+"""``(value, name, call_id, ts)``: the compact form of a reward event (a dict per reward cost 2x)."""
+
+_CHUNK = 4 << 20
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    # A scratch database: durability buys nothing, and journaling would double the writes.
+    db.execute("PRAGMA journal_mode=OFF")
+    db.execute("PRAGMA synchronous=OFF")
+    return db
+
+
+def _temp_db(prefix: str) -> str:
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".sqlite")
+    os.close(fd)
+    return path
+
+
+class RewardIndex:
+    """Rewards by session id, filled by a first pass over the store and claimed as sessions are read.
+
+    Example:
+        >>> index = RewardIndex()
+        >>> index.add("s1", (1.0, "reward", None, 0.0))
+        >>> index.take("s1")
+        [{'value': 1.0, 'name': 'reward', 'call_id': None, 'ts': 0.0}]
+        >>> index.take("s1"), list(index.unclaimed())
+        ([], [])
+        >>> index.close()
+    """
+
+    def __init__(self, limit: int = DEFAULT_LIMIT, path: str | None = None) -> None:
+        """Start empty in memory; with ``path``, open an existing index database read-only."""
+        self.limit = limit
+        self._mem: dict[str, list[Reward]] = {}
+        self._size = 0
+        self._db: sqlite3.Connection | None = None
+        self._path: str | None = None
+        self._owned = path is None
+        self._pending: list[tuple[str, bytes]] = []
+        self._claims: list[tuple[str]] = []
+        if path is not None:
+            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            self._path = path
+
+    @property
+    def path(self) -> str | None:
+        """The SQLite file, once the index has spilled to disk (``None`` while in memory)."""
+        return self._path
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, session_id: str, reward: Reward) -> None:
+        """Record one reward of ``session_id`` (in the order rewards were given)."""
+        self._size += 1
+        if self._db is None:
+            self._mem.setdefault(session_id, []).append(reward)
+            if self._size > self.limit:
+                self.spill()
+            return
+        self._pending.append((session_id, marshal.dumps(reward)))
+        if len(self._pending) >= 10_000:
+            self._flush()
+
+    def spill(self) -> str:
+        """Move the index to a SQLite file (done automatically past ``limit``); return its path."""
+        if self._db is None:
+            self._path = _temp_db("tracerl-rewards-")
+            self._db = _connect(self._path)
+            self._db.execute("CREATE TABLE r (k TEXT NOT NULL, v BLOB NOT NULL)")
+            self._db.execute("CREATE INDEX r_k ON r (k)")
+            self._db.execute("CREATE TABLE c (k TEXT NOT NULL)")
+            self._pending = [(k, marshal.dumps(r)) for k, rs in self._mem.items() for r in rs]
+            self._mem = {}
+        self._flush()
+        return self._path  # type: ignore[return-value]
+
+    def _flush(self) -> None:
+        if (self._pending or self._claims) and self._db is not None:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT INTO r VALUES (?, ?)", self._pending)
+            self._db.executemany("INSERT INTO c VALUES (?)", self._claims)
+            self._db.execute("COMMIT")
+            self._pending, self._claims = [], []
+
+    def get(self, session_id: str) -> list[dict[str, Any]]:
+        """The rewards of ``session_id`` (``[]`` if none), without claiming them."""
+        if self._db is None:
+            rows: Iterable[Reward] = self._mem.get(session_id, ())
+        else:
+            if self._pending:
+                self._flush()
+            cur = self._db.execute("SELECT v FROM r WHERE k = ? ORDER BY rowid", (session_id,))
+            rows = [marshal.loads(v) for (v,) in cur]
+        return [{"value": v, "name": n, "call_id": c, "ts": t} for v, n, c, t in rows]
+
+    def take(self, session_id: str) -> list[dict[str, Any]]:
+        """The rewards of ``session_id``, claimed: what no session claims is :meth:`unclaimed`."""
+        if self._db is None:
+            rows = self._mem.pop(session_id, ())
+            return [{"value": v, "name": n, "call_id": c, "ts": t} for v, n, c, t in rows]
+        out = self.get(session_id)
+        if out:
+            # Claims are batched into a table of their own: a DELETE per session cost twice the lookup.
+            self._claims.append((session_id,))
+            if len(self._claims) >= 10_000:
+                self._flush()
+        return out
+
+    def discard(self, session_ids: Iterable[str]) -> None:
+        """Claim the rewards of ``session_ids`` (taken elsewhere, e.g. by a worker process)."""
+        if self._db is None:
+            for sid in session_ids:
+                self._mem.pop(sid, None)
+            return
+        self._flush()
+        self._db.execute("BEGIN")
+        self._db.executemany("INSERT INTO c VALUES (?)", ((sid,) for sid in session_ids))
+        self._db.execute("COMMIT")
+
+    def unclaimed(self) -> Iterator[str]:
+        """Session ids whose rewards no read session took, in first-reward order."""
+        if self._db is None:
+            yield from list(self._mem)
+            return
+        self._flush()
+        query = "SELECT k FROM r WHERE k NOT IN (SELECT k FROM c) GROUP BY k ORDER BY min(rowid)"
+        yield from [k for (k,) in self._db.execute(query)]
+
+    def close(self) -> None:
+        """Release the database (and delete it if this index created it)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+            if self._owned and self._path:
+                with contextlib.suppress(OSError):
+                    os.unlink(self._path)
+        self._mem = {}
+
+
+class SeenSessions:
+    """The set of session ids already read, in memory up to ``limit`` ids and in SQLite past that.
+
+    Example:
+        >>> seen = SeenSessions()
+        >>> seen.add("s1")
+        >>> "s1" in seen, "s2" in seen
+        (True, False)
+        >>> seen.close()
+    """
+
+    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
+        self.limit = limit
+        self._mem: set[str] = set()
+        self._db: sqlite3.Connection | None = None
+        self._path: str | None = None
+        self._pending: list[tuple[str]] = []
+
+    def add(self, session_id: str) -> None:
+        """Remember ``session_id``."""
+        if self._db is None:
+            self._mem.add(session_id)
+            if len(self._mem) > self.limit:
+                self._path = _temp_db("tracerl-seen-")
+                self._db = _connect(self._path)
+                self._db.execute("CREATE TABLE s (k TEXT PRIMARY KEY) WITHOUT ROWID")
+                self._pending = [(k,) for k in self._mem]
+                self._mem = set()
+                self._flush()
+            return
+        self._pending.append((session_id,))
+        if len(self._pending) >= 10_000:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending and self._db is not None:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT OR IGNORE INTO s VALUES (?)", self._pending)
+            self._db.execute("COMMIT")
+            self._pending = []
+
+    def __contains__(self, session_id: object) -> bool:
+        if self._db is None:
+            return session_id in self._mem
+        self._flush()
+        return self._db.execute("SELECT 1 FROM s WHERE k = ?", (session_id,)).fetchone() is not None
+
+    def close(self) -> None:
+        """Release (and delete) the database, if any."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+            with contextlib.suppress(OSError):
+                os.unlink(self._path)  # type: ignore[arg-type]
+        self._mem = set()
+
+
+def reward_lines(path: str | os.PathLike[str]) -> Iterator[bytes]:
+    """Yield the complete lines of a segment file that may hold a reward event (contain ``"reward"``).
+
+    Scans big chunks with ``bytes.find`` instead of iterating lines: a store is mostly call lines, and
+    this pass only needs the few reward lines. A last line without its newline (torn) is not yielded.
+    """
+    with open(path, "rb") as fh:
+        pending: list[bytes] = []  # pieces of a line longer than a chunk
+        while True:
+            chunk = fh.read(_CHUNK)
+            if not chunk:
+                return
+            nl = chunk.rfind(b"\n")
+            if nl < 0:
+                pending.append(chunk)
+                continue
+            buf = b"".join([*pending, chunk[: nl + 1]]) if pending else chunk[: nl + 1]
+            pending = [chunk[nl + 1 :]] if nl + 1 < len(chunk) else []
+            pos = buf.find(b'"reward"')
+            while pos >= 0:
+                start = buf.rfind(b"\n", 0, pos) + 1
+                stop = buf.index(b"\n", pos) + 1
+                yield buf[start:stop]
+                pos = buf.find(b'"reward"', stop)
+
+
+def scan_rewards(
+    files: Iterable[str | os.PathLike[str]], on_invalid: Any, limit: int = DEFAULT_LIMIT
+) -> RewardIndex:
+    """First pass: every valid reward event of ``files`` in a :class:`RewardIndex`.
+
+    ``on_invalid(file_name)`` is called for each reward event with a missing session id or a value that
+    is not a finite number.
+    """
+    from sdk._json import JSONError, loads
+
+    index = RewardIndex(limit)
+    inf = float("inf")
+    for f in files:
+        for raw in reward_lines(f):
+            # Matches any JSON spacing (`"event": "reward"` from other writers); checked once parsed.
+            try:
+                ev = loads(raw)
+            except JSONError:
+                continue  # the main pass counts it
+            if type(ev) is not dict or ev.get("event") != "reward":
+                continue
+            value = ev.get("value")
+            sid = ev.get("session_id")
+            if (
+                not isinstance(sid, str)
+                or not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or value != value
+                or value in (inf, -inf)
+            ):
+                on_invalid(os.path.basename(f))
+                continue
+            index.add(sid, (float(value), ev.get("name") or "reward", ev.get("call_id"), ev.get("ts")))
+    return index

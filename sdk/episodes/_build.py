@@ -69,9 +69,15 @@ def _extends(request: list[Any], raw: list[Any]) -> bool:
     return True
 
 
-def _float_list(entries: Any) -> list[float | None] | None:
+def _float_list(entries: Any) -> list[Any] | None:
     if not isinstance(entries, list):
         return None
+    try:
+        # OpenAI's per-token entries. Odd values (strings) fail the batch conversion, which drops the list
+        # and counts it (see _frame.sanitize): no per-value type checks on the common path.
+        return [e["logprob"] for e in entries]
+    except (TypeError, KeyError, IndexError):
+        pass
     out: list[float | None] = []
     for e in entries:
         lp = e.get("logprob") if isinstance(e, dict) else e
@@ -86,18 +92,10 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and _I64[0] <= v <= _I64[1] else None
 
 
-def _int_list(ids: Any) -> list[int] | None:
-    if not isinstance(ids, list):
-        return None
-    if ids:
-        # min/max run in C: a cheap guard against values Parquet's int64 cannot hold. Other odd
-        # values (floats) are caught when the batch is converted (see _frame.sanitize).
-        try:
-            if min(ids) < _I64[0] or max(ids) > _I64[1]:
-                return None
-        except TypeError:
-            return None
-    return ids
+def _int_list(ids: Any) -> list[Any] | None:
+    # Values Parquet's int64 cannot hold (floats, strings, 2**70, nulls) fail the batch conversion, which
+    # drops the list and counts it (see _frame.sanitize): scanning here cost more than the conversion.
+    return ids if isinstance(ids, list) else None
 
 
 def _float(v: Any) -> float | None:

@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+from sdk._json import JSONError, loads
 from sdk.episodes._schema import SCHEMA_VERSION
 
 __all__ = ["PROBLEM_CODES", "EpisodeError", "Problem", "validate_episode"]
@@ -135,8 +136,8 @@ def _check_tool_call(
     args = fn.get("arguments")
     if isinstance(args, str) and args.strip():  # "" means "no arguments" (several frameworks send it)
         try:
-            parsed = json.loads(args)
-        except ValueError as exc:
+            parsed = loads(args)
+        except JSONError as exc:
             out.append(
                 _problem(
                     "invalid_tool_arguments",

@@ -231,6 +231,31 @@ CASES = [
         lambda r: r.session(
             "s1", OK, assistant("a"), completion_token_ids=[2**70], logprobs=[{"token": "a", "logprob": -1.0}]
         ),
+        # Parquet's int64 cannot hold it: the token ids are dropped (the episode is kept), and counted.
+        warnings={"invalid_token_data_dropped": 1},
+    ),
+    Case(
+        "null_token_id",
+        lambda r: r.session(
+            "s1",
+            OK,
+            assistant("a"),
+            completion_token_ids=[5, None],
+            logprobs=[{"token": "a", "logprob": -1.0}],
+        ),
+        warnings={"invalid_token_data_dropped": 1},
+    ),
+    Case(
+        "string_logprob",
+        lambda r: r.session(
+            "s1", OK, assistant("a"), completion_token_ids=[5], logprobs=[{"token": "a", "logprob": "-1"}]
+        ),
+        warnings={"invalid_token_data_dropped": 1},
+    ),
+    Case(
+        "float_prompt_token_ids",
+        lambda r: r.session("s1", OK, assistant("a"), prompt_token_ids=[1, 2.5]),
+        warnings={"invalid_token_data_dropped": 1},
     ),
     Case(
         "metadata_and_task_id_of_odd_types",

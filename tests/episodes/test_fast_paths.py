@@ -1,0 +1,55 @@
+"""orjson and pyarrow only make an export faster: without them the output is the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from episode_helpers import RawStore, assistant, system, tool, tool_call, user
+
+import sdk._json
+import sdk.episodes._frame
+from sdk.episodes import export
+
+
+def _store(path: Path) -> Path:
+    raw = RawStore(path, "20260101T000000-host-0-abcdef")
+    ok = [system("s"), user("q")]
+    calls = [tool_call("c1")]
+    raw.start("s1", task_id="t", metadata={"split": "train", "weight": float("nan")})
+    raw.call("s1", ok, assistant(None, calls), completion_token_ids=[1, 2], logprobs=[-0.5, -0.25])
+    raw.call("s1", [*ok, assistant(None, calls), tool("c1")], assistant("done \ud83d"), prompt_token_ids=[3])
+    raw.reward("s1", 1.0).end("s1")
+    raw.session(
+        "s2", ok, assistant("a"), completion_token_ids=[2**70], logprobs=[{"token": "a", "logprob": -1}]
+    )
+    raw.raw(b'{"event":"reward","session_id":"s2","value":NaN}\n')
+    return path
+
+
+def test_without_orjson_and_pyarrow_the_export_is_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path / "store")
+    fast = export(store, tmp_path / "fast.parquet")
+    assert sdk._json.fast() and sdk.episodes._frame._pyarrow() is not None  # the dev extra has both
+    monkeypatch.setattr(sdk._json, "_orjson", None)
+    monkeypatch.setattr(sdk.episodes._frame, "_PYARROW", [None])
+    slow = export(store, tmp_path / "slow.parquet")
+    assert pl.read_parquet(tmp_path / "fast.parquet").equals(pl.read_parquet(tmp_path / "slow.parquet"))
+    assert fast.written == slow.written == 2
+    for key in ("store_problems", "warnings", "rejected"):
+        assert getattr(fast, key) == getattr(slow, key)
+    assert dict(fast.store_problems) == {"invalid_reward": 1}
+
+
+def test_orjson_refusals_fall_back_to_the_standard_library() -> None:
+    # orjson rejects NaN, lone surrogates and numbers beyond double range; json.loads reads them.
+    assert sdk._json.loads(b'{"a": NaN}')["a"] != sdk._json.loads(b'{"a": NaN}')["a"]
+    assert sdk._json.loads(b'"\\ud83d"') == "\ud83d"
+    assert sdk._json.loads(b"1e400") == float("inf")
+    with pytest.raises(UnicodeDecodeError):
+        sdk._json.loads(b'"\xff"')
+    with pytest.raises(ValueError):
+        sdk._json.loads(b"{torn")

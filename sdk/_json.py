@@ -9,9 +9,10 @@ or without orjson. One difference remains: integers beyond 64 bits come back fro
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
-__all__ = ["JSONError", "fast", "loads"]
+__all__ = ["JSONError", "dumps", "fast", "loads"]
 
 _orjson: Any = None
 _resolved = False
@@ -40,6 +41,40 @@ def loads(data: bytes | str) -> Any:
     if isinstance(data, (bytes, bytearray, memoryview)):
         data = bytes(data).decode("utf-8")  # json.loads would also guess UTF-16/32: a store is UTF-8
     return json.loads(data)
+
+
+def dumps(value: Any) -> str:
+    """JSON text of ``value`` for an episode column: compact, non-ASCII kept, other types as ``str()``.
+
+    NaN and infinities become ``null``: JSON has no such numbers and strict readers (polars, duckdb)
+    reject the ``NaN`` that :func:`json.dumps` writes. The text is the same with or without orjson up to
+    float spelling (``1e-07`` / ``1e-7``).
+
+    Example:
+        >>> dumps({"a": [1, float("nan")], "b": "é"})
+        '{"a":[1,null],"b":"é"}'
+    """
+    if not _resolved:
+        fast()
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(value, default=str, option=_orjson.OPT_NON_STR_KEYS).decode()
+        except (TypeError, _orjson.JSONEncodeError):
+            pass  # lone surrogates, integers beyond 64 bits: the standard library writes them
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), ensure_ascii=False, default=str, separators=(",", ":"))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def fast() -> bool:

@@ -122,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="worker processes over a store written by several processes (default 1; 0: automatic); "
-        "memory grows with N",
+        "~200 MB each",
     )
     out.add_argument(
         "--batch-size",

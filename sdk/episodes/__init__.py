@@ -33,7 +33,7 @@ from sdk.episodes._parquet import (
     write_pairs,
     write_parquet,
 )
-from sdk.episodes._pipeline import Pipeline
+from sdk.episodes._pipeline import Pipeline, gc_paced
 from sdk.episodes._rewards import RewardError, llm_judge_reward, resolve_reward_fns
 from sdk.episodes._schema import SCHEMA_VERSION
 from sdk.episodes._summary import ExportSummary
@@ -176,8 +176,8 @@ def export(
         batch_size: Episodes per in-memory batch (memory is bounded by a batch, not the store).
         progress: Show a tqdm progress bar on stderr.
         workers: Worker processes (default 1: this process). ``N > 1`` splits a store written by several
-            processes across ``N`` workers (each holds its own copy of the store's reward map, so memory
-            grows with ``N``); ``0`` picks ``min(CPUs, 8)`` when the store has 16 MB per worker. Parallel
+            processes across ``N`` workers (~200 MB each; they share one reward index on disk); ``0``
+            picks ``min(CPUs, 8)`` when the store has 16 MB per worker. Parallel
             export needs a store path, picklable reward functions (module-level, or ``module:function``
             strings) and no ``group_reward_fns``; otherwise it runs in this process. The output is the
             same either way.
@@ -223,6 +223,7 @@ def export(
         pipeline = Pipeline(
             store, group_reward_fns=group_reward_fns, summary=summary, progress=update, **options
         )
-        return write_pairs(pipeline, out, summary=summary, rejects=rejects, batch_size=batch_size)
+        with gc_paced():
+            return write_pairs(pipeline, out, summary=summary, rejects=rejects, batch_size=batch_size)
     finally:
         close()

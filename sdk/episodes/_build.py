@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 from collections import Counter
 from typing import Any
 
+from sdk._json import dumps
 from sdk.episodes._normalize import normalize_message, same_message
 from sdk.episodes._schema import SCHEMA_VERSION
 from sdk.episodes._validate import Problem
@@ -212,7 +212,7 @@ def _tools_json(tools: Any) -> str:
     cached, text = _last_tools
     if tools is cached or tools == cached:
         return text
-    text = json.dumps(tools, ensure_ascii=False, default=str)
+    text = dumps(tools)
     _last_tools[:] = [tools, text]
     return text
 
@@ -362,7 +362,7 @@ def session_episodes(
             "rewards": [],
             "turns": turns,
             "token_faithful": _faithful(turns),
-            "metadata": json.dumps(metadata, ensure_ascii=False, default=str),
+            "metadata": dumps(metadata),
             "num_calls": len(th.calls),
             "usage": {
                 "prompt_tokens": _int(p_tok) or 0,

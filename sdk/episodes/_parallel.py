@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk.episodes._parquet import default_rejects_path, progress_bar, sink, write_pairs
-from sdk.episodes._pipeline import Pipeline
+from sdk.episodes._pipeline import Pipeline, gc_paced
 from sdk.episodes._summary import ExportSummary
 from sdk.episodes._validate import EpisodeError
 from sdk.store import StoreReader
@@ -41,37 +41,49 @@ MIN_BYTES_PER_WORKER = 16 * 1024 * 1024
 
 
 class _ClaimingIndex(RewardIndex):
-    """A worker's view of the parent's reward index: read-only; claimed session ids go to a file.
+    """A worker's view of the parent's reward index: read-only; claims go to a database of its own.
 
-    The parent scans rewards while the workers start: the database path arrives on stdin, read when the
+    The parent scans rewards while the workers start: the index path arrives on stdin, read when the
     first session needs its rewards.
     """
 
-    def __init__(self, claimed_path: str) -> None:
+    def __init__(self, claims_db: str) -> None:
         super().__init__()
-        self._claimed = open(claimed_path, "w", encoding="utf-8")
+        self._claims_db = sqlite3.connect(claims_db, isolation_level=None, check_same_thread=False)
+        self._claims_db.execute("PRAGMA journal_mode=OFF")
+        self._claims_db.execute("CREATE TABLE c (k TEXT NOT NULL)")
         self._ready = False
 
-    def get(self, session_id: str) -> list[dict[str, Any]]:
+    @property
+    def spilled(self) -> bool:
+        return True
+
+    def _rows(self, session_ids: list[str]) -> dict[str, list[Any]]:
         if not self._ready:
             path = sys.stdin.readline().strip()
             if not path:
                 raise RuntimeError("the parent process sent no reward index")
             self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
             self._ready = True
-        return super().get(session_id)
+        return super()._rows(session_ids)
 
-    def take(self, session_id: str) -> list[dict[str, Any]]:
-        out = self.get(session_id)
-        if out:
-            self._claimed.write(json.dumps(session_id) + "\n")
-        return out
+    def _claim(self, session_ids: list[str]) -> None:
+        self._claims.extend((sid,) for sid in session_ids)
+        if len(self._claims) >= 10_000:
+            self._flush_claims()
+
+    def _flush_claims(self) -> None:
+        self._claims_db.execute("BEGIN")
+        self._claims_db.executemany("INSERT INTO c VALUES (?)", self._claims)
+        self._claims_db.execute("COMMIT")
+        self._claims = []
 
     def unclaimed(self) -> Iterator[str]:
         return iter(())  # reconciled by the parent
 
     def close(self) -> None:
-        self._claimed.close()
+        self._flush_claims()
+        self._claims_db.close()
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -144,9 +156,10 @@ def run_job(job_path: str) -> int:
                 pending, last = 0, now
 
         pipeline = Pipeline(reader, summary=summary, progress=progress, **job["options"])
-        write_pairs(
-            pipeline, job["part"], summary=summary, rejects=job["rejects"], batch_size=job["batch_size"]
-        )
+        with gc_paced():
+            write_pairs(
+                pipeline, job["part"], summary=summary, rejects=job["rejects"], batch_size=job["batch_size"]
+            )
         sys.stdout.write(f"progress {pending}\n")
         summary._rewards = {}  # recomputed from the merged file
         result: tuple[str, Any] = ("ok", summary)
@@ -171,8 +184,6 @@ def export_parallel(
     batch_size: int,
 ) -> ExportSummary:
     """Export ``store`` with one worker process per chain group (see the module docstring)."""
-    import polars as pl
-
     started = time.perf_counter()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -213,7 +224,7 @@ def export_parallel(
                 "rejects": str(parts_dir / f"{i:03d}.rejects.jsonl") if rejects_path else None,
                 "options": options,
                 "batch_size": batch_size,
-                "claimed": str(parts_dir / f"{i:03d}.claimed"),
+                "claimed": str(parts_dir / f"{i:03d}.claims.sqlite"),
             }
             job_path = parts_dir / f"{i:03d}.job"
             with open(job_path, "wb") as fh:
@@ -231,7 +242,9 @@ def export_parallel(
             t.start()
             readers.append(t)
         # While the workers start: every chain's rewards, once, in an index on disk that they all read.
-        rewards = scan_rewards([f for chains in groups for chain in chains for f in chain], invalid_reward)
+        # limit=0: straight to disk, where the workers read it (and the parent's memory stays small).
+        files = [f for chains in groups for chain in chains for f in chain]
+        rewards = scan_rewards(files, invalid_reward, limit=0)
         if options.get("strict") and summary.store_problems:
             raise EpisodeError(f"store problem invalid_reward at {summary.store_examples['invalid_reward']}")
         rewards_db = rewards.spill()
@@ -260,13 +273,14 @@ def export_parallel(
 
         for i in range(len(procs)):
             summary.merge(outcomes[i])
-            with open(parts_dir / f"{i:03d}.claimed", encoding="utf-8") as fh:
-                rewards.discard(json.loads(line) for line in fh)
+            rewards.claim_from(str(parts_dir / f"{i:03d}.claims.sqlite"))
         for sid in rewards.unclaimed():
             summary.store_problems["reward_for_unknown_session"] += 1
             summary.store_examples.setdefault("reward_for_unknown_session", sid)
             if options.get("strict"):
                 raise EpisodeError(f"store problem reward_for_unknown_session at {sid} (strict mode)")
+
+        import polars as pl  # only now: the workers are done, so its memory does not add to theirs
 
         parts = [str(parts_dir / f"{i:03d}.parquet") for i in range(len(procs))]
         lf = pl.scan_parquet(parts).with_row_index("_row")
@@ -315,19 +329,17 @@ def export_parallel(
 
 
 def _slices(parts: list[str], batch_size: int, drop: set[int]) -> Iterator[Any]:
-    # Part files re-read a batch at a time: a plain scan -> sink of the parts read ahead so far that a
-    # merge of vLLM-style token data took 3x the memory of the export itself.
+    # Part files streamed a batch at a time (a plain scan -> sink of all parts read so far ahead that a
+    # merge of vLLM-style token data took 3x the memory of the export itself).
     import polars as pl
 
     offset = 0
     for part in parts:
-        n = pl.scan_parquet(part).select(pl.len()).collect().item()
-        for start in range(0, n, batch_size):
-            frame = pl.scan_parquet(part).slice(start, batch_size).collect()
+        for frame in pl.scan_parquet(part).collect_batches(chunk_size=batch_size):
+            start, offset = offset, offset + frame.height
             if drop:
-                frame = frame.filter(pl.Series([offset + start + k not in drop for k in range(frame.height)]))
+                frame = frame.filter(pl.Series([start + k not in drop for k in range(frame.height)]))
             yield frame
-        offset += n
 
 
 def _recount(summary: ExportSummary, out: Path) -> None:

@@ -29,10 +29,13 @@ vLLM-style prompt token ids (the whole prompt, every turn) would otherwise domin
 def _token_values(ep: dict[str, Any]) -> int:
     n = 0
     for t in ep.get("turns") or ():
-        for key in ("logprobs", "token_ids", "prompt_token_ids"):
-            v = t.get(key)
-            if v:
-                n += len(v)
+        lps, ids, prompt = t.get("logprobs"), t.get("token_ids"), t.get("prompt_token_ids")
+        if lps:
+            n += len(lps)
+        if ids:
+            n += len(ids)
+        if prompt:
+            n += len(prompt)
     return n
 
 

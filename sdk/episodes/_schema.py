@@ -56,7 +56,11 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
         "Every assistant turn has token ids and logprobs of equal length (no nulls): safe for "
         "behaviour-logprob clipping without re-tokenising.",
     ),
-    ("metadata", "string", 'JSON: session metadata (e.g. "split") plus a "tracerl" object (source info).'),
+    (
+        "metadata",
+        "string",
+        'JSON: session metadata (e.g. "split") plus a "tracerl" object (source info); NaN/inf as null.',
+    ),
     ("num_calls", "int64", "LLM calls in the thread, failed calls included."),
     (
         "usage",

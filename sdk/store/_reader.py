@@ -193,16 +193,33 @@ class StoreReader:
         seen = SeenSessions(self.index_limit)
         try:
             for chain in chains:
-                yield from self._chain_sessions(chain, rewards, seen)
+                yield from self._with_rewards(self._chain_sessions(chain, seen), rewards)
             for sid in rewards.unclaimed():
                 self._problem("reward_for_unknown_session", sid)
         finally:
             rewards.close()
             seen.close()
 
-    def _chain_sessions(
-        self, chain: list[Path], rewards: RewardIndex, seen: SeenSessions
+    def _with_rewards(
+        self, sessions: Iterator[StoredSession], rewards: RewardIndex
     ) -> Iterator[StoredSession]:
+        """Attach each session's rewards: a lookup per session in memory, one per 32 from SQLite."""
+        batch: list[StoredSession] = []
+        for s in sessions:
+            batch.append(s)
+            if len(batch) >= (32 if rewards.spilled else 1):
+                yield from self._attach(batch, rewards)
+                batch = []
+        yield from self._attach(batch, rewards)
+
+    def _attach(self, batch: list[StoredSession], rewards: RewardIndex) -> Iterator[StoredSession]:
+        found = rewards.take_many([s.session_id for s in batch]) if batch else {}
+        for s in batch:
+            s.rewards = found.get(s.session_id, [])
+            self.num_sessions += 1
+            yield s
+
+    def _chain_sessions(self, chain: list[Path], seen: SeenSessions) -> Iterator[StoredSession]:
         open_: dict[str, _Open] = {}
         for event, name, n in self._lines(chain):
             kind = event["event"]
@@ -240,19 +257,14 @@ class StoreReader:
                 s.status = event.get("status") or "ok"
                 s.error = event.get("error")
                 seen.add(sid)
-                yield self._finish(s, rewards)
+                yield s
         for state in open_.values():
             s = state.session
             if not s.implicit:
                 self._problem("missing_session_end", s.session_id)
             s.status = "implicit" if s.implicit else "incomplete"
             seen.add(s.session_id)
-            yield self._finish(s, rewards)
-
-    def _finish(self, s: StoredSession, rewards: RewardIndex) -> StoredSession:
-        s.rewards = rewards.take(s.session_id)
-        self.num_sessions += 1
-        return s
+            yield s
 
     @staticmethod
     def _start(event: dict[str, Any]) -> StoredSession:

@@ -53,3 +53,22 @@ def test_orjson_refusals_fall_back_to_the_standard_library() -> None:
         sdk._json.loads(b'"\xff"')
     with pytest.raises(ValueError):
         sdk._json.loads(b"{torn")
+
+
+def test_gc_paced_restores_the_process_settings() -> None:
+    import gc
+
+    from sdk.episodes._pipeline import gc_paced
+
+    before = gc.get_threshold()
+    with gc_paced():
+        assert gc.get_threshold()[0] > before[0] and gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    gc.freeze()  # the caller's own freeze is left alone
+    try:
+        frozen = gc.get_freeze_count()
+        with gc_paced():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -141,3 +141,17 @@ def test_spilled_indexes_give_the_same_export(tmp_path: Path, monkeypatch: pytes
         k: v for k, v in memory.to_dict().items() if k not in paths
     }
     assert dict(spilled.store_problems) == {"reward_for_unknown_session": 1, "event_after_session_end": 3}
+
+
+def test_the_duplicate_dropped_in_the_merge_is_the_later_copy_across_batches(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    first = RawStore(store, "20260101T000000-host-0-abcdef")
+    second = RawStore(store, "20260101T000000-host-1-abcdef")
+    for sid in ("a", "b", "c"):
+        first.session(sid, OK, assistant(f"{sid} first"))
+    for sid in ("d", "e", "b", "f"):
+        second.session(sid, OK, assistant(f"{sid} second"))
+    export(store, tmp_path / "two.parquet", workers=2, batch_size=2)
+    frame = pl.read_parquet(tmp_path / "two.parquet")
+    assert frame["episode_id"].to_list() == ["a:0", "b:0", "c:0", "d:0", "e:0", "f:0"]
+    assert frame.filter(pl.col("session_id") == "b")["messages"][0][-1]["content"] == "b first"

@@ -21,8 +21,9 @@ def test_reward_index_in_memory_and_spilled(limit: int) -> None:
     assert [r["value"] for r in taken] == [3.0, 9.0]  # in the order given
     assert taken[1] == {"value": 9.0, "name": "tool", "call_id": "c1", "ts": None}
     assert index.get("missing") == [] and index.take("missing") == []
-    for i in range(0, 10, 2):
-        index.take(f"s{i}")
+    taken_many = index.take_many([f"s{i}" for i in range(0, 10, 2)] + ["missing"])
+    assert list(taken_many) == ["s0", "s2", "s4", "s6", "s8"]
+    assert taken_many["s4"] == [{"value": 4.0, "name": "reward", "call_id": None, "ts": 1.0}]
     assert list(index.unclaimed()) == ["s1", "s5", "s7", "s9"]
     index.discard(["s5", "s9"])
     assert list(index.unclaimed()) == ["s1", "s7"]
@@ -53,10 +54,9 @@ def test_seen_sessions(limit: int) -> None:
     seen.close()
 
 
-def test_reward_lines_finds_rewards_across_chunk_boundaries(tmp_path: Path, monkeypatch) -> None:
-    import sdk.store._index as index_module
-
-    monkeypatch.setattr(index_module, "_CHUNK", 7)  # lines longer than a chunk, rewards split by chunks
+def test_reward_lines_yields_whole_reward_lines(tmp_path: Path) -> None:
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    assert list(reward_lines(tmp_path / "empty.jsonl")) == []
     f = tmp_path / "seg.jsonl"
     lines = [
         b'{"event":"call","session_id":"a","x":"' + b"y" * 40 + b'"}\n',

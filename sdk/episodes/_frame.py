@@ -7,6 +7,7 @@ call, turn or reward) and regrouped per episode in Rust.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from sdk.episodes._schema import polars_schema
@@ -91,62 +92,70 @@ def _lists(pl: Any, lists: list[Any], dtype: Any) -> Any:
     return _nest(pl, values_s, counts, nulls if has_null else None, dtype)
 
 
+_TOP = (
+    "schema_version",
+    "episode_id",
+    "session_id",
+    "task_id",
+    "sample",
+    "thread",
+    "agent",
+    "model",
+    "tools",
+    "reward",
+    "token_faithful",
+    "metadata",
+    "num_calls",
+    "started_at",
+    "ended_at",
+    "status",
+)
+_MESSAGE = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
+_TURN = ("message_index", "logprobs", "token_ids", "prompt_token_ids")
+
+
+def _columns(items: list[Any], keys: tuple[str, ...]) -> list[Any]:
+    """The values of ``keys`` in ``items``, one list per key (``None`` where an item lacks a key)."""
+    if not items:
+        return [[] for _ in keys]
+    if len(keys) == 1:  # itemgetter of one key returns values, not tuples
+        return [[item.get(keys[0]) for item in items]]
+    try:
+        # One C-level pass (itemgetter + zip) over dicts that have every key: the builder's always do.
+        return [list(c) for c in zip(*map(itemgetter(*keys), items), strict=True)]
+    except KeyError:
+        return [[item.get(k) for item in items] for k in keys]
+
+
 def episodes_frame(eps: list[dict[str, Any]]) -> Any:
     """Return the polars DataFrame of ``eps`` with the explicit episode schema."""
     import polars as pl
 
     schema = _schema()
-    cols: dict[str, Any] = {}
-    for name in (
-        "schema_version",
-        "episode_id",
-        "session_id",
-        "task_id",
-        "sample",
-        "thread",
-        "agent",
-        "model",
-        "tools",
-        "reward",
-        "token_faithful",
-        "metadata",
-        "num_calls",
-        "started_at",
-        "ended_at",
-        "status",
-    ):
-        cols[name] = pl.Series(name, [ep.get(name) for ep in eps], dtype=schema[name])
+    cols = dict(zip(_TOP, _columns(eps, _TOP), strict=True))
+    for name in _TOP:
+        cols[name] = pl.Series(name, cols[name], dtype=schema[name])
 
     # Children flattened with comprehensions (much faster than appends in nested loops).
     msg_lists = [ep.get("messages") or () for ep in eps]
     m_count = [len(ms) for ms in msg_lists]
     msgs = [m for ms in msg_lists for m in ms]
-    role = [m.get("role") for m in msgs]
-    content = [m.get("content") for m in msgs]
-    tool_call_id = [m.get("tool_call_id") for m in msgs]
-    mname = [m.get("name") for m in msgs]
-    reasoning = [m.get("reasoning_content") for m in msgs]
-    tc_lists = [m.get("tool_calls") for m in msgs]
+    role, content, tc_lists, tool_call_id, mname, reasoning = _columns(msgs, _MESSAGE)
     tc_null = [tcs is None for tcs in tc_lists]
     tc_count = [0 if tcs is None else len(tcs) for tcs in tc_lists]
     tcs_flat = [tc for tcs in tc_lists if tcs for tc in tcs]
     tc_id = [tc.get("id") for tc in tcs_flat]
     tc_type = [tc.get("type") for tc in tcs_flat]
     fns = [tc.get("function") or {} for tc in tcs_flat]
-    fn_name = [fn.get("name") for fn in fns]
-    fn_args = [fn.get("arguments") for fn in fns]
+    fn_name, fn_args = _columns(fns, ("name", "arguments"))
     turn_lists = [ep.get("turns") or () for ep in eps]
     t_count = [len(ts) for ts in turn_lists]
     turns_flat = [t for ts in turn_lists for t in ts]
-    t_index = [t.get("message_index") for t in turns_flat]
-    t_logprobs = [t.get("logprobs") for t in turns_flat]
-    t_ids = [t.get("token_ids") for t in turns_flat]
-    t_prompt = [t.get("prompt_token_ids") for t in turns_flat]
+    t_index, t_logprobs, t_ids, t_prompt = _columns(turns_flat, _TURN)
     reward_lists = [ep.get("rewards") or () for ep in eps]
     r_count = [len(rs) for rs in reward_lists]
     rewards_flat = [r for rs in reward_lists for r in rs]
-    r_name = [r.get("name") for r in rewards_flat]
-    r_value = [r.get("value") for r in rewards_flat]
+    r_name, r_value = _columns(rewards_flat, ("name", "value"))
     usages = [ep.get("usage") or {} for ep in eps]
     u_p = [u.get("prompt_tokens") for u in usages]
     u_c = [u.get("completion_tokens") for u in usages]

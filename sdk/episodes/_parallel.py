@@ -207,6 +207,9 @@ def export_parallel(
 
     # Plain subprocesses, not multiprocessing: spawn would re-run the caller's __main__ module.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    # The cores shared out between the workers: each runs Python plus a polars pool, which by default
+    # takes every core, and N such pools on the same cores spent CPU on contention.
+    env.setdefault("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // len(groups))))
     summary = ExportSummary()
 
     def invalid_reward(name: str) -> None:

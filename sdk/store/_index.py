@@ -21,6 +21,8 @@ __all__ = ["DEFAULT_LIMIT", "RewardIndex", "SeenSessions", "scan_rewards"]
 DEFAULT_LIMIT = 100_000
 """Entries an index keeps in memory before it moves to SQLite (~30 MB of rewards)."""
 
+_RELEASE = 16 << 20
+
 Reward = tuple[float, str, Any, Any]
 """``(value, name, call_id, ts)``: the compact form of a reward event (a dict per reward cost 2x)."""
 
@@ -292,12 +294,19 @@ def reward_lines(path: str | os.PathLike[str]) -> Iterator[bytes]:
         if os.fstat(fh.fileno()).st_size == 0:
             return
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            released = 0
             pos = mm.find(b'"reward"')
             while pos >= 0:
                 stop = mm.find(b"\n", pos)
                 if stop < 0:
                     return
                 yield mm[mm.rfind(b"\n", 0, pos) + 1 : stop + 1]
+                if stop - released > _RELEASE:
+                    # Pages scanned count in this process's RSS until unmapped: hand them back as we go.
+                    size = (stop - released) // mmap.PAGESIZE * mmap.PAGESIZE
+                    if hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+                        mm.madvise(mmap.MADV_DONTNEED, released, size)
+                    released += size
                 pos = mm.find(b'"reward"', stop)
 
 

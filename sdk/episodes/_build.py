@@ -225,11 +225,12 @@ def session_episodes(
     if not threads:
         return []
     thread_of: dict[str, _Thread] = {}
-    for th in threads:
-        for call in th.calls:
-            cid = call.get("call_id")
-            if isinstance(cid, str):
-                thread_of[cid] = th
+    if any(r.get("call_id") is not None for r in s.rewards):  # per-call rewards: find their threads
+        for th in threads:
+            for call in th.calls:
+                cid = call.get("call_id")
+                if isinstance(cid, str):
+                    thread_of[cid] = th
     session_rewards: dict[str, float] = {}
     call_rewards: dict[int, list[dict[str, Any]]] = {}
     for r in s.rewards:

@@ -171,7 +171,7 @@ def write_pairs(
         batch: list[dict[str, Any]] = []
         values = 0
         for ep, problems in pairs:
-            if any(p.is_error for p in problems):
+            if problems and any(p.is_error for p in problems):
                 sink_rejects.write(ep, problems)
                 continue
             batch.append(ep)

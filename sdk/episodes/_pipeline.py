@@ -175,7 +175,7 @@ def validated(
     """Validate and count ``(episode, problems)`` pairs; in strict mode raise at the first error."""
     for ep, problems in pairs:
         problems += validate_episode(ep, require_reward=require_reward, seen_ids=seen)
-        error = next((p for p in problems if p.is_error), None)
+        error = next((p for p in problems if p.is_error), None) if problems else None
         if error is not None:
             if strict:
                 raise EpisodeError(f"episode {ep.get('episode_id')}: {error} (strict mode)")

@@ -312,7 +312,7 @@ class StoreReader:
             call["latency_s"] = max(0.0, ended - started)
         else:
             call["latency_s"] = None
-        request = dict(call.get("request") or {})
+        request = call.get("request") or {}  # the event was just parsed: its dicts are ours to change
         request.setdefault("params", {})
         messages = request.get("messages") or []
         base = request.pop("base", None)

@@ -1,8 +1,8 @@
 """Store-wide indexes the reader needs, in bounded memory: rewards by session, and sessions already read.
 
 Both grow with the number of sessions in a store. Each lives in a dict until it holds ``limit`` entries,
-then moves to a temporary SQLite database next to nothing the user owns (the system temp directory), so a
-reader's memory stays flat whatever the store's size. The database is deleted when the reader is done.
+then moves to a temporary SQLite database in the system temp directory, so a reader's memory stays flat
+whatever the store's size. The database is deleted when the reader is done.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["DEFAULT_LIMIT", "RewardIndex", "SeenSessions", "scan_rewards"]
+__all__ = ["DEFAULT_LIMIT", "RewardIndex", "SeenSessions", "reward_lines", "scan_rewards"]
 
 DEFAULT_LIMIT = 100_000
 """Entries an index keeps in memory before it moves to SQLite (~30 MB of rewards)."""

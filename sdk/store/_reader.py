@@ -103,7 +103,7 @@ class StoreReader:
         num_sessions: Sessions yielded so far.
         num_merged: Framework records merged into the recording transport's record of the same call.
         index_limit: Entries the reward index and the set of read sessions keep in memory before they
-            move to a temporary SQLite file (memory against speed: a lookup there costs ~10 µs).
+            move to a temporary SQLite file (memory against speed: lookups there are batched, ~1 µs each).
 
     Example:
         >>> import tempfile

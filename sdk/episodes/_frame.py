@@ -115,11 +115,9 @@ _TURN = ("message_index", "logprobs", "token_ids", "prompt_token_ids")
 
 
 def _columns(items: list[Any], keys: tuple[str, ...]) -> list[Any]:
-    """The values of ``keys`` in ``items``, one list per key (``None`` where an item lacks a key)."""
+    """The values of two or more ``keys`` in ``items``, one list per key (``None`` where a key is missing)."""
     if not items:
         return [[] for _ in keys]
-    if len(keys) == 1:  # itemgetter of one key returns values, not tuples
-        return [[item.get(keys[0]) for item in items]]
     try:
         # One C-level pass (itemgetter + zip) over dicts that have every key: the builder's always do.
         return [list(c) for c in zip(*map(itemgetter(*keys), items), strict=True)]

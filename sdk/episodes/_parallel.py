@@ -32,7 +32,7 @@ from sdk.episodes._pipeline import Pipeline, gc_paced
 from sdk.episodes._summary import ExportSummary
 from sdk.episodes._validate import EpisodeError
 from sdk.store import StoreReader
-from sdk.store._index import RewardIndex, scan_rewards
+from sdk.store._index import RewardIndex, insert_rows, scan_rewards
 
 __all__ = ["plan_workers", "export_parallel"]
 
@@ -52,30 +52,21 @@ class _ClaimingIndex(RewardIndex):
         self._claims_db = sqlite3.connect(claims_db, isolation_level=None, check_same_thread=False)
         self._claims_db.execute("PRAGMA journal_mode=OFF")
         self._claims_db.execute("CREATE TABLE c (k TEXT NOT NULL)")
-        self._ready = False
 
     @property
     def spilled(self) -> bool:
         return True
 
     def _rows(self, session_ids: list[str]) -> dict[str, list[Any]]:
-        if not self._ready:
+        if self._db is None:
             path = sys.stdin.readline().strip()
             if not path:
                 raise RuntimeError("the parent process sent no reward index")
             self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-            self._ready = True
         return super()._rows(session_ids)
 
-    def _claim(self, session_ids: list[str]) -> None:
-        self._claims.extend((sid,) for sid in session_ids)
-        if len(self._claims) >= 10_000:
-            self._flush_claims()
-
     def _flush_claims(self) -> None:
-        self._claims_db.execute("BEGIN")
-        self._claims_db.executemany("INSERT INTO c VALUES (?)", self._claims)
-        self._claims_db.execute("COMMIT")
+        insert_rows(self._claims_db, "INSERT INTO c VALUES (?)", self._claims)
         self._claims = []
 
     def unclaimed(self) -> Iterator[str]:
@@ -84,7 +75,7 @@ class _ClaimingIndex(RewardIndex):
     def close(self) -> None:
         self._flush_claims()
         self._claims_db.close()
-        if self._db is not None:
+        if self._db is not None:  # the parent's file: closed, not deleted
             self._db.close()
             self._db = None
 

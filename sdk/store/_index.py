@@ -16,7 +16,9 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["DEFAULT_LIMIT", "RewardIndex", "SeenSessions", "reward_lines", "scan_rewards"]
+from sdk._json import JSONError, loads
+
+__all__ = ["DEFAULT_LIMIT", "RewardIndex", "SeenSessions", "insert_rows", "reward_lines", "scan_rewards"]
 
 DEFAULT_LIMIT = 100_000
 """Entries an index keeps in memory before it moves to SQLite (~30 MB of rewards)."""
@@ -41,40 +43,45 @@ def _temp_db(prefix: str) -> str:
     return path
 
 
+def insert_rows(db: sqlite3.Connection, sql: str, rows: list[Any]) -> None:
+    """Run ``sql`` for every row in one transaction (nothing when ``rows`` is empty)."""
+    if rows:
+        db.execute("BEGIN")
+        db.executemany(sql, rows)
+        db.execute("COMMIT")
+
+
 class RewardIndex:
     """Rewards by session id, filled by a first pass over the store and claimed as sessions are read.
 
     Example:
         >>> index = RewardIndex()
         >>> index.add("s1", (1.0, "reward", None, 0.0))
-        >>> index.take("s1")
-        [{'value': 1.0, 'name': 'reward', 'call_id': None, 'ts': 0.0}]
-        >>> index.take("s1"), list(index.unclaimed())
-        ([], [])
+        >>> index.take_many(["s1", "s2"])
+        {'s1': [{'value': 1.0, 'name': 'reward', 'call_id': None, 'ts': 0.0}]}
+        >>> list(index.unclaimed())
+        []
         >>> index.close()
     """
 
-    def __init__(self, limit: int = DEFAULT_LIMIT, path: str | None = None) -> None:
-        """Start empty in memory; with ``path``, open an existing index database read-only."""
+    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         self.limit = limit
         self._mem: dict[str, list[Reward]] = {}
         self._size = 0
         self._db: sqlite3.Connection | None = None
         self._path: str | None = None
-        self._owned = path is None
-        self._pending: list[tuple[str, bytes]] = []
-        self._claims: list[tuple[str]] = []
-        if path is not None:
-            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-            self._path = path
+        self._pending: list[tuple[str, bytes]] = []  # reward rows not inserted yet
+        self._claims: list[tuple[str]] = []  # claimed session ids not inserted yet
 
     @property
     def path(self) -> str | None:
         """The SQLite file, once the index has spilled to disk (``None`` while in memory)."""
         return self._path
 
-    def __len__(self) -> int:
-        return self._size
+    @property
+    def spilled(self) -> bool:
+        """Whether lookups go to SQLite (then batch them: :meth:`take_many`)."""
+        return self._db is not None
 
     def add(self, session_id: str, reward: Reward) -> None:
         """Record one reward of ``session_id`` (in the order rewards were given)."""
@@ -102,17 +109,15 @@ class RewardIndex:
         return self._path  # type: ignore[return-value]
 
     def _flush(self) -> None:
-        if (self._pending or self._claims) and self._db is not None:
-            self._db.execute("BEGIN")
-            self._db.executemany("INSERT INTO r VALUES (?, ?)", self._pending)
-            self._db.executemany("INSERT INTO c VALUES (?)", self._claims)
-            self._db.execute("COMMIT")
-            self._pending, self._claims = [], []
+        if self._db is not None:
+            insert_rows(self._db, "INSERT INTO r VALUES (?, ?)", self._pending)
+            self._pending = []
+            self._flush_claims()
 
-    @property
-    def spilled(self) -> bool:
-        """Whether lookups go to SQLite (then batch them: :meth:`take_many`)."""
-        return self._db is not None
+    def _flush_claims(self) -> None:
+        assert self._db is not None
+        insert_rows(self._db, "INSERT INTO c VALUES (?)", self._claims)
+        self._claims = []
 
     def _rows(self, session_ids: list[str]) -> dict[str, list[Reward]]:
         """Rewards of ``session_ids`` from the database, each session's in the order given."""
@@ -129,49 +134,23 @@ class RewardIndex:
                 out.setdefault(k, []).append(marshal.loads(v))
         return out
 
-    def get(self, session_id: str) -> list[dict[str, Any]]:
-        """The rewards of ``session_id`` (``[]`` if none), without claiming them."""
-        if not self.spilled:
-            rows: Iterable[Reward] = self._mem.get(session_id, ())
-        else:
-            rows = self._rows([session_id]).get(session_id, ())
-        return [{"value": v, "name": n, "call_id": c, "ts": t} for v, n, c, t in rows]
-
-    def take(self, session_id: str) -> list[dict[str, Any]]:
-        """The rewards of ``session_id``, claimed: what no session claims is :meth:`unclaimed`.
-
-        Each session is taken once (a reader yields it once).
-        """
-        return self.take_many([session_id]).get(session_id, [])
-
     def take_many(self, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-        """:meth:`take` for several sessions at once (one query); sessions without rewards are left out."""
+        """The rewards of ``session_ids``, claimed (sessions without rewards are left out).
+
+        What no session claims is :meth:`unclaimed`. A reader takes each session once.
+        """
         if not self.spilled:
             found = {sid: self._mem.pop(sid) for sid in session_ids if sid in self._mem}
         else:
             found = self._rows(session_ids)
-            self._claim(list(found))
+            # Claims are batched into a table of their own: a DELETE per session cost twice the lookup.
+            self._claims.extend((sid,) for sid in found)
+            if len(self._claims) >= 10_000:
+                self._flush_claims()
         return {
             sid: [{"value": v, "name": n, "call_id": c, "ts": t} for v, n, c, t in rows]
             for sid, rows in found.items()
         }
-
-    def _claim(self, session_ids: list[str]) -> None:
-        # Claims are batched into a table of their own: a DELETE per session cost twice the lookup.
-        self._claims.extend((sid,) for sid in session_ids)
-        if len(self._claims) >= 10_000:
-            self._flush()
-
-    def discard(self, session_ids: Iterable[str]) -> None:
-        """Claim the rewards of ``session_ids`` (taken elsewhere, e.g. by a worker process)."""
-        if self._db is None:
-            for sid in session_ids:
-                self._mem.pop(sid, None)
-            return
-        self._flush()
-        self._db.execute("BEGIN")
-        self._db.executemany("INSERT INTO c VALUES (?)", ((sid,) for sid in session_ids))
-        self._db.execute("COMMIT")
 
     def claim_from(self, claims_db: str) -> None:
         """Claim the session ids listed in table ``c`` of another database (a worker's claims)."""
@@ -193,11 +172,11 @@ class RewardIndex:
         yield from [k for (k,) in self._db.execute(query)]
 
     def close(self) -> None:
-        """Release the database (and delete it if this index created it)."""
+        """Release the database and delete it."""
         if self._db is not None:
             self._db.close()
             self._db = None
-            if self._owned and self._path:
+            if self._path:
                 with contextlib.suppress(OSError):
                     os.unlink(self._path)
         self._mem = {}
@@ -258,10 +237,8 @@ class SeenSessions:
             self._flush()
 
     def _flush(self) -> None:
-        if self._pending and self._db is not None:
-            self._db.execute("BEGIN")
-            self._db.executemany("INSERT OR IGNORE INTO s VALUES (?)", self._pending)
-            self._db.execute("COMMIT")
+        if self._db is not None:
+            insert_rows(self._db, "INSERT OR IGNORE INTO s VALUES (?)", self._pending)
             self._pending = []
 
     def __contains__(self, session_id: object) -> bool:
@@ -318,8 +295,6 @@ def scan_rewards(
     ``on_invalid(file_name)`` is called for each reward event with a missing session id or a value that
     is not a finite number.
     """
-    from sdk._json import JSONError, loads
-
     index = RewardIndex(limit)
     inf = float("inf")
     for f in files:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -11,37 +12,29 @@ from sdk.store._index import RewardIndex, SeenSessions, reward_lines, scan_rewar
 
 
 @pytest.mark.parametrize("limit", [1_000, 3])
-def test_reward_index_in_memory_and_spilled(limit: int) -> None:
+def test_reward_index_in_memory_and_spilled(limit: int, tmp_path: Path) -> None:
     index = RewardIndex(limit=limit)
     for i in range(10):
         index.add(f"s{i}", (float(i), "reward", None, 1.0))
     index.add("s3", (9.0, "tool", "c1", None))
-    assert (index.path is not None) == (limit == 3)
-    taken = index.take("s3")
-    assert [r["value"] for r in taken] == [3.0, 9.0]  # in the order given
-    assert taken[1] == {"value": 9.0, "name": "tool", "call_id": "c1", "ts": None}
-    assert index.get("missing") == [] and index.take("missing") == []
-    taken_many = index.take_many([f"s{i}" for i in range(0, 10, 2)] + ["missing"])
-    assert list(taken_many) == ["s0", "s2", "s4", "s6", "s8"]
-    assert taken_many["s4"] == [{"value": 4.0, "name": "reward", "call_id": None, "ts": 1.0}]
+    assert index.spilled == (limit == 3)
+    taken = index.take_many(["s3", "missing"])
+    assert list(taken) == ["s3"]
+    assert [r["value"] for r in taken["s3"]] == [3.0, 9.0]  # in the order given
+    assert taken["s3"][1] == {"value": 9.0, "name": "tool", "call_id": "c1", "ts": None}
+    assert list(index.take_many([f"s{i}" for i in range(0, 10, 2)])) == ["s0", "s2", "s4", "s6", "s8"]
     assert list(index.unclaimed()) == ["s1", "s5", "s7", "s9"]
-    index.discard(["s5", "s9"])
+    # Claims made elsewhere (a worker's claims database) count too.
+    claims = sqlite3.connect(tmp_path / "claims.sqlite")
+    claims.execute("CREATE TABLE c (k TEXT NOT NULL)")
+    claims.executemany("INSERT INTO c VALUES (?)", [("s5",), ("s9",)])
+    claims.commit()
+    claims.close()
+    index.claim_from(str(tmp_path / "claims.sqlite"))
     assert list(index.unclaimed()) == ["s1", "s7"]
     path = index.path
     index.close()
-    assert path is None or not os.path.exists(path)
-
-
-def test_a_spilled_index_is_readable_by_another_process_view() -> None:
-    index = RewardIndex(limit=1_000)
-    index.add("s1", (0.5, "reward", None, 2.0))
-    path = index.spill()
-    view = RewardIndex(path=path)
-    assert view.get("s1") == [{"value": 0.5, "name": "reward", "call_id": None, "ts": 2.0}]
-    view.close()
-    assert os.path.exists(path)  # the view does not own the file
-    index.close()
-    assert not os.path.exists(path)
+    assert path is not None and not os.path.exists(path)
 
 
 @pytest.mark.parametrize("limit", [1_000, 2])
@@ -69,4 +62,5 @@ def test_reward_lines_yields_whole_reward_lines(tmp_path: Path) -> None:
     assert list(reward_lines(f)) == lines[1:3]
     problems: list[str] = []
     index = scan_rewards([f], problems.append)
-    assert [r["value"] for r in index.take("a") + index.take("b")] == [1.0, 2.0] and problems == []
+    taken = index.take_many(["a", "b"])
+    assert [r["value"] for sid in ("a", "b") for r in taken[sid]] == [1.0, 2.0] and problems == []

@@ -6,9 +6,11 @@ validates and writes a part file; the parts are merged into one Parquet file by 
 bounded memory). Sessions never span chains, so episodes are identical to a single-process export and
 keep its row order (chains are split into contiguous groups, merged in order).
 
-Two things cross chains and are reconciled here: rewards (this process collects every chain's rewards
-once, in a SQLite index the workers read) and rewards for unknown sessions (the workers list the sessions
-whose rewards they took; whatever no worker took is for an unknown session).
+Two things cross chains and are reconciled here: rewards and rewards for unknown sessions. Each worker
+first scans its own chains for the rewards it cannot attach as it reads (given after their session ended,
+or by another process: usually none) into a SQLite file; this process merges those files into one index
+that every worker then reads. The workers list the sessions whose indexed rewards they took; whatever no
+worker took is for an unknown session.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from sdk.episodes._summary import ExportSummary
 from sdk.episodes._validate import EpisodeError
 from sdk.store import StoreReader
 from sdk.store._index import RewardIndex, insert_rows, scan_rewards
+from sdk.store._reader import usable
 
 __all__ = ["plan_workers", "export_parallel"]
 
@@ -41,29 +44,16 @@ MIN_BYTES_PER_WORKER = 16 * 1024 * 1024
 
 
 class _ClaimingIndex(RewardIndex):
-    """A worker's view of the parent's reward index: read-only; claims go to a database of its own.
+    """A worker's view of the merged reward index: read-only; claims go to a database of its own."""
 
-    The parent scans rewards while the workers start: the index path arrives on stdin, read when the
-    first session needs its rewards.
-    """
-
-    def __init__(self, claims_db: str) -> None:
+    def __init__(self, db_path: str, size: int, claims_db: str, indexed_chains: set[int]) -> None:
         super().__init__()
+        self.indexed_chains = indexed_chains
+        self._size = size
+        self._db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, check_same_thread=False)
         self._claims_db = sqlite3.connect(claims_db, isolation_level=None, check_same_thread=False)
         self._claims_db.execute("PRAGMA journal_mode=OFF")
         self._claims_db.execute("CREATE TABLE c (k TEXT NOT NULL)")
-
-    @property
-    def spilled(self) -> bool:
-        return True
-
-    def _rows(self, session_ids: list[str]) -> dict[str, list[Any]]:
-        if self._db is None:
-            path = sys.stdin.readline().strip()
-            if not path:
-                raise RuntimeError("the parent process sent no reward index")
-            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        return super()._rows(session_ids)
 
     def _flush_claims(self) -> None:
         insert_rows(self._claims_db, "INSERT INTO c VALUES (?)", self._claims)
@@ -81,18 +71,33 @@ class _ClaimingIndex(RewardIndex):
 
 
 class _SubsetReader(StoreReader):
-    """A reader over some chains of a store, with the rewards of every chain from the parent's index."""
+    """A reader over some chains of a store, with the indexed rewards of every chain (see the module)."""
 
-    def __init__(self, path: str, chains: list[list[Path]], claimed_path: str) -> None:
+    def __init__(self, path: str, chains: list[list[Path]], job: dict[str, Any]) -> None:
         super().__init__(path)
         self._chains = chains
-        self._claimed_path = claimed_path
+        self._job = job
 
     def segments(self) -> list[list[Path]]:
         return self._chains
 
     def _rewards(self, chains: list[list[Path]]) -> RewardIndex:
-        return _ClaimingIndex(self._claimed_path)
+        own = scan_rewards(
+            chains,
+            lambda name: self._problem("invalid_reward", name),
+            usable,
+            RewardIndex(limit=0, path=self._job["rewards"]),
+        )
+        own.spill()
+        own.close()
+        sys.stdout.write("scanned\n")
+        sys.stdout.flush()
+        # The parent answers once every worker has scanned: the merged index's path and size.
+        line = sys.stdin.readline().strip()
+        if not line:
+            raise RuntimeError("the parent process sent no reward index")
+        db_path, _, size = line.rpartition("\t")
+        return _ClaimingIndex(db_path, int(size), self._job["claimed"], own.indexed_chains)
 
 
 def _group(chains: list[list[Path]], n: int) -> list[list[list[Path]]]:
@@ -132,7 +137,7 @@ def run_job(job_path: str) -> int:
         job = pickle.load(fh)
     result_path = job_path + ".result"
     try:
-        reader = _SubsetReader(job["store"], job["chains"], job["claimed"])
+        reader = _SubsetReader(job["store"], job["chains"], job)
         summary = ExportSummary()
         pending = 0
         last = time.monotonic()
@@ -187,14 +192,35 @@ def export_parallel(
     update, close = progress_bar(progress)
     lock = threading.Lock()
     readers: list[threading.Thread] = []
+    scanned = [threading.Event() for _ in groups]
 
-    def follow(proc: subprocess.Popen[bytes]) -> None:
-        # Workers report calls read as "progress N" lines; anything else on stdout is ignored.
+    def follow(i: int, proc: subprocess.Popen[bytes]) -> None:
+        # Workers report calls read as "progress N" lines and the end of their reward scan as "scanned";
+        # anything else on stdout is ignored.
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith(b"progress ") and update is not None:
                 with lock:
                     update(int(line.split()[1]))
+            elif line == b"scanned\n":
+                scanned[i].set()
+        scanned[i].set()  # it exited: its result says why
+
+    def outcome(i: int, proc: subprocess.Popen[bytes]) -> Any:
+        proc.wait()
+        readers[i].join()
+        result = parts_dir / f"{i:03d}.job.result"
+        if not result.exists():
+            tail = (parts_dir / f"{i:03d}.stderr").read_text(errors="replace").strip().splitlines()
+            raise RuntimeError(
+                f"export worker {i} died (exit code {proc.returncode})" + (f": {tail[-1]}" if tail else "")
+            )
+        with open(result, "rb") as fh:
+            status, payload = pickle.load(fh)
+        if status == "error":
+            is_episode_error, message, kind = payload
+            raise EpisodeError(message) if is_episode_error else RuntimeError(f"{kind}: {message}")
+        return payload
 
     # Plain subprocesses, not multiprocessing: spawn would re-run the caller's __main__ module.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -202,11 +228,6 @@ def export_parallel(
     # takes every core, and N such pools on the same cores spent CPU on contention.
     env.setdefault("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // len(groups))))
     summary = ExportSummary()
-
-    def invalid_reward(name: str) -> None:
-        summary.store_problems["invalid_reward"] += 1
-        summary.store_examples.setdefault("invalid_reward", name)
-
     rewards: RewardIndex | None = None
     try:
         for i, chains in enumerate(groups):
@@ -219,6 +240,7 @@ def export_parallel(
                 "options": options,
                 "batch_size": batch_size,
                 "claimed": str(parts_dir / f"{i:03d}.claims.sqlite"),
+                "rewards": str(parts_dir / f"{i:03d}.rewards.sqlite"),
             }
             job_path = parts_dir / f"{i:03d}.job"
             with open(job_path, "wb") as fh:
@@ -232,38 +254,23 @@ def export_parallel(
                     env=env,
                 )
             procs.append(proc)
-            t = threading.Thread(target=follow, args=(proc,), daemon=True)
+            t = threading.Thread(target=follow, args=(i, proc), daemon=True)
             t.start()
             readers.append(t)
-        # While the workers start: every chain's rewards, once, in an index on disk that they all read.
-        # limit=0: straight to disk, where the workers read it (and the parent's memory stays small).
-        files = [f for chains in groups for chain in chains for f in chain]
-        rewards = scan_rewards(files, invalid_reward, limit=0)
-        if options.get("strict") and summary.store_problems:
-            raise EpisodeError(f"store problem invalid_reward at {summary.store_examples['invalid_reward']}")
+        for i, proc in enumerate(procs):
+            scanned[i].wait()
+            if proc.poll() is not None:  # it stopped before its scan was done: an error (raised here)
+                outcome(i, proc)
+        # The rewards the workers could not attach as they read, in one index on disk that they all read.
+        rewards = RewardIndex(limit=0)
         rewards_db = rewards.spill()
+        size = rewards.merge_from([str(parts_dir / f"{i:03d}.rewards.sqlite") for i in range(len(procs))])
         for proc in procs:
             assert proc.stdin is not None
             with contextlib.suppress(BrokenPipeError):  # a worker that died is reported below
-                proc.stdin.write(rewards_db.encode() + b"\n")
+                proc.stdin.write(f"{rewards_db}\t{size}\n".encode())
                 proc.stdin.close()
-        outcomes: dict[int, Any] = {}
-        for i, proc in enumerate(procs):
-            proc.wait()
-            readers[i].join()
-            result = parts_dir / f"{i:03d}.job.result"
-            if not result.exists():
-                tail = (parts_dir / f"{i:03d}.stderr").read_text(errors="replace").strip().splitlines()
-                raise RuntimeError(
-                    f"export worker {i} died (exit code {proc.returncode})"
-                    + (f": {tail[-1]}" if tail else "")
-                )
-            with open(result, "rb") as fh:
-                status, payload = pickle.load(fh)
-            if status == "error":
-                is_episode_error, message, kind = payload
-                raise EpisodeError(message) if is_episode_error else RuntimeError(f"{kind}: {message}")
-            outcomes[i] = payload
+        outcomes = {i: outcome(i, proc) for i, proc in enumerate(procs)}
 
         for i in range(len(procs)):
             summary.merge(outcomes[i])

@@ -13,12 +13,22 @@ import mmap
 import os
 import sqlite3
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
 from sdk._json import JSONError, loads
 
-__all__ = ["DEFAULT_LIMIT", "RewardIndex", "SeenSessions", "insert_rows", "reward_lines", "scan_rewards"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "END_MARK",
+    "REWARD_MARK",
+    "RewardIndex",
+    "SeenSessions",
+    "insert_rows",
+    "marked_lines",
+    "reward_of",
+    "scan_rewards",
+]
 
 DEFAULT_LIMIT = 100_000
 """Entries an index keeps in memory before it moves to SQLite (~30 MB of rewards)."""
@@ -64,12 +74,14 @@ class RewardIndex:
         >>> index.close()
     """
 
-    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, limit: int = DEFAULT_LIMIT, path: str | None = None) -> None:
         self.limit = limit
+        self.indexed_chains: set[int] = set()  # see scan_rewards
         self._mem: dict[str, list[Reward]] = {}
         self._size = 0
         self._db: sqlite3.Connection | None = None
         self._path: str | None = None
+        self._spill_to = path  # a file the caller keeps (default: a temp file, deleted by close)
         self._pending: list[tuple[str, bytes]] = []  # reward rows not inserted yet
         self._claims: list[tuple[str]] = []  # claimed session ids not inserted yet
 
@@ -77,6 +89,10 @@ class RewardIndex:
     def path(self) -> str | None:
         """The SQLite file, once the index has spilled to disk (``None`` while in memory)."""
         return self._path
+
+    def __len__(self) -> int:
+        """Rewards added (claimed ones included)."""
+        return self._size
 
     @property
     def spilled(self) -> bool:
@@ -98,7 +114,7 @@ class RewardIndex:
     def spill(self) -> str:
         """Move the index to a SQLite file (done automatically past ``limit``); return its path."""
         if self._db is None:
-            self._path = _temp_db("tracerl-rewards-")
+            self._path = self._spill_to or _temp_db("tracerl-rewards-")
             self._db = _connect(self._path)
             self._db.execute("CREATE TABLE r (k TEXT NOT NULL, v BLOB NOT NULL)")
             self._db.execute("CREATE INDEX r_k ON r (k)")
@@ -152,6 +168,19 @@ class RewardIndex:
             for sid, rows in found.items()
         }
 
+    def merge_from(self, paths: list[str]) -> int:
+        """Add the rewards of other spilled indexes' files (in order); return this index's size."""
+        self.spill()
+        assert self._db is not None
+        for path in paths:
+            self._db.execute("ATTACH DATABASE ? AS other", (path,))
+            try:
+                cursor = self._db.execute("INSERT INTO r (k, v) SELECT k, v FROM other.r ORDER BY rowid")
+                self._size += cursor.rowcount
+            finally:
+                self._db.execute("DETACH DATABASE other")
+        return self._size
+
     def claim_from(self, claims_db: str) -> None:
         """Claim the session ids listed in table ``c`` of another database (a worker's claims)."""
         self.spill()
@@ -176,7 +205,7 @@ class RewardIndex:
         if self._db is not None:
             self._db.close()
             self._db = None
-            if self._path:
+            if self._path and self._path != self._spill_to:
                 with contextlib.suppress(OSError):
                     os.unlink(self._path)
         self._mem = {}
@@ -260,62 +289,141 @@ class SeenSessions:
         self._bloom = bytearray()
 
 
-def reward_lines(path: str | os.PathLike[str]) -> Iterator[bytes]:
-    """Yield the complete lines of a segment file that may hold a reward event (contain ``"reward"``).
+REWARD_MARK = b'"reward"'
+"""Bytes every reward event's line holds (its event name); lines without it are not reward events."""
+
+END_MARK = b'"session_end"'
+"""Bytes every session_end event's line holds."""
+
+PENDING_LIMIT = 10_000
+"""Sessions of one chain with rewards waiting for their ``session_end`` in the first pass; past this the
+chain is a scoring job's (rewards for sessions it never ends) and all its rewards are indexed instead."""
+
+
+def marked_lines(path: str | os.PathLike[str], pending: Sized) -> Iterator[bytes]:
+    """Yield the complete lines of a segment that may be a reward event (or a ``session_end``, if needed).
+
+    Lines holding :data:`REWARD_MARK` always; lines holding :data:`END_MARK` while ``pending`` is not empty.
 
     Searches the memory-mapped file with ``find`` instead of iterating lines: a store is mostly call
-    lines, and this pass only needs the few reward lines. A last line without its newline (torn) is not
-    yielded.
+    lines, and this pass needs only the few reward lines (and the ``session_end`` right after one). A last
+    line without its newline (torn) is not yielded.
     """
     with open(path, "rb") as fh:
         if os.fstat(fh.fileno()).st_size == 0:
             return
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             released = 0
-            pos = mm.find(b'"reward"')
-            while pos >= 0:
+            cur = 0  # where the next line starts
+            reward = mm.find(REWARD_MARK)
+            end, end_from = -1, -1  # the next END_MARK searched from end_from (-1: not searched)
+            while True:
+                pos = reward
+                if pending:
+                    if end_from < 0 or 0 <= end < cur:
+                        end, end_from = mm.find(END_MARK, cur), cur
+                    if end >= 0 and (pos < 0 or end < pos):
+                        pos = end
+                if pos < 0:
+                    return
                 stop = mm.find(b"\n", pos)
                 if stop < 0:
                     return
                 yield mm[mm.rfind(b"\n", 0, pos) + 1 : stop + 1]
+                cur = stop + 1
+                if 0 <= reward < cur:
+                    reward = mm.find(REWARD_MARK, cur)
                 if stop - released > _RELEASE:
                     # Pages scanned count in this process's RSS until unmapped: hand them back as we go.
                     size = (stop - released) // mmap.PAGESIZE * mmap.PAGESIZE
                     if hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
                         mm.madvise(mmap.MADV_DONTNEED, released, size)
                     released += size
-                pos = mm.find(b'"reward"', stop)
+
+
+_INF = float("inf")
+
+
+def reward_of(event: dict[str, Any]) -> Reward | None:
+    """The compact form of a reward event, or ``None`` when its value is not a finite number."""
+    value = event.get("value")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond any float
+        return None
+    if value != value or value in (_INF, -_INF):
+        return None
+    return (value, event.get("name") or "reward", event.get("call_id"), event.get("ts"))
 
 
 def scan_rewards(
-    files: Iterable[str | os.PathLike[str]], on_invalid: Any, limit: int = DEFAULT_LIMIT
+    chains: Iterable[Iterable[str | os.PathLike[str]]],
+    on_invalid: Callable[[str], None],
+    usable: Callable[[Any], bool],
+    index: RewardIndex | None = None,
 ) -> RewardIndex:
-    """First pass: every valid reward event of ``files`` in a :class:`RewardIndex`.
+    """First pass: the rewards of ``chains`` that the main pass cannot attach as it reads, indexed.
 
-    ``on_invalid(file_name)`` is called for each reward event with a missing session id or a value that
-    is not a finite number.
+    A reward followed, in its chain (one writing process's segments), by a ``session_end`` line of its
+    session is left out: the main pass attaches it at that line. Every other valid reward (given after its
+    session ended, by another process, or for a session that never ends) is indexed. The positions of
+    chains whose rewards are all indexed (scoring jobs: see :data:`PENDING_LIMIT`) are in
+    ``index.indexed_chains``: the main pass does not attach rewards of those.
+
+    ``on_invalid(file_name)`` is called for each reward event whose value is not a finite number;
+    ``usable(event)`` must be the main pass's test of a parsed line (other lines it counts itself).
     """
-    index = RewardIndex(limit)
-    inf = float("inf")
+    index = index if index is not None else RewardIndex()
+    for position, chain in enumerate(chains):
+        files = list(chain)
+        pending = _scan_chain(files, on_invalid, usable, PENDING_LIMIT)
+        if pending is None:  # too many sessions waiting: a scoring job's chain, indexed whole
+            index.indexed_chains.add(position)
+            pending = _scan_chain(files, on_invalid, usable, None)
+            assert pending is not None
+        for sid, rewards in pending.items():
+            for reward in rewards:
+                index.add(sid, reward)
+    return index
+
+
+def _scan_chain(
+    files: list[str | os.PathLike[str]],
+    on_invalid: Callable[[str], None],
+    usable: Callable[[Any], bool],
+    limit: int | None,
+) -> dict[str, list[Reward]] | None:
+    """Rewards of one chain that no ``session_end`` of their session follows.
+
+    All of them when ``limit`` is ``None``; ``None`` when more than ``limit`` sessions wait at once.
+    """
+    pending: dict[str, list[Reward]] = {}
+    ends: Sized = pending if limit is not None else ()  # no limit: every reward is kept, ends unread
+    invalid: list[str] = []
     for f in files:
-        for raw in reward_lines(f):
+        name = os.path.basename(f)
+        for raw in marked_lines(f, ends):
             # Matches any JSON spacing (`"event": "reward"` from other writers); checked once parsed.
             try:
                 ev = loads(raw)
             except JSONError:
                 continue  # the main pass counts it
-            if type(ev) is not dict or ev.get("event") != "reward":
-                continue
-            value = ev.get("value")
-            sid = ev.get("session_id")
-            if (
-                not isinstance(sid, str)
-                or not isinstance(value, (int, float))
-                or isinstance(value, bool)
-                or value != value
-                or value in (inf, -inf)
-            ):
-                on_invalid(os.path.basename(f))
-                continue
-            index.add(sid, (float(value), ev.get("name") or "reward", ev.get("call_id"), ev.get("ts")))
-    return index
+            if not usable(ev):
+                continue  # likewise
+            kind = ev["event"]
+            if kind == "session_end":
+                if limit is not None and END_MARK in raw:
+                    pending.pop(ev["session_id"], None)
+            elif kind == "reward" and REWARD_MARK in raw:
+                reward = reward_of(ev)
+                if reward is None:
+                    invalid.append(name)
+                    continue
+                pending.setdefault(ev["session_id"], []).append(reward)
+                if limit is not None and len(pending) > limit:
+                    return None
+    for name in invalid:  # reported once the chain is settled: a rescan must not count twice
+        on_invalid(name)
+    return pending

@@ -19,7 +19,15 @@ from typing import Any
 
 from sdk._json import JSONError, loads
 from sdk._records import CALL_DEFAULTS
-from sdk.store._index import DEFAULT_LIMIT, RewardIndex, SeenSessions, scan_rewards
+from sdk.store._index import (
+    DEFAULT_LIMIT,
+    END_MARK,
+    REWARD_MARK,
+    RewardIndex,
+    SeenSessions,
+    reward_of,
+    scan_rewards,
+)
 from sdk.store._writer import SEGMENT_SUFFIX
 
 __all__ = ["EVENT_VERSION", "StoreReader", "StoredSession", "read_sessions"]
@@ -137,8 +145,8 @@ class StoreReader:
         self.problems[reason] += 1
         self.examples.setdefault(reason, where)
 
-    def _lines(self, chain: list[Path]) -> Iterator[tuple[dict[str, Any], str, int]]:
-        """Yield ``(event, segment name, line number)`` for every usable line of one process's segments."""
+    def _lines(self, chain: list[Path]) -> Iterator[tuple[dict[str, Any], str, int, bytes]]:
+        """Yield ``(event, segment name, line number, line)`` for each usable line of a process's segments."""
         for i, seg in enumerate(chain):
             last_segment = i == len(chain) - 1
             name = seg.name
@@ -169,21 +177,23 @@ class StoreReader:
                         and type(event.get("session_id")) is str
                         and event.get("v", EVENT_VERSION) == EVENT_VERSION
                     ):
-                        yield event, name, n
+                        yield event, name, n, raw
                         continue
                     reason = _unusable(event)
                     if reason is None:  # a str subclass, a bool version, ...: usable after all
-                        yield event, name, n
+                        yield event, name, n, raw
                     else:
                         self._problem(reason, f"{name}:{n}")
 
     def _rewards(self, chains: list[list[Path]]) -> RewardIndex:
         # Rewards may arrive after a session ended, or from another process (post-hoc scoring): collect
-        # them in a cheap first pass so a session is complete when it is yielded.
+        # them in a cheap first pass so a session is complete when it is yielded. Those given before
+        # their session's end (the common case) are left to the main pass: no index to fill or query.
         return scan_rewards(
-            (seg for chain in chains for seg in chain),
+            chains,
             lambda name: self._problem("invalid_reward", name),
-            self.index_limit,
+            usable,
+            RewardIndex(self.index_limit),
         )
 
     def sessions(self) -> Iterator[StoredSession]:
@@ -192,8 +202,9 @@ class StoreReader:
         rewards = self._rewards(chains)
         seen = SeenSessions(self.index_limit)
         try:
-            for chain in chains:
-                yield from self._with_rewards(self._chain_sessions(chain, seen), rewards)
+            for position, chain in enumerate(chains):
+                inline = position not in rewards.indexed_chains
+                yield from self._with_rewards(self._chain_sessions(chain, seen, inline), rewards)
             for sid in rewards.unclaimed():
                 self._problem("reward_for_unknown_session", sid)
         finally:
@@ -203,7 +214,12 @@ class StoreReader:
     def _with_rewards(
         self, sessions: Iterator[StoredSession], rewards: RewardIndex
     ) -> Iterator[StoredSession]:
-        """Attach each session's rewards: a lookup per session in memory, one per 32 from SQLite."""
+        """Add each session's indexed rewards: a lookup per session in memory, one per 32 from SQLite."""
+        if not len(rewards):
+            for s in sessions:
+                self.num_sessions += 1
+                yield s
+            return
         batch: list[StoredSession] = []
         for s in sessions:
             batch.append(s)
@@ -215,20 +231,32 @@ class StoreReader:
     def _attach(self, batch: list[StoredSession], rewards: RewardIndex) -> Iterator[StoredSession]:
         found = rewards.take_many([s.session_id for s in batch]) if batch else {}
         for s in batch:
-            s.rewards = found.get(s.session_id, [])
+            indexed = found.get(s.session_id)
+            if indexed:
+                s.rewards.extend(indexed)
             self.num_sessions += 1
             yield s
 
-    def _chain_sessions(self, chain: list[Path], seen: SeenSessions) -> Iterator[StoredSession]:
+    def _chain_sessions(self, chain: list[Path], seen: SeenSessions, inline: bool) -> Iterator[StoredSession]:
+        """Sessions of one chain, with the rewards given before their end in this chain when ``inline``.
+
+        The first pass indexed every other reward (see :func:`~sdk.store._index.scan_rewards`).
+        """
         open_: dict[str, _Open] = {}
-        for event, name, n in self._lines(chain):
+        given: dict[str, list[dict[str, Any]]] = {}  # rewards waiting for their session's end
+        for event, name, n, raw in self._lines(chain):
             kind = event["event"]
-            if kind == "reward":
-                continue
             sid = event["session_id"]
+            if kind == "reward":
+                if inline:
+                    self._given(event, raw, given, f"{name}:{n}")
+                continue
             state = open_.get(sid)
             if state is None and sid in seen:  # only sessions not open are looked up: rare
                 self._problem("event_after_session_end", f"{name}:{n}")
+                if kind == "session_end" and given and END_MARK in raw:
+                    for _ in given.pop(sid, ()):  # rewards between this session's two ends
+                        self._problem("event_after_session_end", f"{name}:{n}")
                 continue
             if kind == "call":
                 if state is None:
@@ -256,8 +284,11 @@ class StoreReader:
                 s.ended_at = event.get("ts")
                 s.status = event.get("status") or "ok"
                 s.error = event.get("error")
+                if given and END_MARK in raw:
+                    s.rewards = given.pop(sid, s.rewards)
                 seen.add(sid)
                 yield s
+        # Rewards still waiting (their session ends later elsewhere, or never) are in the index.
         for state in open_.values():
             s = state.session
             if not s.implicit:
@@ -265,6 +296,21 @@ class StoreReader:
             s.status = "implicit" if s.implicit else "incomplete"
             seen.add(s.session_id)
             yield s
+
+    def _given(
+        self, event: dict[str, Any], raw: bytes, given: dict[str, list[dict[str, Any]]], where: str
+    ) -> None:
+        if REWARD_MARK not in raw:
+            # Its event name written with JSON escapes: the first pass, which finds reward lines by their
+            # bytes, did not see it. No writer does this; counted rather than half-handled.
+            self._problem("unsupported_reward_line", where)
+            return
+        reward = reward_of(event)
+        if reward is not None:  # an invalid one was counted by the first pass
+            value, name, call_id, ts = reward
+            given.setdefault(event["session_id"], []).append(
+                {"value": value, "name": name, "call_id": call_id, "ts": ts}
+            )
 
     @staticmethod
     def _start(event: dict[str, Any]) -> StoredSession:
@@ -333,6 +379,11 @@ class StoreReader:
         thread = messages + [response["message"]] if response.get("message") is not None else messages
         state.last = state.bases[call.get("call_id", "")] = (thread, request.get("tools"))
         return call
+
+
+def usable(event: Any) -> bool:
+    """Whether a parsed line is an event the reader uses (the first pass must skip the same lines)."""
+    return _unusable(event) is None
 
 
 def _unusable(event: Any) -> str | None:

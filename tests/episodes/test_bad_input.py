@@ -127,7 +127,7 @@ CASES = [
     Case(
         "same_session_in_two_processes",
         lambda r: (good(r, "s1"), good(RawStore(r.path, "20260101T000000-host-2-bbbbbb"), "s1")),
-        store={"event_after_session_end": 3},
+        store={"event_after_session_end": 4},  # start, call, reward and end of the copy
     ),
     Case(
         "missing_base_call",
@@ -190,6 +190,31 @@ CASES = [
     Case(
         "missing_reward",
         lambda r: r.session("s1", OK, assistant("a"), reward=None),
+        rejected={"missing_reward": 1},
+        written=0,
+    ),
+    Case(
+        "reward_before_session_start_is_used",
+        lambda r: r.reward("s1", 0.5).start("s1").call("s1", OK, assistant("a")).end("s1"),
+    ),
+    Case(
+        "reward_after_session_end_is_used",
+        lambda r: r.start("s1").call("s1", OK, assistant("a")).end("s1").reward("s1", 0.5),
+    ),
+    Case(
+        "reward_between_two_ends_of_a_session",
+        lambda r: good(r, "s1").reward("s1", 0.5).end("s1"),
+        store={"event_after_session_end": 2},
+    ),
+    Case(
+        "reward_event_name_written_with_escapes",
+        lambda r: (
+            r.start("s1")
+            .call("s1", OK, assistant("a"))
+            .line('{"event":"rew\\u0061rd","v":1,"session_id":"s1","value":0.5}')
+            .end("s1")
+        ),
+        store={"unsupported_reward_line": 1},
         rejected={"missing_reward": 1},
         written=0,
     ),
@@ -418,6 +443,6 @@ def test_default_cli_counts_bad_input_and_succeeds(
         "non_utf8_line": 1,
         "unknown_event": 1,
         "torn_line": 1,
-        "event_after_session_end": 9,
+        "event_after_session_end": 12,
     }
     assert summary["written"] == 1

@@ -60,7 +60,7 @@ def test_a_session_in_two_processes_is_rejected_once_as_duplicate(tmp_path: Path
     for p in range(2):
         RawStore(store, f"20260101T000000-host-{p}-abcdef").session("same", OK, assistant("a"))
     single = export(store, tmp_path / "one.parquet", workers=1)
-    assert single.written == 1 and dict(single.store_problems) == {"event_after_session_end": 3}
+    assert single.written == 1 and dict(single.store_problems) == {"event_after_session_end": 4}
     parallel = export(store, tmp_path / "two.parquet", workers=2)
     assert parallel.written == 1 and dict(parallel.rejected) == {"duplicate_id": 1}
     [line] = (tmp_path / "two.rejects.jsonl").read_text().splitlines()
@@ -140,7 +140,7 @@ def test_spilled_indexes_give_the_same_export(tmp_path: Path, monkeypatch: pytes
     assert {k: v for k, v in spilled.to_dict().items() if k not in paths} == {
         k: v for k, v in memory.to_dict().items() if k not in paths
     }
-    assert dict(spilled.store_problems) == {"reward_for_unknown_session": 1, "event_after_session_end": 3}
+    assert dict(spilled.store_problems) == {"reward_for_unknown_session": 1, "event_after_session_end": 4}
 
 
 def test_the_duplicate_dropped_in_the_merge_is_the_later_copy_across_batches(tmp_path: Path) -> None:
@@ -155,3 +155,28 @@ def test_the_duplicate_dropped_in_the_merge_is_the_later_copy_across_batches(tmp
     frame = pl.read_parquet(tmp_path / "two.parquet")
     assert frame["episode_id"].to_list() == ["a:0", "b:0", "c:0", "d:0", "e:0", "f:0"]
     assert frame.filter(pl.col("session_id") == "b")["messages"][0][-1]["content"] == "b first"
+
+
+def test_rewards_given_anywhere_reach_their_sessions_in_both_modes(tmp_path: Path) -> None:
+    # Rewards inside their session (attached as the store is read), after it ended, before it started,
+    # from a scoring process, invalid ones, and a scoring chain with more sessions waiting than the first
+    # pass follows (indexed whole): one process and two give the same episodes and counts.
+    store = multi_process_store(tmp_path / "store", processes=2)
+    RawStore(store, "20260101T000000-host-0-abcdef").reward("p0s3", 0.25).reward("p0s1", "bad")
+    late = RawStore(store, "20260101T000000-host-2-abcdef").reward("early", 0.5)
+    late.start("early").call("early", OK, assistant("a"), call_id="e1").end("early")
+    scorer = RawStore(store, "20260101T000000-scorer-9-abcdef").reward("p1s3", 0.75)
+    scorer.raw(
+        b"".join(
+            json.dumps({"event": "reward", "v": 1, "session_id": f"ghost{i}", "value": 1.0}).encode() + b"\n"
+            for i in range(10_001)
+        )
+    )
+    one = export(store, tmp_path / "one.parquet", workers=1)
+    two = export(store, tmp_path / "two.parquet", workers=2)
+    assert frames_equal(tmp_path / "one.parquet", tmp_path / "two.parquet")
+    for s in (one, two):
+        assert s.written == 9 and dict(s.rejected) == {}
+        assert dict(s.store_problems) == {"invalid_reward": 1, "reward_for_unknown_session": 10_001}
+    rewards = dict(pl.read_parquet(tmp_path / "one.parquet").select("session_id", "reward").iter_rows())
+    assert rewards["p0s3"] == 0.25 and rewards["p1s3"] == 0.75 and rewards["early"] == 0.5

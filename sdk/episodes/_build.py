@@ -127,7 +127,11 @@ def _turn(index: int, call: dict[str, Any] | None, stats: Counter[str]) -> dict[
     if call is None:
         return {"message_index": index, "logprobs": None, "token_ids": None, "prompt_token_ids": None}
     entries = call.get("logprobs")
-    token_ids = _int_list(call.get("completion_token_ids"))
+    ids = call.get("completion_token_ids")
+    prompt = call.get("prompt_token_ids")
+    if entries is None and ids is None and prompt is None:  # an API that returns no token data
+        return {"message_index": index, "logprobs": None, "token_ids": None, "prompt_token_ids": None}
+    token_ids = _int_list(ids)
     if token_ids is None:
         token_ids = _ids_from_logprob_tokens(entries)
         if token_ids is not None:
@@ -136,7 +140,7 @@ def _turn(index: int, call: dict[str, Any] | None, stats: Counter[str]) -> dict[
         "message_index": index,
         "logprobs": _float_list(entries),
         "token_ids": token_ids,
-        "prompt_token_ids": _int_list(call.get("prompt_token_ids")),
+        "prompt_token_ids": _int_list(prompt),
     }
 
 
@@ -153,7 +157,11 @@ def _faithful(turns: list[dict[str, Any]]) -> bool:
 def _assign(s: StoredSession, opts: BuildOptions, counts: Counter[str]) -> list[_Thread]:
     threads: list[_Thread] = []
     for call in s.calls:
-        agent, model = _str(call.get("agent")), _str(call.get("model"))
+        agent, model = call.get("agent"), call.get("model")
+        if type(agent) is not str:
+            agent = _str(agent)
+        if type(model) is not str:
+            model = _str(model)
         if opts.models and not (
             _match(model, opts.models) or _match(call.get("response_model"), opts.models)
         ):
@@ -261,8 +269,9 @@ def session_episodes(
         named = dict(session_rewards)
         given_per_call: dict[str, float] = {}
         call_reward_meta = []
-        msg_index = {id(c): i for i, c in th.generated.items()}
-        for r in call_rewards.get(th.index, ()):
+        per_call = call_rewards.get(th.index, ())
+        msg_index = {id(c): i for i, c in th.generated.items()} if per_call else {}
+        for r in per_call:
             given_per_call[r["name"]] = given_per_call.get(r["name"], 0.0) + r["value"]
             call = next(c for c in th.calls if c.get("call_id") == r["call_id"])
             call_reward_meta.append(
@@ -288,16 +297,17 @@ def session_episodes(
         agent = model = tools = finish_reason = None
         for c in th.calls:
             call_ids.append(c.get("call_id"))
-            frameworks[_str(c.get("framework"))] = None
+            fw = c.get("framework")
+            frameworks[fw if type(fw) is str else _str(fw)] = None
             a, mo, rm = c.get("agent"), c.get("model"), c.get("response_model")
             if a is not None:
-                agent = _str(a)
+                agent = a if type(a) is str else _str(a)
                 agents[agent] = None
             if mo is not None:
-                model = _str(mo)
+                model = mo if type(mo) is str else _str(mo)
                 models[model] = None
             if rm is not None:
-                response_models[_str(rm)] = None
+                response_models[rm if type(rm) is str else _str(rm)] = None
             response = c.get("response") or {}
             if response.get("finish_reason") is not None:
                 finish_reason = response["finish_reason"]
@@ -311,9 +321,14 @@ def session_episodes(
                 tools = t
             u = c.get("usage")
             if isinstance(u, dict):
-                pt = _int(u.get("prompt_tokens")) or 0
-                ct = _int(u.get("completion_tokens")) or 0
-                tt = _int(u.get("total_tokens"))
+                pt, ct, tt = u.get("prompt_tokens"), u.get("completion_tokens"), u.get("total_tokens")
+                # Type checks inline: three calls of _int per call cost more than the whole sum.
+                if type(pt) is not int or not _I64[0] <= pt <= _I64[1]:
+                    pt = _int(pt) or 0
+                if type(ct) is not int or not _I64[0] <= ct <= _I64[1]:
+                    ct = _int(ct) or 0
+                if type(tt) is not int or not _I64[0] <= tt <= _I64[1]:
+                    tt = _int(tt)
                 p_tok += pt
                 c_tok += ct
                 t_tok += tt if tt is not None else pt + ct

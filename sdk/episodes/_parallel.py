@@ -153,8 +153,14 @@ def run_job(job_path: str) -> int:
 
         pipeline = Pipeline(reader, summary=summary, progress=progress, **job["options"])
         with gc_paced():
+            # Parts are merged: row groups of one batch keep the worker's memory low while the workers run.
             write_pairs(
-                pipeline, job["part"], summary=summary, rejects=job["rejects"], batch_size=job["batch_size"]
+                pipeline,
+                job["part"],
+                summary=summary,
+                rejects=job["rejects"],
+                batch_size=job["batch_size"],
+                row_group_size=job["batch_size"],
             )
         sys.stdout.write(f"progress {pending}\n")
         summary._rewards = {}  # recomputed from the merged file
@@ -312,7 +318,7 @@ def export_parallel(
                 }
                 extra_rejects.append(json.dumps(record, ensure_ascii=False))
             summary.rejected["duplicate_id"] += len(dropped)
-        sink(_slices(parts, batch_size, drop), out, row_group_size=batch_size)
+        sink(_slices(parts, batch_size, drop), out)
         _recount(summary, out)
         _merge_rejects(parts_dir, len(procs), rejects_path, extra_rejects, summary)
     finally:

@@ -1,6 +1,8 @@
 """Store-wide indexes the reader needs, in bounded memory: rewards by session, and sessions already read.
 
-Both grow with the number of sessions in a store. Each lives in a dict until it holds ``limit`` entries,
+Rewards are indexed only when the reader cannot attach them as it reads (see :func:`scan_rewards`): in a
+store written by sessions that give their own rewards, that index stays empty. Both can grow with the
+number of sessions in a store. Each lives in a dict until it holds ``limit`` entries,
 then moves to a temporary SQLite database in the system temp directory, so a reader's memory stays flat
 whatever the store's size. The database is deleted when the reader is done.
 """

@@ -2,7 +2,8 @@
 
 Streaming by design: a process's segments are read in order and each session is yielded when its
 ``session_end`` event is seen, so memory holds only the sessions still open, whatever the store's size.
-The two store-wide indexes (rewards by session, from a first pass; sessions already read) move to a
+A reward given before its session's end is attached as the lines are read; a first pass indexes the
+others (given later, or by another process). That index and the set of sessions already read move to a
 temporary SQLite file past ``index_limit`` entries, so memory stays flat as a store grows.
 Every line that cannot be used is counted by reason in :attr:`StoreReader.problems`; nothing is dropped
 without a count.

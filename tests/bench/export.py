@@ -196,6 +196,22 @@ def run_export(store: Path, out: Path, workers: int) -> dict:
     return result
 
 
+def python_speed() -> float:
+    """Seconds for a fixed pure-Python loop (best of 3): how fast this machine runs Python right now.
+
+    Shared vCPUs differ from hour to hour (0.79 to 1.08 s seen on one day); compare calls/s across runs only
+    together with this figure.
+    """
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(10_000_000):
+            total += i
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--calls", default="100000,1000000", help="comma-separated store sizes in calls")
@@ -240,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
                 f.rmdir() if f.is_dir() else f.unlink()
             base.rmdir()
     load = os.getloadavg()[0]
-    print(f"\nexport benchmark ({os.cpu_count()} CPUs, load average {load:.1f})\n")
+    speed = python_speed()
+    print(
+        f"\nexport benchmark ({os.cpu_count()} CPUs, load average {load:.1f}, "
+        f"Python speed: 10M-add loop {speed:.2f} s)\n"
+    )
     head = (
         "profile",
         "calls",

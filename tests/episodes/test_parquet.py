@@ -62,6 +62,19 @@ def test_zstd_and_file_metadata(exported: tuple[Path, list[dict]]) -> None:
     assert pl.read_parquet(out)["schema_version"].to_list() == [1, 1, 1, 1]
 
 
+def test_row_groups_are_sized_in_bytes_not_batches(raw_store: RawStore, tmp_path: Path) -> None:
+    from sdk.episodes._parquet import _row_group_size
+
+    assert _row_group_size(pl.DataFrame({"a": [1] * 10})) == 50_000  # tiny rows: capped
+    assert _row_group_size(pl.DataFrame({"a": ["x" * 100_000] * 10})) == 1000  # huge rows: one batch
+    for i in range(30):
+        raw_store.session(f"s{i}", [user("q")], assistant("a"))
+    out = tmp_path / "e.parquet"
+    assert export(raw_store.path, out, batch_size=10).written == 30
+    pq = pytest.importorskip("pyarrow.parquet")
+    assert pq.ParquetFile(out).metadata.num_row_groups == 1  # three batches, one row group
+
+
 def test_readable_by_pandas(exported: tuple[Path, list[dict]]) -> None:
     pd = pytest.importorskip("pandas")
     out, built = exported

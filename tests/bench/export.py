@@ -199,8 +199,8 @@ def run_export(store: Path, out: Path, workers: int) -> dict:
 def python_speed() -> float:
     """Seconds for a fixed pure-Python loop (best of 3): how fast this machine runs Python right now.
 
-    Shared vCPUs differ from hour to hour (0.79 to 1.08 s seen on one day); compare calls/s across runs only
-    together with this figure.
+    Shared vCPUs run Python faster or slower from hour to hour: compare calls/s across runs only together
+    with this figure.
     """
     best = float("inf")
     for _ in range(3):

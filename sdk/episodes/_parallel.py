@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sdk.episodes._frame import decline_pyarrow
 from sdk.episodes._parquet import default_rejects_path, progress_bar, sink, write_pairs
 from sdk.episodes._pipeline import Pipeline, gc_paced
 from sdk.episodes._summary import ExportSummary
@@ -133,6 +134,7 @@ def run_job(job_path: str) -> int:
     Prints ``progress N`` lines (calls read) on stdout; pickles ``("ok", summary)``
     or ``("error", (is_episode_error, message))`` next to the job file.
     """
+    decline_pyarrow()
     with open(job_path, "rb") as fh:
         job = pickle.load(fh)
     result_path = job_path + ".result"

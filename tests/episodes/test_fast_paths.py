@@ -32,13 +32,12 @@ def _store(path: Path) -> Path:
 def test_without_orjson_and_pyarrow_the_export_is_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pyarrow  # noqa: F401  # used by the frame builder once loaded
-
     store = _store(tmp_path / "store")
     fast = export(store, tmp_path / "fast.parquet")
     assert sdk._json.fast() and sdk.episodes._frame._pyarrow() is not None  # the dev extra has both
     monkeypatch.setattr(sdk._json, "_orjson", None)
-    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` fails
+    monkeypatch.setattr(sdk.episodes._frame, "_LOAD_PYARROW", [True])
     slow = export(store, tmp_path / "slow.parquet")
     assert pl.read_parquet(tmp_path / "fast.parquet").equals(pl.read_parquet(tmp_path / "slow.parquet"))
     assert fast.written == slow.written == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def test_without_orjson_and_pyarrow_the_export_is_the_same(
 ) -> None:
     store = _store(tmp_path / "store")
     fast = export(store, tmp_path / "fast.parquet")
-    assert sdk._json.fast() and sdk.episodes._frame._pyarrow() is not None  # the dev extra has both
+    assert sdk._json.fast() and sdk.episodes._frame._pyarrow(load=True) is not None  # dev has both
     monkeypatch.setattr(sdk._json, "_orjson", None)
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` fails
     monkeypatch.setattr(sdk.episodes._frame, "_LOAD_PYARROW", [True])
@@ -74,3 +75,23 @@ def test_gc_paced_restores_the_process_settings() -> None:
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_pyarrow_is_loaded_only_for_token_data(tmp_path: Path) -> None:
+    # It costs ~45 MB per process and speeds up only token-id columns (see _frame._pyarrow).
+    plain = tmp_path / "plain"
+    RawStore(plain).session("s", [system("s"), user("q")], assistant("a"))
+    code = (
+        "import sys; from sdk.episodes import export; export(sys.argv[1], sys.argv[2]); "
+        "print('pyarrow' in sys.modules)"
+    )
+    loaded = [
+        subprocess.run(
+            [sys.executable, "-c", code, str(store), str(tmp_path / f"{i}.parquet")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for i, store in enumerate((plain, _store(tmp_path / "tokens")))
+    ]
+    assert loaded == ["False", "True"]

@@ -121,8 +121,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         metavar="N",
-        help="worker processes over a store written by several processes (default 1; 0: automatic); "
-        "~200 MB each",
+        help="processes over a store written by several processes: this one and N-1 workers "
+        "(default 1; 0: automatic); ~200 MB each",
     )
     out.add_argument(
         "--batch-size",

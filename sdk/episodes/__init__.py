@@ -175,12 +175,13 @@ def export(
         require_reward: See :func:`build_episodes`.
         batch_size: Episodes per in-memory batch (memory is bounded by a batch, not the store).
         progress: Show a tqdm progress bar on stderr.
-        workers: Worker processes (default 1: this process). ``N > 1`` splits a store written by several
-            processes across ``N`` workers (~200 MB each; they share one reward index on disk); ``0``
-            picks ``min(CPUs, 8)`` when the store has 16 MB per worker. Parallel
-            export needs a store path, picklable reward functions (module-level, or ``module:function``
-            strings) and no ``group_reward_fns``; otherwise it runs in this process. The output is the
-            same either way.
+        workers: Processes to export with (default 1: this one). ``N > 1`` splits a store written by
+            several processes across this process and ``N - 1`` worker processes (~200 MB each; they
+            share one reward index on disk): this one writes its share straight into the output, then
+            appends the workers' parts. ``0`` picks ``min(CPUs, 8)`` when the store has 16 MB per
+            process. Parallel export needs a store path, picklable reward functions (module-level, or
+            ``module:function`` strings) and no ``group_reward_fns``; otherwise it runs in this process.
+            The output is the same either way.
 
     Returns:
         The :class:`ExportSummary`.

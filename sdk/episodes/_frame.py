@@ -7,7 +7,9 @@ call, turn or reward) and regrouped per episode in Rust.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
 
@@ -93,6 +95,17 @@ def decline_pyarrow() -> None:
     speed, is what runs short.
     """
     _LOAD_PYARROW[0] = False
+
+
+@contextlib.contextmanager
+def pyarrow_declined() -> Iterator[None]:
+    """:func:`decline_pyarrow` for the duration of a block (a parallel export's own share of the work)."""
+    before = _LOAD_PYARROW[0]
+    _LOAD_PYARROW[0] = False
+    try:
+        yield
+    finally:
+        _LOAD_PYARROW[0] = before
 
 
 def _lists(pl: Any, lists: list[Any], dtype: Any) -> Any:

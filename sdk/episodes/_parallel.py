@@ -1,21 +1,23 @@
-"""Parallel export: worker processes over disjoint groups of segment chains, then one streaming merge.
+"""Parallel export: this process and worker processes over disjoint groups of segment chains.
 
 Parsing JSON lines dominates an export and Python runs it on one core, so a store written by several
-processes (one chain of segments each) is split by chain across worker processes. Each worker builds,
-validates and writes a part file; the parts are merged into one Parquet file by a streaming scan (Rust,
+processes (one chain of segments each) is split by chain into groups of similar size. This process
+exports the first group itself, straight into the output file; a worker process per other group writes a
+part file, and this process appends those parts, in order, once its own group is done (a streaming read,
 bounded memory). Sessions never span chains, so episodes are identical to a single-process export and
-keep its row order (chains are split into contiguous groups, merged in order).
+keep its row order (chains are split into contiguous groups, written in order).
 
-Two things cross chains and are reconciled here: rewards and rewards for unknown sessions. Each worker
+Two things cross chains and are reconciled here: rewards and rewards for unknown sessions. Each process
 first scans its own chains for the rewards it cannot attach as it reads (given after their session ended,
 or by another process: usually none) into a SQLite file; this process merges those files into one index
-that every worker then reads. The workers list the sessions whose indexed rewards they took; whatever no
-worker took is for an unknown session.
+that every process then reads. Each lists the sessions whose indexed rewards it took; whatever none took
+is for an unknown session.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import pickle
@@ -25,12 +27,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sdk.episodes._frame import decline_pyarrow
-from sdk.episodes._parquet import default_rejects_path, progress_bar, sink, write_pairs
+from sdk.episodes._frame import decline_pyarrow, pyarrow_declined
+from sdk.episodes._parquet import Rejects, default_rejects_path, pair_frames, progress_bar, sink, write_pairs
 from sdk.episodes._pipeline import Pipeline, gc_paced
 from sdk.episodes._summary import ExportSummary
 from sdk.episodes._validate import EpisodeError
@@ -45,7 +47,7 @@ MIN_BYTES_PER_WORKER = 16 * 1024 * 1024
 
 
 class _ClaimingIndex(RewardIndex):
-    """A worker's view of the merged reward index: read-only; claims go to a database of its own."""
+    """A view of the merged reward index: read-only; claims go to a database of its own."""
 
     def __init__(self, db_path: str, size: int, claims_db: str, indexed_chains: set[int]) -> None:
         super().__init__()
@@ -72,12 +74,23 @@ class _ClaimingIndex(RewardIndex):
 
 
 class _SubsetReader(StoreReader):
-    """A reader over some chains of a store, with the indexed rewards of every chain (see the module)."""
+    """A reader over some chains of a store, with the indexed rewards of every chain (see the module).
 
-    def __init__(self, path: str, chains: list[list[Path]], job: dict[str, Any]) -> None:
+    ``exchange()`` is called once this reader's own rewards are in ``job["rewards"]``: it returns the
+    merged index's path and size once every process has scanned.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        chains: list[list[Path]],
+        job: dict[str, Any],
+        exchange: Callable[[], tuple[str, int]],
+    ) -> None:
         super().__init__(path)
         self._chains = chains
         self._job = job
+        self._exchange = exchange
 
     def segments(self) -> list[list[Path]]:
         return self._chains
@@ -91,14 +104,19 @@ class _SubsetReader(StoreReader):
         )
         own.spill()
         own.close()
-        sys.stdout.write("scanned\n")
-        sys.stdout.flush()
-        # The parent answers once every worker has scanned: the merged index's path and size.
-        line = sys.stdin.readline().strip()
-        if not line:
-            raise RuntimeError("the parent process sent no reward index")
-        db_path, _, size = line.rpartition("\t")
-        return _ClaimingIndex(db_path, int(size), self._job["claimed"], own.indexed_chains)
+        db_path, size = self._exchange()
+        return _ClaimingIndex(db_path, size, self._job["claimed"], own.indexed_chains)
+
+
+def _stdio_exchange() -> tuple[str, int]:
+    """A worker's side of the reward exchange: say its scan is done, read the merged index's path."""
+    sys.stdout.write("scanned\n")
+    sys.stdout.flush()
+    line = sys.stdin.readline().strip()
+    if not line:
+        raise RuntimeError("the parent process sent no reward index")
+    db_path, _, size = line.rpartition("\t")
+    return db_path, int(size)
 
 
 def _group(chains: list[list[Path]], n: int) -> list[list[list[Path]]]:
@@ -128,6 +146,16 @@ def plan_workers(store: Any, workers: int, **blockers: Any) -> list[list[list[Pa
     return _group(chains, n) if n >= 2 else None
 
 
+def _files(parts_dir: Path, i: int) -> dict[str, str]:
+    """The files of group ``i``'s export: its part, rejects, reward index and claims."""
+    return {
+        "part": str(parts_dir / f"{i:03d}.parquet"),
+        "rejects": str(parts_dir / f"{i:03d}.rejects.jsonl"),
+        "rewards": str(parts_dir / f"{i:03d}.rewards.sqlite"),
+        "claimed": str(parts_dir / f"{i:03d}.claims.sqlite"),
+    }
+
+
 def run_job(job_path: str) -> int:
     """Worker process entry point (``python -m sdk.episodes._worker JOB``): export one chain group.
 
@@ -139,7 +167,7 @@ def run_job(job_path: str) -> int:
         job = pickle.load(fh)
     result_path = job_path + ".result"
     try:
-        reader = _SubsetReader(job["store"], job["chains"], job)
+        reader = _SubsetReader(job["store"], job["chains"], job, _stdio_exchange)
         summary = ExportSummary()
         pending = 0
         last = time.monotonic()
@@ -155,7 +183,7 @@ def run_job(job_path: str) -> int:
 
         pipeline = Pipeline(reader, summary=summary, progress=progress, **job["options"])
         with gc_paced():
-            # Parts are merged: row groups of one batch keep the worker's memory low while the workers run.
+            # Parts are appended a batch at a time: row groups of one batch keep the workers' memory low.
             write_pairs(
                 pipeline,
                 job["part"],
@@ -187,7 +215,7 @@ def export_parallel(
     options: dict[str, Any],
     batch_size: int,
 ) -> ExportSummary:
-    """Export ``store`` with one worker process per chain group (see the module docstring)."""
+    """Export ``store``: the first chain group here, one worker process per other (see the module)."""
     started = time.perf_counter()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -196,11 +224,18 @@ def export_parallel(
     rejects_path = default_rejects_path(out) if rejects is True else (Path(rejects) if rejects else None)
     parts_dir = out.with_name(f".{out.name}.parts-{os.getpid()}")
     parts_dir.mkdir(exist_ok=True)
-    procs: list[subprocess.Popen[bytes]] = []
+    files = [_files(parts_dir, i) for i in range(len(groups))]
+    procs: dict[int, subprocess.Popen[bytes]] = {}  # group index (1, 2, ...) -> its worker
+    readers: dict[int, threading.Thread] = {}
+    scanned = {i: threading.Event() for i in range(1, len(groups))}
+    outcomes: dict[int, ExportSummary] = {}
     update, close = progress_bar(progress)
     lock = threading.Lock()
-    readers: list[threading.Thread] = []
-    scanned = [threading.Event() for _ in groups]
+
+    def count(n: int) -> None:
+        assert update is not None
+        with lock:
+            update(n)
 
     def follow(i: int, proc: subprocess.Popen[bytes]) -> None:
         # Workers report calls read as "progress N" lines and the end of their reward scan as "scanned";
@@ -208,13 +243,13 @@ def export_parallel(
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith(b"progress ") and update is not None:
-                with lock:
-                    update(int(line.split()[1]))
+                count(int(line.split()[1]))
             elif line == b"scanned\n":
                 scanned[i].set()
         scanned[i].set()  # it exited: its result says why
 
-    def outcome(i: int, proc: subprocess.Popen[bytes]) -> Any:
+    def outcome(i: int) -> ExportSummary:
+        proc = procs[i]
         proc.wait()
         readers[i].join()
         result = parts_dir / f"{i:03d}.job.result"
@@ -230,25 +265,48 @@ def export_parallel(
             raise EpisodeError(message) if is_episode_error else RuntimeError(f"{kind}: {message}")
         return payload
 
+    rewards: RewardIndex | None = None
+
+    def exchange() -> tuple[str, int]:
+        # Called by this process's reader once its own scan is done: when every worker's is too, the
+        # rewards none of them could attach as they read go into one index on disk that all read.
+        nonlocal rewards
+        for i, proc in procs.items():
+            scanned[i].wait()
+            if proc.poll() is not None:  # it stopped before its scan was done: an error (raised here)
+                outcome(i)
+        rewards = RewardIndex(limit=0)
+        db = rewards.spill()
+        size = rewards.merge_from([f["rewards"] for f in files])
+        for proc in procs.values():
+            assert proc.stdin is not None
+            with contextlib.suppress(BrokenPipeError):  # a worker that died is reported below
+                proc.stdin.write(f"{db}\t{size}\n".encode())
+                proc.stdin.close()
+        return db, size
+
+    def parts() -> Iterator[Any]:
+        # Each worker's part, in order, once that worker is done (by then this process's group is).
+        for i in procs:
+            outcomes[i] = outcome(i)
+            yield from _slices(files[i]["part"], batch_size)
+
     # Plain subprocesses, not multiprocessing: spawn would re-run the caller's __main__ module.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    # The cores shared out between the workers: each runs Python plus a polars pool, which by default
+    # The cores shared out between the processes: each runs Python plus a polars pool, which by default
     # takes every core, and N such pools on the same cores spent CPU on contention.
     env.setdefault("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // len(groups))))
     summary = ExportSummary()
-    rewards: RewardIndex | None = None
     try:
-        for i, chains in enumerate(groups):
+        for i in range(1, len(groups)):
             job = {
                 "index": i,
                 "store": str(store),
-                "chains": chains,
-                "part": str(parts_dir / f"{i:03d}.parquet"),
-                "rejects": str(parts_dir / f"{i:03d}.rejects.jsonl") if rejects_path else None,
+                "chains": groups[i],
                 "options": options,
                 "batch_size": batch_size,
-                "claimed": str(parts_dir / f"{i:03d}.claims.sqlite"),
-                "rewards": str(parts_dir / f"{i:03d}.rewards.sqlite"),
+                **files[i],
+                "rejects": files[i]["rejects"] if rejects_path else None,
             }
             job_path = parts_dir / f"{i:03d}.job"
             with open(job_path, "wb") as fh:
@@ -261,73 +319,43 @@ def export_parallel(
                     stderr=err,
                     env=env,
                 )
-            procs.append(proc)
+            procs[i] = proc
             t = threading.Thread(target=follow, args=(i, proc), daemon=True)
             t.start()
-            readers.append(t)
-        for i, proc in enumerate(procs):
-            scanned[i].wait()
-            if proc.poll() is not None:  # it stopped before its scan was done: an error (raised here)
-                outcome(i, proc)
-        # The rewards the workers could not attach as they read, in one index on disk that they all read.
-        rewards = RewardIndex(limit=0)
-        rewards_db = rewards.spill()
-        size = rewards.merge_from([str(parts_dir / f"{i:03d}.rewards.sqlite") for i in range(len(procs))])
-        for proc in procs:
-            assert proc.stdin is not None
-            with contextlib.suppress(BrokenPipeError):  # a worker that died is reported below
-                proc.stdin.write(f"{rewards_db}\t{size}\n".encode())
-                proc.stdin.close()
-        outcomes = {i: outcome(i, proc) for i, proc in enumerate(procs)}
+            readers[i] = t
 
-        for i in range(len(procs)):
+        # This process's own group goes straight into the output (no part to write and read back), then
+        # the workers' parts follow: one Parquet writer, rows in group order.
+        own = ExportSummary()
+        reader = _SubsetReader(str(store), groups[0], files[0], exchange)
+        pipeline = Pipeline(reader, summary=own, progress=count if update is not None else None, **options)
+        own_rejects = Rejects(Path(files[0]["rejects"]) if rejects_path else None, own)
+        merged = parts_dir / "merged.parquet"
+        try:
+            # Without pyarrow, like the workers: its ~45 MB would add to theirs while they run.
+            with gc_paced(), pyarrow_declined():
+                sink(itertools.chain(pair_frames(pipeline, own, own_rejects, batch_size), parts()), merged)
+        finally:
+            own_rejects.close()
+        assert rewards is not None  # the reader asked for the merged index before its first session
+        summary.merge(own)
+        for i in procs:
             summary.merge(outcomes[i])
-            rewards.claim_from(str(parts_dir / f"{i:03d}.claims.sqlite"))
+        for f in files:
+            rewards.claim_from(f["claimed"])
         for sid in rewards.unclaimed():
             summary.store_problems["reward_for_unknown_session"] += 1
             summary.store_examples.setdefault("reward_for_unknown_session", sid)
             if options.get("strict"):
                 raise EpisodeError(f"store problem reward_for_unknown_session at {sid} (strict mode)")
-
-        import polars as pl  # only now: the workers are done, so its memory does not add to theirs
-
-        parts = [str(parts_dir / f"{i:03d}.parquet") for i in range(len(procs))]
-        lf = pl.scan_parquet(parts).with_row_index("_row")
-        dups = lf.select(pl.col("episode_id").is_duplicated().sum()).collect().item()
-        extra_rejects: list[str] = []
-        drop: set[int] = set()
-        if dups:
-            # The same session in two processes' segments (a single reader counts the later copy as
-            # event_after_session_end): keep the first, reject the others.
-            dropped = lf.filter(~pl.col("episode_id").is_first_distinct()).collect().to_dicts()
-            if options.get("strict"):
-                raise EpisodeError(f"episode {dropped[0]['episode_id']}: duplicate_id (strict mode)")
-            for ep in dropped:
-                drop.add(ep.pop("_row"))
-                problem = {
-                    "code": "duplicate_id",
-                    "message": f"episode id {ep['episode_id']!r} was already seen",
-                    "message_index": None,
-                    "severity": "error",
-                }
-                record = {
-                    "episode_id": ep["episode_id"],
-                    "session_id": ep["session_id"],
-                    "task_id": ep["task_id"],
-                    "reasons": ["duplicate_id"],
-                    "problems": [problem],
-                    "episode": ep,
-                }
-                extra_rejects.append(json.dumps(record, ensure_ascii=False))
-            summary.rejected["duplicate_id"] += len(dropped)
-        sink(_slices(parts, batch_size, drop), out)
+        extra_rejects = _drop_duplicates(merged, out, batch_size, summary, strict=bool(options.get("strict")))
         _recount(summary, out)
-        _merge_rejects(parts_dir, len(procs), rejects_path, extra_rejects, summary)
+        _merge_rejects(parts_dir, len(groups), rejects_path, extra_rejects, summary)
     finally:
         if rewards is not None:
             rewards.close()
         close()
-        for proc in procs:
+        for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
@@ -337,18 +365,60 @@ def export_parallel(
     return summary
 
 
-def _slices(parts: list[str], batch_size: int, drop: set[int]) -> Iterator[Any]:
-    # Part files streamed a batch at a time (a plain scan -> sink of all parts read so far ahead that a
-    # merge of vLLM-style token data took 3x the memory of the export itself).
+def _drop_duplicates(
+    merged: Path, out: Path, batch_size: int, summary: ExportSummary, strict: bool
+) -> list[str]:
+    """Move ``merged`` to ``out`` without later copies of an episode id; return their rejects lines.
+
+    The same session in two processes' segments (a single reader counts the later copy as
+    ``event_after_session_end``) gives two episodes with one id: the first is kept, the others rejected.
+    Rare, so the file is rewritten only then.
+    """
+    import polars as pl
+
+    lf = pl.scan_parquet(merged).with_row_index("_row")
+    if not lf.select(pl.col("episode_id").is_duplicated().any()).collect().item():
+        os.replace(merged, out)
+        return []
+    dropped = lf.filter(~pl.col("episode_id").is_first_distinct()).collect().to_dicts()
+    if strict:
+        raise EpisodeError(f"episode {dropped[0]['episode_id']}: duplicate_id (strict mode)")
+    drop: set[int] = set()
+    lines: list[str] = []
+    for ep in dropped:
+        drop.add(ep.pop("_row"))
+        problem = {
+            "code": "duplicate_id",
+            "message": f"episode id {ep['episode_id']!r} was already seen",
+            "message_index": None,
+            "severity": "error",
+        }
+        record = {
+            "episode_id": ep["episode_id"],
+            "session_id": ep["session_id"],
+            "task_id": ep["task_id"],
+            "reasons": ["duplicate_id"],
+            "problems": [problem],
+            "episode": ep,
+        }
+        lines.append(json.dumps(record, ensure_ascii=False))
+    summary.rejected["duplicate_id"] += len(dropped)
+    sink(_slices(str(merged), batch_size, drop), out)
+    return lines
+
+
+def _slices(part: str, batch_size: int, drop: set[int] | None = None) -> Iterator[Any]:
+    """A Parquet file a batch at a time, without the rows at the positions in ``drop``."""
+    # A batch at a time: a plain scan -> sink read so far ahead that a merge of vLLM-style token data took
+    # 3x the memory of the export itself.
     import polars as pl
 
     offset = 0
-    for part in parts:
-        for frame in pl.scan_parquet(part).collect_batches(chunk_size=batch_size):
-            start, offset = offset, offset + frame.height
-            if drop:
-                frame = frame.filter(pl.Series([start + k not in drop for k in range(frame.height)]))
-            yield frame
+    for frame in pl.scan_parquet(part).collect_batches(chunk_size=batch_size):
+        start, offset = offset, offset + frame.height
+        if drop:
+            frame = frame.filter(pl.Series([start + k not in drop for k in range(frame.height)]))
+        yield frame
 
 
 def _recount(summary: ExportSummary, out: Path) -> None:

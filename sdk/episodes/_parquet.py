@@ -16,7 +16,15 @@ from sdk.episodes._schema import SCHEMA_VERSION, polars_schema
 from sdk.episodes._summary import ExportSummary
 from sdk.episodes._validate import EpisodeError
 
-__all__ = ["default_rejects_path", "read_episodes", "sink", "write_pairs", "write_parquet"]
+__all__ = [
+    "Rejects",
+    "default_rejects_path",
+    "pair_frames",
+    "read_episodes",
+    "sink",
+    "write_pairs",
+    "write_parquet",
+]
 
 DEFAULT_BATCH_SIZE = 1000
 """Episodes per in-memory batch: memory stays bounded by one batch whatever the store's size."""
@@ -125,7 +133,7 @@ def sink(frames: Iterator[Any], path: Path, row_group_size: int | None = None) -
             parts.rmdir()
 
 
-class _Rejects:
+class Rejects:
     """The rejects file, created on the first reject (JSON lines: reasons, problems and the episode)."""
 
     def __init__(self, path: Path | None, summary: ExportSummary) -> None:
@@ -158,6 +166,39 @@ class _Rejects:
             self.path.unlink()  # a stale rejects file from an earlier run would contradict the summary
 
 
+def pair_frames(
+    pairs: Iterable[Pair], summary: ExportSummary, rejects: Rejects, batch_size: int = DEFAULT_BATCH_SIZE
+) -> Iterator[Any]:
+    """DataFrames of the valid episodes of ``pairs``, a batch at a time; rejected ones go to ``rejects``."""
+
+    def convert(batch: list[dict[str, Any]]) -> Any:
+        try:
+            return episodes_frame(batch)
+        except (TypeError, ValueError, OverflowError):
+            pass
+        for ep in batch:
+            faithful = ep.get("token_faithful")
+            for fix in sanitize(ep):
+                summary.warnings[fix] += 1
+            if faithful and not ep.get("token_faithful"):
+                summary.token_faithful -= 1
+        return episodes_frame(batch)
+
+    batch: list[dict[str, Any]] = []
+    values = 0
+    for ep, problems in pairs:
+        if problems and any(p.is_error for p in problems):
+            rejects.write(ep, problems)
+            continue
+        batch.append(ep)
+        values += _token_values(ep)
+        if len(batch) >= batch_size or values >= MAX_BATCH_TOKEN_VALUES:
+            yield convert(batch)
+            batch, values = [], 0
+    if batch:
+        yield convert(batch)
+
+
 def write_pairs(
     pairs: Iterable[Pair],
     out: str | os.PathLike[str],
@@ -176,39 +217,10 @@ def write_pairs(
         raise IsADirectoryError(f"output {str(path)!r} is a directory; give a .parquet file path")
     path.parent.mkdir(parents=True, exist_ok=True)
     rejects_path = default_rejects_path(path) if rejects is True else (Path(rejects) if rejects else None)
-    sink_rejects = _Rejects(rejects_path, summary)
+    sink_rejects = Rejects(rejects_path, summary)
     started = time.perf_counter()
-
-    def convert(batch: list[dict[str, Any]]) -> Any:
-        try:
-            return episodes_frame(batch)
-        except (TypeError, ValueError, OverflowError):
-            pass
-        for ep in batch:
-            faithful = ep.get("token_faithful")
-            for fix in sanitize(ep):
-                summary.warnings[fix] += 1
-            if faithful and not ep.get("token_faithful"):
-                summary.token_faithful -= 1
-        return episodes_frame(batch)
-
-    def frames() -> Iterator[Any]:
-        batch: list[dict[str, Any]] = []
-        values = 0
-        for ep, problems in pairs:
-            if problems and any(p.is_error for p in problems):
-                sink_rejects.write(ep, problems)
-                continue
-            batch.append(ep)
-            values += _token_values(ep)
-            if len(batch) >= batch_size or values >= MAX_BATCH_TOKEN_VALUES:
-                yield convert(batch)
-                batch, values = [], 0
-        if batch:
-            yield convert(batch)
-
     try:
-        sink(frames(), path, row_group_size)
+        sink(pair_frames(pairs, summary, sink_rejects, batch_size), path, row_group_size)
     finally:
         sink_rejects.close()
     summary.out = str(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -75,6 +76,39 @@ def test_strict_failure_in_a_worker_is_raised_and_nothing_is_written(tmp_path: P
     with pytest.raises(EpisodeError, match=r"missing_reward.*strict mode"):
         export(store, out, workers=3, strict=True)
     assert not out.exists() and list(tmp_path.glob(".e.parquet*")) == []  # no parts or temp file left
+
+
+def test_strict_failure_only_in_a_worker_group_is_raised(tmp_path: Path) -> None:
+    # This process exports the first chain group itself: an error in another group, found by a worker
+    # process, must still stop the export.
+    store = tmp_path / "store"
+    for p in range(2):
+        raw = RawStore(store, f"20260101T000000-host-{p}-abcdef")
+        raw.session(f"p{p}", OK, assistant("a"), reward=None if p else 1.0)
+    assert [len(g) for g in plan_workers(store, 2)] == [1, 1]
+    out = tmp_path / "e.parquet"
+    with pytest.raises(EpisodeError, match=r"p1:0: missing_reward.*strict mode"):
+        export(store, out, workers=2, strict=True)
+    assert not out.exists() and list(tmp_path.glob(".e.parquet*")) == []
+
+
+def test_a_worker_that_dies_is_reported_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = multi_process_store(tmp_path / "store", processes=2)
+    (tmp_path / "dying_rewards.py").write_text(
+        "import os\n"
+        "def score(ep):\n"
+        "    if os.getpid() != int(os.environ['PARENT_PID']):\n"
+        "        os._exit(3)  # a worker killed mid-export (out of memory, say)\n"
+        "    return 1.0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PARENT_PID", str(os.getpid()))
+    out = tmp_path / "e.parquet"
+    with pytest.raises(RuntimeError, match=r"export worker 1 died \(exit code 3\)"):
+        export(store, out, workers=2, reward_fns="dying_rewards:score")
+    assert not out.exists() and list(tmp_path.glob(".e.parquet*")) == []
 
 
 def test_module_level_reward_functions_travel_to_workers(

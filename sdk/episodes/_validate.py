@@ -168,7 +168,9 @@ def _check_tool_call(
     return tc_id
 
 
-def _check_messages(messages: list[Any], out: list[Problem]) -> None:
+def _check_messages(messages: list[Any], out: list[Problem]) -> list[int]:
+    """Check the conversation's structure; return the indices of its assistant messages."""
+    assistant: list[int] = []
     pending: dict[str, tuple[int, str | None]] = {}  # open tool call id -> (assistant index, function name)
     calls_at: int | None = None  # index of the assistant message whose tool calls are being answered
     answered: set[str] = set()
@@ -187,10 +189,10 @@ def _check_messages(messages: list[Any], out: list[Problem]) -> None:
         pending.clear()
 
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        role = m.get("role") if isinstance(m, dict) else None
+        if not isinstance(role, str):
             out.append(_problem("invalid_message", f"message {i} is not an object with a role", i))
             continue
-        role = m["role"]
         if role not in _ROLES:
             out.append(
                 _problem(
@@ -237,7 +239,8 @@ def _check_messages(messages: list[Any], out: list[Problem]) -> None:
         if pending:
             unanswered(f"message {i} is a {role} message")
         calls_at = None
-        answered = set()
+        if answered:
+            answered = set()
         if i == 0 and role == "assistant":
             out.append(
                 _problem(
@@ -256,6 +259,7 @@ def _check_messages(messages: list[Any], out: list[Problem]) -> None:
             continue
         started = True
         if role == "assistant":
+            assistant.append(i)
             tcs = m.get("tool_calls")
             if tcs:
                 ids: set[str] = set()
@@ -282,6 +286,7 @@ def _check_messages(messages: list[Any], out: list[Problem]) -> None:
             )
         else:
             unanswered("the episode ends first")
+    return assistant
 
 
 def validate_episode(
@@ -323,10 +328,7 @@ def validate_episode(
     if not isinstance(messages, list) or not messages:
         out.append(_problem("empty_episode", "episode has no messages"))
     else:
-        _check_messages(messages, out)
-        assistant = [
-            i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"
-        ]
+        assistant = _check_messages(messages, out)
         if not assistant:
             out.append(_problem("empty_episode", f"episode has no assistant message{_failed_calls(ep)}"))
         turns = ep.get("turns")

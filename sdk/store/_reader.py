@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sdk._json import JSONError, loads
+from sdk._json import JSONError, loads, strict_loads
 from sdk._records import CALL_DEFAULTS
 from sdk.store._index import (
     DEFAULT_LIMIT,
@@ -148,6 +148,7 @@ class StoreReader:
 
     def _lines(self, chain: list[Path]) -> Iterator[tuple[dict[str, Any], str, int, bytes]]:
         """Yield ``(event, segment name, line number, line)`` for each usable line of a process's segments."""
+        parse = strict_loads()
         for i, seg in enumerate(chain):
             last_segment = i == len(chain) - 1
             name = seg.name
@@ -156,20 +157,26 @@ class StoreReader:
             # data) mostly straddle two buffers, and reading them cost 4x more.
             with open(seg, "rb", buffering=1 << 16) as fh:
                 for n, raw in enumerate(fh, 1):
-                    if raw[-1:] != b"\n":
+                    if raw[-1] != 10:  # b"\n"
                         # A line without its newline is a write cut short (kill, crash): expected only at
                         # the very end of a process's last segment.
                         if raw.strip():
                             self._problem("torn_line" if last_segment else "corrupt_line", f"{name}:{n}")
                         break
                     try:
-                        event = loads(raw)
-                    except UnicodeDecodeError:
-                        self._problem("non_utf8_line", f"{name}:{n}")
-                        continue
-                    except JSONError:
-                        if raw.strip():
-                            self._problem("corrupt_line", f"{name}:{n}")
+                        event = parse(raw)
+                    except ValueError:  # orjson's refusal: NaN, a lone surrogate, bad UTF-8, bad JSON
+                        try:
+                            event = loads(raw)
+                        except UnicodeDecodeError:
+                            self._problem("non_utf8_line", f"{name}:{n}")
+                            continue
+                        except JSONError:
+                            if raw.strip():
+                                self._problem("corrupt_line", f"{name}:{n}")
+                            continue
+                    except RecursionError:
+                        self._problem("corrupt_line", f"{name}:{n}")
                         continue
                     # The checks every event must pass, cheapest first (the writer's events pass them all).
                     if (

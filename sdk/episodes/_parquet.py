@@ -142,6 +142,7 @@ class Rejects:
         self._fh: TextIO | None = None
 
     def write(self, ep: dict[str, Any], problems: list[Any]) -> None:
+        """Append one rejected episode with its problems (nothing when there is no rejects path)."""
         if self.path is None:
             return
         if self._fh is None:
@@ -160,6 +161,7 @@ class Rejects:
         self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
 
     def close(self) -> None:
+        """Close the file; remove a stale one from an earlier run when nothing was rejected."""
         if self._fh is not None:
             self._fh.close()
         elif self.path is not None and self.path.exists():

@@ -219,11 +219,11 @@ def export(
             store, out, groups, rejects=rejects, progress=progress, options=options, batch_size=batch_size
         )
     summary = ExportSummary()
-    update, close = progress_bar(progress)
+    pipeline = Pipeline(store, group_reward_fns=group_reward_fns, summary=summary, **options)
+    total = pipeline.reader.total_bytes() if progress and pipeline.reader is not None else None
+    update, close = progress_bar(progress, total)
+    pipeline.progress = update
     try:
-        pipeline = Pipeline(
-            store, group_reward_fns=group_reward_fns, summary=summary, progress=update, **options
-        )
         with gc_paced():
             return write_pairs(pipeline, out, summary=summary, rejects=rejects, batch_size=batch_size)
     finally:

@@ -159,7 +159,7 @@ def _files(parts_dir: Path, i: int) -> dict[str, str]:
 def run_job(job_path: str) -> int:
     """Worker process entry point (``python -m sdk.episodes._worker JOB``): export one chain group.
 
-    Prints ``progress N`` lines (calls read) on stdout; pickles ``("ok", summary)``
+    Prints ``progress CALLS BYTES`` lines (read since the last one) on stdout; pickles ``("ok", summary)``
     or ``("error", (is_episode_error, message))`` next to the job file.
     """
     decline_pyarrow()
@@ -169,17 +169,18 @@ def run_job(job_path: str) -> int:
     try:
         reader = _SubsetReader(job["store"], job["chains"], job, _stdio_exchange)
         summary = ExportSummary()
-        pending = 0
+        calls = nbytes = 0
         last = time.monotonic()
 
-        def progress(n: int) -> None:
-            nonlocal pending, last
-            pending += n
+        def progress(n: int, b: int) -> None:
+            nonlocal calls, nbytes, last
+            calls += n
+            nbytes += b
             now = time.monotonic()
             if now - last >= 0.2:
-                sys.stdout.write(f"progress {pending}\n")
+                sys.stdout.write(f"progress {calls} {nbytes}\n")
                 sys.stdout.flush()
-                pending, last = 0, now
+                calls, nbytes, last = 0, 0, now
 
         pipeline = Pipeline(reader, summary=summary, progress=progress, **job["options"])
         with gc_paced():
@@ -192,7 +193,7 @@ def run_job(job_path: str) -> int:
                 batch_size=job["batch_size"],
                 row_group_size=job["batch_size"],
             )
-        sys.stdout.write(f"progress {pending}\n")
+        sys.stdout.write(f"progress {calls} {nbytes}\n")
         summary._rewards = {}  # recomputed from the merged file
         result: tuple[str, Any] = ("ok", summary)
     except BaseException as exc:  # reported to the parent, which raises it
@@ -229,21 +230,23 @@ def export_parallel(
     readers: dict[int, threading.Thread] = {}
     scanned = {i: threading.Event() for i in range(1, len(groups))}
     outcomes: dict[int, ExportSummary] = {}
-    update, close = progress_bar(progress)
+    total = sum(f.stat().st_size for group in groups for chain in group for f in chain)
+    update, close = progress_bar(progress, total)
     lock = threading.Lock()
 
-    def count(n: int) -> None:
+    def count(calls: int, nbytes: int) -> None:
         assert update is not None
         with lock:
-            update(n)
+            update(calls, nbytes)
 
     def follow(i: int, proc: subprocess.Popen[bytes]) -> None:
-        # Workers report calls read as "progress N" lines and the end of their reward scan as "scanned";
-        # anything else on stdout is ignored.
+        # Workers report calls and bytes read as "progress CALLS BYTES" lines and the end of their
+        # reward scan as "scanned"; anything else on stdout is ignored.
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith(b"progress ") and update is not None:
-                count(int(line.split()[1]))
+                _, calls, nbytes = line.split()
+                count(int(calls), int(nbytes))
             elif line == b"scanned\n":
                 scanned[i].set()
         scanned[i].set()  # it exited: its result says why

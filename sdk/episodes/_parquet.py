@@ -311,14 +311,41 @@ def read_episodes(path: str | os.PathLike[str], *, columns: list[str] | None = N
 
 
 def progress_bar(
-    enabled: bool, unit: str = "call"
-) -> tuple[Callable[[int], None] | None, Callable[[], None]]:
-    """A tqdm progress callback on stderr (``None`` when disabled or tqdm is missing) and its closer."""
+    enabled: bool, total_bytes: int | None = None
+) -> tuple[Callable[[int, int], None] | None, Callable[[], None]]:
+    """A tqdm progress callback ``update(calls, bytes)`` on stderr and its closer.
+
+    With ``total_bytes`` (a store's size) the bar shows the share of the store read and an ETA, with the
+    calls read beside it; without, calls only. The callback is ``None`` when disabled or without tqdm.
+    """
     if not enabled:
         return None, lambda: None
     try:
         from tqdm import tqdm
     except ImportError:
         return None, lambda: None
-    bar = tqdm(unit=unit, unit_scale=True, dynamic_ncols=True, leave=False, desc="export")
-    return bar.update, bar.close
+    if not total_bytes:
+        bar = tqdm(unit="call", unit_scale=True, dynamic_ncols=True, leave=False, desc="export")
+
+        def calls_only(calls: int, _bytes: int) -> None:
+            bar.update(calls)
+
+        return calls_only, bar.close
+    bar = tqdm(
+        total=total_bytes,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        dynamic_ncols=True,
+        leave=False,
+        desc="export",
+    )
+    read = 0
+
+    def update(calls: int, nbytes: int) -> None:
+        nonlocal read
+        read += calls
+        bar.set_postfix_str(f"{read:,} calls", refresh=False)
+        bar.update(nbytes)
+
+    return update, bar.close

@@ -81,7 +81,7 @@ class Pipeline:
         require_reward: bool = True,
         strict: bool = False,
         summary: ExportSummary | None = None,
-        progress: Callable[[int], None] | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> None:
         split_by = tuple(split_by)
         bad = [k for k in split_by if k not in ("agent", "model")]
@@ -118,6 +118,7 @@ class Pipeline:
 
     def _built(self) -> Iterator[Pair]:
         summary, opts = self.summary, self.opts
+        pending = sessions = reported = 0  # progress: calls and bytes not reported yet
         for s in self._sessions:
             summary.sessions += 1
             n = len(s.calls)
@@ -135,7 +136,15 @@ class Pipeline:
                         problems += apply_reward_fns(ep, self.fns, opts.reward_name)
                     yield ep, problems
             if self.progress is not None:
-                self.progress(n)
+                pending += n
+                sessions += 1
+                if sessions % 64 == 0:  # the read position costs a system call: not for every session
+                    position = self.reader.bytes_read if self.reader is not None else 0
+                    self.progress(pending, position - reported)
+                    pending, reported = 0, position
+        if self.progress is not None:
+            position = self.reader.bytes_read if self.reader is not None else 0
+            self.progress(pending, position - reported)
         self._check_store()
 
     def _grouped(self, pairs: Iterator[Pair]) -> Iterator[Pair]:

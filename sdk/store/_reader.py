@@ -133,6 +133,18 @@ class StoreReader:
         self.num_sessions = 0
         self.num_merged = 0
         self.index_limit = DEFAULT_LIMIT
+        self._bytes_done = 0  # segments read whole by the main pass
+        self._segment: Any = None  # the one it is reading
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes of segment files the main pass has read so far (for progress; see :meth:`total_bytes`)."""
+        fh = self._segment
+        return self._bytes_done + (fh.tell() if fh is not None and not fh.closed else 0)
+
+    def total_bytes(self) -> int:
+        """Bytes of every segment file now in the store."""
+        return sum(f.stat().st_size for chain in self.segments() for f in chain)
 
     def segments(self) -> list[list[Path]]:
         """Segment files grouped by writing process, each group in write order."""
@@ -156,6 +168,7 @@ class StoreReader:
             # copies of it in memory. A 64 KiB buffer: with the default 8 KiB, lines of a few KB (token
             # data) mostly straddle two buffers, and reading them cost 4x more.
             with open(seg, "rb", buffering=1 << 16) as fh:
+                self._segment = fh
                 for n, raw in enumerate(fh, 1):
                     if raw[-1] != 10:  # b"\n"
                         # A line without its newline is a write cut short (kill, crash): expected only at
@@ -192,6 +205,8 @@ class StoreReader:
                         yield event, name, n, raw
                     else:
                         self._problem(reason, f"{name}:{n}")
+                self._bytes_done += os.fstat(fh.fileno()).st_size
+                self._segment = None
 
     def _rewards(self, chains: list[list[Path]]) -> RewardIndex:
         # Rewards may arrive after a session ended, or from another process (post-hoc scoring): collect

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import polars as pl
@@ -214,3 +215,32 @@ def test_rewards_given_anywhere_reach_their_sessions_in_both_modes(tmp_path: Pat
         assert dict(s.store_problems) == {"invalid_reward": 1, "reward_for_unknown_session": 10_001}
     rewards = dict(pl.read_parquet(tmp_path / "one.parquet").select("session_id", "reward").iter_rows())
     assert rewards["p0s3"] == 0.25 and rewards["p1s3"] == 0.75 and rewards["early"] == 0.5
+
+
+def test_progress_counts_every_call_and_byte_of_the_store(tmp_path: Path) -> None:
+    from sdk.episodes._pipeline import Pipeline
+    from sdk.store import StoreReader
+
+    store = multi_process_store(tmp_path / "store")
+    reader = StoreReader(store)
+    seen = [0, 0]
+
+    def progress(calls: int, nbytes: int) -> None:
+        seen[0] += calls
+        seen[1] += nbytes
+
+    pipeline = Pipeline(reader, progress=progress, require_reward=False)
+    episodes = sum(1 for _ in pipeline)
+    assert episodes == 12 and seen == [pipeline.summary.calls, reader.total_bytes()]
+    assert reader.bytes_read == reader.total_bytes()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_progress_bar_shows_the_share_of_the_store_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: int
+) -> None:
+    pytest.importorskip("tqdm")
+    store = multi_process_store(tmp_path / "store")
+    export(store, tmp_path / "e.parquet", workers=workers, progress=True)
+    err = capsys.readouterr().err
+    assert re.search(r"export:\s+\d+%\|", err)  # a percentage: the bar knows the store's size (and an ETA)

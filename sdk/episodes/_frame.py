@@ -76,7 +76,7 @@ def _pyarrow(load: bool = False) -> Any:
     pyarrow builds a list column from offsets without copying. For token ids (hundreds per turn) that makes
     a vLLM-style export ~7% faster than polars' route, which gives the same columns; for messages, tool
     calls and rewards both cost the same, and loading pyarrow costs ~45 MB of memory per process. So only
-    token data loads it (see :func:`decline_pyarrow`); once loaded, it serves every column.
+    token data loads it (see :func:`pyarrow_declined`); once loaded, it serves every column.
     """
     module = sys.modules.get("pyarrow")
     if module is None and load and _LOAD_PYARROW[0]:
@@ -88,18 +88,13 @@ def _pyarrow(load: bool = False) -> Any:
     return module
 
 
-def decline_pyarrow() -> None:
-    """Build list columns with polars in this process unless pyarrow is loaded already.
-
-    For export workers: loading pyarrow costs ~45 MB in every process, and with N workers memory, not
-    speed, is what runs short.
-    """
-    _LOAD_PYARROW[0] = False
-
-
 @contextlib.contextmanager
 def pyarrow_declined() -> Iterator[None]:
-    """:func:`decline_pyarrow` for the duration of a block (a parallel export's own share of the work)."""
+    """Build list columns with polars in this block unless pyarrow is loaded already.
+
+    For parallel exports: loading pyarrow costs ~45 MB in every process, and with N processes memory, not
+    speed, is what runs short.
+    """
     before = _LOAD_PYARROW[0]
     _LOAD_PYARROW[0] = False
     try:

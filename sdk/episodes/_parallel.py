@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import pickle
 import shutil
@@ -31,11 +30,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sdk.episodes._frame import decline_pyarrow, pyarrow_declined
-from sdk.episodes._parquet import Rejects, default_rejects_path, pair_frames, progress_bar, sink, write_pairs
+from sdk.episodes._frame import pyarrow_declined
+from sdk.episodes._parquet import (
+    Rejects,
+    default_rejects_path,
+    pair_frames,
+    progress_bar,
+    reject_line,
+    sink,
+    write_pairs,
+)
 from sdk.episodes._pipeline import Pipeline, gc_paced
 from sdk.episodes._summary import ExportSummary
-from sdk.episodes._validate import EpisodeError
+from sdk.episodes._validate import EpisodeError, Problem
 from sdk.store import StoreReader
 from sdk.store._index import RewardIndex, insert_rows, scan_rewards
 from sdk.store._reader import usable
@@ -162,7 +169,6 @@ def run_job(job_path: str) -> int:
     Prints ``progress CALLS BYTES`` lines (read since the last one) on stdout; pickles ``("ok", summary)``
     or ``("error", (is_episode_error, message))`` next to the job file.
     """
-    decline_pyarrow()
     with open(job_path, "rb") as fh:
         job = pickle.load(fh)
     result_path = job_path + ".result"
@@ -183,7 +189,7 @@ def run_job(job_path: str) -> int:
                 calls, nbytes, last = 0, 0, now
 
         pipeline = Pipeline(reader, summary=summary, progress=progress, **job["options"])
-        with gc_paced():
+        with gc_paced(), pyarrow_declined():
             # Parts are appended a batch at a time: row groups of one batch keep the workers' memory low.
             write_pairs(
                 pipeline,
@@ -390,21 +396,8 @@ def _drop_duplicates(
     lines: list[str] = []
     for ep in dropped:
         drop.add(ep.pop("_row"))
-        problem = {
-            "code": "duplicate_id",
-            "message": f"episode id {ep['episode_id']!r} was already seen",
-            "message_index": None,
-            "severity": "error",
-        }
-        record = {
-            "episode_id": ep["episode_id"],
-            "session_id": ep["session_id"],
-            "task_id": ep["task_id"],
-            "reasons": ["duplicate_id"],
-            "problems": [problem],
-            "episode": ep,
-        }
-        lines.append(json.dumps(record, ensure_ascii=False))
+        problem = Problem("duplicate_id", f"episode id {ep['episode_id']!r} was already seen")
+        lines.append(reject_line(ep, [problem]))
     summary.rejected["duplicate_id"] += len(dropped)
     sink(_slices(str(merged), batch_size, drop), out)
     return lines

@@ -14,13 +14,14 @@ from sdk.episodes._frame import episodes_frame, sanitize
 from sdk.episodes._pipeline import Pair, validate_only
 from sdk.episodes._schema import SCHEMA_VERSION, polars_schema
 from sdk.episodes._summary import ExportSummary
-from sdk.episodes._validate import EpisodeError
+from sdk.episodes._validate import EpisodeError, Problem
 
 __all__ = [
     "Rejects",
     "default_rejects_path",
     "pair_frames",
     "read_episodes",
+    "reject_line",
     "sink",
     "write_pairs",
     "write_parquet",
@@ -133,6 +134,19 @@ def sink(frames: Iterator[Any], path: Path, row_group_size: int | None = None) -
             parts.rmdir()
 
 
+def reject_line(ep: dict[str, Any], problems: list[Problem]) -> str:
+    """One line of a rejects file: the episode's ids, its error codes, every problem and the episode."""
+    record = {
+        "episode_id": ep.get("episode_id"),
+        "session_id": ep.get("session_id"),
+        "task_id": ep.get("task_id"),
+        "reasons": sorted({p.code for p in problems if p.is_error}),
+        "problems": [p.to_dict() for p in problems],
+        "episode": ep,
+    }
+    return json.dumps(record, ensure_ascii=False, default=str)
+
+
 class Rejects:
     """The rejects file, created on the first reject (JSON lines: reasons, problems and the episode)."""
 
@@ -150,15 +164,7 @@ class Rejects:
             # backslashreplace writes a lone surrogate as the JSON escape it came from.
             self._fh = open(self.path, "w", encoding="utf-8", errors="backslashreplace")
             self.summary.rejects_path = str(self.path)
-        record = {
-            "episode_id": ep.get("episode_id"),
-            "session_id": ep.get("session_id"),
-            "task_id": ep.get("task_id"),
-            "reasons": sorted({p.code for p in problems if p.is_error}),
-            "problems": [p.to_dict() for p in problems],
-            "episode": ep,
-        }
-        self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        self._fh.write(reject_line(ep, problems) + "\n")
 
     def close(self) -> None:
         """Close the file; remove a stale one from an earlier run when nothing was rejected."""

@@ -7,10 +7,16 @@ two worker processes). When the installed polars is the recorded one, the files 
 With another polars the bytes may legitimately differ (its Parquet writer changes), so the test then
 compares what the bytes mean instead: the decoded frame (schema and every value) and the file's
 key-value metadata (tracerl and schema versions), exactly.
+
+The write side too: today's capture of the same sessions (``make_store_v1.write_store``) writes the same
+event lines as the fixture's, once ids, times, pids and server-made request ids are replaced by stable
+placeholders.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -45,3 +51,31 @@ def test_store_v1_exports_as_it_did(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert got.schema == want.schema
         assert got.to_dicts() == want.to_dicts()
         assert _tracerl_metadata(out) == _tracerl_metadata(EXPECTED)
+
+
+def _normalised_lines(store: Path) -> list[str]:
+    """Event lines of ``store`` in the order written, ids numbered by first appearance, times zeroed."""
+    ids: dict[str, str] = {}
+    out = []
+    segments = sorted(
+        store.glob("*.jsonl"), key=lambda p: float(re.search(rb'"ts":([0-9.]+)', p.read_bytes())[1])
+    )
+    for segment in segments:
+        for line in segment.read_text(encoding="utf-8").splitlines():
+            line = re.sub(r"\b[0-9a-f]{32}\b", lambda m: ids.setdefault(m[0], f"id{len(ids)}"), line)
+            line = re.sub(r'"(ts|started_at|ended_at|pid)":[0-9.]+', r'"\1":0', line)
+            line = re.sub(r'"request_id":"[^"]*"', '"request_id":"req"', line)
+            out.append(line)
+    return out
+
+
+def test_capture_writes_the_fixture_lines(tmp_path: Path) -> None:
+    pytest.importorskip("openai")
+    spec = importlib.util.spec_from_file_location("make_store_v1", FIXTURES / "make_store_v1.py")
+    assert spec is not None and spec.loader is not None
+    make_store_v1 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_store_v1)
+    make_store_v1.write_store(tmp_path / "store")
+    want = _normalised_lines(FIXTURES / "store_v1")
+    assert len(want) == 44
+    assert _normalised_lines(tmp_path / "store") == want

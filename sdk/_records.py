@@ -1,4 +1,4 @@
-"""The CallRecord: one LLM call as the model saw it (DESIGN §3)."""
+"""The CallRecord: one LLM call as the model saw it, and what the store keeps of it (a ``call`` event)."""
 
 from __future__ import annotations
 
@@ -8,25 +8,10 @@ import time
 import uuid
 from typing import Any
 
-__all__ = ["CALL_DEFAULTS", "CallRecord", "new_id"]
+from sdk.store import _events as events
+from sdk.store._events import CALL_DEFAULTS
 
-CALL_DEFAULTS: dict[str, Any] = {
-    "parent_session_ids": [],
-    "endpoint": "chat.completions",
-    "response_model": None,
-    "agent": None,
-    "usage": None,
-    "stream": False,
-    "request_id": None,
-    "error": None,
-    "logprobs": None,
-    "prompt_token_ids": None,
-    "completion_token_ids": None,
-    "extra": None,
-    "source": "framework",
-    "same_call_as": None,
-}
-"""Values of the call fields that the writer omits when they hold their default."""
+__all__ = ["CALL_DEFAULTS", "CallRecord", "new_id"]
 
 # Never persisted: anything that can carry a credential.
 _SECRET_PARAM_KEYS = frozenset(
@@ -139,37 +124,31 @@ class CallRecord:
             params = {k: v for k, v in params.items() if k not in _SECRET_PARAM_KEYS}
         if params:
             request["params"] = params
-        event: dict[str, Any] = {
-            "event": "call",
-            "v": 1,
-            "call_id": self.call_id,
-            "session_id": session_id,
-            "framework": self.framework,
-            "model": self.model,
-            "request": request,
-            "response": {"message": self.response_message, "finish_reason": self.finish_reason},
-            "started_at": round(self.started_at, 6),
-            "ended_at": round(self.ended_at if self.ended_at is not None else time.time(), 6),
-        }
-        # Only what carries information is written: the store's size is per-call overhead plus what is
-        # new in the conversation, and the reader restores every default (see CALL_DEFAULTS).
+        # Only what carries information is written (see CALL_DEFAULTS).
         optional = (
             ("parent_session_ids", parent_session_ids),
-            ("endpoint", None if self.endpoint == "chat.completions" else self.endpoint),
+            ("endpoint", self.endpoint),
             ("response_model", self.response_model),
             ("agent", self.agent),
             ("usage", self.usage),
-            ("stream", self.stream or None),
+            ("stream", self.stream),
             ("request_id", self.request_id),
             ("error", self.error),
             ("logprobs", self.logprobs),
             ("prompt_token_ids", self.prompt_token_ids),
             ("completion_token_ids", self.completion_token_ids),
             ("extra", self.extra),
-            ("source", None if self.source == "framework" else self.source),
+            ("source", self.source),
             ("same_call_as", same_call_as),
         )
-        for key, value in optional:
-            if value:
-                event[key] = value
-        return event
+        return events.call(
+            self.call_id,
+            session_id,
+            framework=self.framework,
+            model=self.model,
+            request=request,
+            response={"message": self.response_message, "finish_reason": self.finish_reason},
+            started_at=round(self.started_at, 6),
+            ended_at=round(self.ended_at if self.ended_at is not None else time.time(), 6),
+            optional=optional,
+        )

@@ -3,14 +3,15 @@
 The embedded store is a directory of append-only JSON-line segment files (one per process). Write
 through :mod:`sdk` (sessions, rewards); read back with :class:`StoreReader` / :func:`read_sessions`.
 
-Event lines (``v`` = 1), one JSON object per line:
+Event lines (``v`` = 1), one JSON object per line, built only by the constructors of
+``sdk.store._events``:
 
 - ``session_start``: ``session_id, ts, task_id, sample, metadata, parent_session_ids, implicit, pid``
 - ``call``: a CallRecord; ``request.messages`` holds only what is new relative to an earlier call of
   the same session (``request.base = {"call_id", "n"}``: the first ``n`` messages of that call's
   request messages + response message; no ``call_id`` means the session's previous call); with a
   base, absent ``request.tools`` means the base's tools. Fields at their default are omitted
-  (``sdk._records.CALL_DEFAULTS``); the reader restores them. ``same_call_as`` links a framework
+  (``sdk.store._events.CALL_DEFAULTS``); the reader restores them. ``same_call_as`` links a framework
   hook's record to the recording transport's record of the same call (merged on read)
 - ``reward``: ``session_id, value, name, call_id, ts``
 - ``session_end``: ``session_id, ts, status ("ok" | "error"), error, num_calls``
@@ -29,7 +30,9 @@ import os
 import time
 from pathlib import Path
 
-from sdk.store._reader import EVENT_VERSION, StoredSession, StoreReader, read_sessions
+from sdk.store import _events as events
+from sdk.store._events import EVENT_VERSION
+from sdk.store._reader import StoredSession, StoreReader, read_sessions
 from sdk.store._writer import SegmentWriter
 
 __all__ = ["EVENT_VERSION", "SegmentWriter", "StoreReader", "StoredSession", "add_reward", "read_sessions"]
@@ -51,25 +54,14 @@ def add_reward(
         >>> import tempfile
         >>> add_reward(tempfile.mkdtemp(), "0123abcd", 1.0)
     """
-    from sdk._session import _check_reward
-    from sdk._tracer import encode_event
-
-    v = _check_reward(value, name)
+    v = events.check_reward(value, name)
     path = Path(store)
     if not path.is_dir():
         raise FileNotFoundError(f"no tracerl store at {str(path)!r}")
     writer = SegmentWriter(path)
-    event = {
-        "event": "reward",
-        "v": EVENT_VERSION,
-        "session_id": session_id,
-        "value": v,
-        "name": name,
-        "call_id": call_id,
-        "ts": time.time(),
-    }
+    event = events.reward(session_id, v, name, call_id, time.time())
     try:
-        if not writer.append(encode_event(event)):
+        if not writer.append(events.encode_event(event)):
             raise OSError(f"could not write the reward to {str(path)!r}")
     finally:
         writer.close()

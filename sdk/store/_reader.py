@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk._json import JSONError, loads, strict_loads
-from sdk._records import CALL_DEFAULTS
+from sdk.store._events import CALL_DEFAULTS, EVENT_VERSION
 from sdk.store._index import (
     DEFAULT_LIMIT,
     END_MARK,
@@ -33,7 +33,6 @@ from sdk.store._writer import SEGMENT_SUFFIX
 
 __all__ = ["EVENT_VERSION", "StoreReader", "StoredSession", "read_sessions"]
 
-EVENT_VERSION = 1
 """Version written in every event's ``v`` field; readers reject larger versions (counted)."""
 
 _KNOWN_EVENTS = frozenset({"session_start", "call", "reward", "session_end"})

@@ -1,0 +1,221 @@
+"""The store's event format: the only place events are built and encoded.
+
+One constructor per event type (:func:`session_start`, :func:`call`, :func:`reward`,
+:func:`session_end`) returns the event as a dict with its keys in the order they are written; the
+fields are documented in :mod:`sdk.store`. :func:`encode_event` turns an event into the line appended
+to a segment. The reader checks ``v`` against :data:`EVENT_VERSION` and restores the call fields the
+writer omitted (:data:`CALL_DEFAULTS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+from pathlib import Path
+from typing import Any
+
+from sdk._internal import count, warn_once
+
+__all__ = [
+    "CALL_DEFAULTS",
+    "EVENT_VERSION",
+    "call",
+    "check_reward",
+    "encode_event",
+    "reward",
+    "session_end",
+    "session_start",
+]
+
+EVENT_VERSION = 1
+"""Version of the event lines (``"v"``); the reader skips and counts events of a newer version."""
+
+CALL_DEFAULTS: dict[str, Any] = {
+    "parent_session_ids": [],
+    "endpoint": "chat.completions",
+    "response_model": None,
+    "agent": None,
+    "usage": None,
+    "stream": False,
+    "request_id": None,
+    "error": None,
+    "logprobs": None,
+    "prompt_token_ids": None,
+    "completion_token_ids": None,
+    "extra": None,
+    "source": "framework",
+    "same_call_as": None,
+}
+"""Values of the call fields that the writer omits when they hold their default."""
+
+
+def session_start(
+    session_id: str,
+    *,
+    ts: float,
+    task_id: str | None,
+    sample: int | None,
+    metadata: dict[str, Any],
+    parent_session_ids: list[str],
+    implicit: bool,
+    pid: int,
+) -> dict[str, Any]:
+    """The ``session_start`` event.
+
+    Example:
+        >>> session_start("s1", ts=1.0, task_id="t1", sample=None, metadata={}, parent_session_ids=[],
+        ...               implicit=False, pid=1)["event"]
+        'session_start'
+    """
+    return {
+        "event": "session_start",
+        "v": EVENT_VERSION,
+        "session_id": session_id,
+        "ts": ts,
+        "task_id": task_id,
+        "sample": sample,
+        "metadata": metadata,
+        "parent_session_ids": parent_session_ids,
+        "implicit": implicit,
+        "pid": pid,
+    }
+
+
+def call(
+    call_id: str,
+    session_id: str,
+    *,
+    framework: str,
+    model: str | None,
+    request: dict[str, Any],
+    response: dict[str, Any],
+    started_at: float,
+    ended_at: float,
+    optional: tuple[tuple[str, Any], ...] = (),
+) -> dict[str, Any]:
+    """The ``call`` event; of the ``optional`` ``(field, value)`` pairs only values that carry information.
+
+    A value is written when it is truthy and differs from its :data:`CALL_DEFAULTS` entry: the store's
+    size is per-call overhead plus what is new in the conversation, and the reader restores the defaults.
+
+    Example:
+        >>> e = call("c1", "s1", framework="openai", model="m", request={"messages": []},
+        ...          response={"message": None, "finish_reason": None}, started_at=1.0, ended_at=2.0,
+        ...          optional=(("stream", False), ("source", "transport")))
+        >>> e["source"], "stream" in e
+        ('transport', False)
+    """
+    event: dict[str, Any] = {
+        "event": "call",
+        "v": EVENT_VERSION,
+        "call_id": call_id,
+        "session_id": session_id,
+        "framework": framework,
+        "model": model,
+        "request": request,
+        "response": response,
+        "started_at": started_at,
+        "ended_at": ended_at,
+    }
+    for key, value in optional:
+        if value and value != CALL_DEFAULTS[key]:
+            event[key] = value
+    return event
+
+
+def reward(session_id: str, value: float, name: str, call_id: str | None, ts: float) -> dict[str, Any]:
+    """The ``reward`` event (``value`` checked by :func:`check_reward` first).
+
+    Example:
+        >>> reward("s1", 1.0, "reward", None, 5.0)["value"]
+        1.0
+    """
+    return {
+        "event": "reward",
+        "v": EVENT_VERSION,
+        "session_id": session_id,
+        "value": value,
+        "name": name,
+        "call_id": call_id,
+        "ts": ts,
+    }
+
+
+def session_end(
+    session_id: str, *, ts: float | None, error: BaseException | None, num_calls: int
+) -> dict[str, Any]:
+    """The ``session_end`` event; ``error`` is the exception the session ended with, if any.
+
+    Example:
+        >>> session_end("s1", ts=2.0, error=ValueError("bad"), num_calls=3)["error"]
+        {'type': 'ValueError', 'message': 'bad'}
+    """
+    return {
+        "event": "session_end",
+        "v": EVENT_VERSION,
+        "session_id": session_id,
+        "ts": ts,
+        "status": "ok" if error is None else "error",
+        "error": None if error is None else {"type": type(error).__name__, "message": str(error)[:2000]},
+        "num_calls": num_calls,
+    }
+
+
+def check_reward(value: object, name: object) -> float:
+    """Return ``value`` as a float, or raise ``ValueError`` for a non-finite or non-real value or a bad name.
+
+    Example:
+        >>> check_reward(1, "reward")
+        1.0
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"reward must be a real number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        raise ValueError(f"reward must be a finite number, got {v!r}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"reward name must be a non-empty string, got {name!r}")
+    return v
+
+
+def _json_default(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return dump(mode="json")
+        except Exception:
+            pass
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    count("values_stored_as_repr")
+    warn_once(
+        f"repr:{type(value).__qualname__}",
+        "a value of type %s is not JSON-serialisable; it is stored as its repr()",
+        type(value).__qualname__,
+    )
+    return repr(value)
+
+
+def encode_event(event: dict[str, Any]) -> bytes:
+    r"""Encode one event as a newline-terminated JSON line.
+
+    Example:
+        >>> encode_event({"event": "reward", "value": 1.0})
+        b'{"event":"reward","value":1.0}\\n'
+    """
+    text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # lone surrogates: escape them so the line stays valid UTF-8
+        return json.dumps(event, separators=(",", ":"), default=_json_default).encode("ascii") + b"\n"

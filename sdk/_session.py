@@ -1,6 +1,6 @@
 """Sessions: the scope every captured call belongs to.
 
-``session(...)`` returns one object with four roles (style.md convention 6): a ``with`` / ``async with``
+``session(...)`` returns one object with four roles: a ``with`` / ``async with``
 context manager and a decorator for ``def``, ``async def``, generator and async generator functions.
 Each entry creates a fresh :class:`Session`; the current session lives in a ``ContextVar``, so it
 follows asyncio tasks. Plain threads and executors do not carry context in Python: use :func:`wrap`.
@@ -11,192 +11,17 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-import math
-import numbers
-import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from sdk._context import Session, _current, current_session
 from sdk._internal import warn_once
-from sdk._records import new_id
-from sdk._tracer import _MAX_THREADS_PER_SESSION, _common_prefix, encode_event, tracer
-
-if TYPE_CHECKING:
-    from sdk._records import CallRecord
-    from sdk._tracer import Tracer
+from sdk._tracer import tracer
 
 __all__ = ["Session", "SessionScope", "current_session", "reward", "session", "wrap"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_current: contextvars.ContextVar[Session | None] = contextvars.ContextVar("tracerl_session", default=None)
-
-
-def current_session() -> Session | None:
-    """Return the innermost active session in this context, or ``None``.
-
-    Example:
-        >>> current_session() is None
-        True
-    """
-    return _current.get()
-
-
-def _check_reward(value: object, name: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"reward must be a real number, got {type(value).__name__} {value!r}")
-    v = float(value)
-    if math.isnan(v) or math.isinf(v):
-        raise ValueError(f"reward must be a finite number, got {v!r}")
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"reward name must be a non-empty string, got {name!r}")
-    return v
-
-
-class Session:
-    """A running session: the calls, rewards and metadata of one attempt at one task.
-
-    Created by :func:`session`; you receive it from ``with session(...) as s``.
-
-    Attributes:
-        session_id: Unique id (also in the store).
-        task_id: Groups sessions into GRPO groups; inherited from the enclosing session if not given.
-        sample: Optional sample / rollout index.
-        metadata: Merged metadata (enclosing sessions' first, this one's wins).
-        parent_session_ids: Enclosing sessions' ids, outermost first.
-        num_calls: Calls recorded in this session and in sessions nested inside it.
-        rewards: ``(name, value, call_id)`` tuples given so far.
-
-    Example:
-        >>> with session(task_id="t1") as s:
-        ...     s.reward(1.0)
-        >>> s.rewards
-        [('reward', 1.0, None)]
-    """
-
-    __slots__ = (
-        "session_id",
-        "task_id",
-        "sample",
-        "metadata",
-        "parent",
-        "parent_session_ids",
-        "implicit",
-        "started_at",
-        "ended_at",
-        "num_calls",
-        "rewards",
-        "last_call_id",
-        "_lock",
-        "_threads",
-        "_token",
-        "_scope",
-        "_transport_calls",
-    )
-
-    def __init__(
-        self,
-        task_id: str | None,
-        metadata: dict[str, Any],
-        *,
-        sample: int | None = None,
-        parent: Session | None = None,
-        session_id: str | None = None,
-        implicit: bool = False,
-    ) -> None:
-        self.session_id = session_id or new_id()
-        self.task_id = task_id
-        self.sample = sample
-        self.metadata = metadata
-        self.parent = parent
-        self.parent_session_ids: list[str] = (
-            [*parent.parent_session_ids, parent.session_id] if parent is not None else []
-        )
-        self.implicit = implicit
-        self.started_at = time.time()
-        self.ended_at: float | None = None
-        self.num_calls = 0
-        self.rewards: list[tuple[str, float, str | None]] = []
-        self.last_call_id: str | None = None
-        self._lock = threading.Lock()
-        # Recent threads for prefix deduplication: (call_id, request messages + response, tools).
-        self._threads: list[tuple[str, list[Any], Any]] = []
-        self._token: contextvars.Token[Session | None] | None = None
-        self._scope: SessionScope | None = None
-        # Recent calls seen by a recording transport, by fingerprint, so that a framework hook's view of
-        # the same call is linked to it (the reader merges the two) instead of counted twice.
-        self._transport_calls: dict[Any, str] = {}
-
-    def __repr__(self) -> str:
-        return f"Session(session_id={self.session_id!r}, task_id={self.task_id!r}, calls={self.num_calls})"
-
-    def reward(self, value: float, name: str = "reward", *, call_id: str | None = None) -> None:
-        """Record a reward for this session (or for one of its calls with ``call_id``).
-
-        The last value given under a name wins. May be called after the session ended (post-hoc
-        scoring). Raises ``ValueError`` for non-numbers, NaN and infinities.
-
-        Args:
-            value: A finite real number.
-            name: Reward name; ``"reward"`` is the episode reward trainers use by default.
-            call_id: Attach the reward to one call (see ``Session.last_call_id``).
-
-        Example:
-            >>> with session(task_id="t1") as s:
-            ...     s.reward(0.5, name="format")
-        """
-        v = _check_reward(value, name)
-        self.rewards.append((name, v, call_id))
-        tracer.reward(self, v, name, call_id)
-
-    def _record(self, record: CallRecord, t: Tracer) -> bool:
-        """Write ``record``; ``False`` when it only completes a call the transport already recorded."""
-        messages = record.messages
-        with self._lock:
-            same_call_as = None
-            if record.source == "transport":
-                fp = record.fingerprint()
-                if fp is not None:
-                    self._transport_calls[fp] = record.call_id
-                    if len(self._transport_calls) > 16:
-                        del self._transport_calls[next(iter(self._transport_calls))]
-            elif self._transport_calls:
-                same_call_as = self._transport_calls.pop(record.fingerprint(), None)
-            best_n, best = 0, None
-            for cand in reversed(self._threads):
-                n = _common_prefix(messages, cand[1])
-                if n > best_n:
-                    best_n, best = n, cand
-                    if n == len(cand[1]):
-                        break
-            if best is None:
-                event = record.to_event(self.session_id, self.parent_session_ids, same_call_as=same_call_as)
-            else:
-                # The usual base is the session's previous call: then its id is implied.
-                base = {"n": best_n} if best is self._threads[-1] else {"call_id": best[0], "n": best_n}
-                event = record.to_event(
-                    self.session_id,
-                    self.parent_session_ids,
-                    messages=messages[best_n:],
-                    base=base,
-                    tools_from_base=record.tools == best[2],
-                    same_call_as=same_call_as,
-                )
-            thread = messages if record.response_message is None else [*messages, record.response_message]
-            self._threads.append((record.call_id, thread, record.tools))
-            if len(self._threads) > _MAX_THREADS_PER_SESSION:
-                del self._threads[0]
-            # Written under the session lock so a call is never on disk before the call it builds on.
-            t.writer.append(encode_event(event))
-            self.last_call_id = record.call_id
-        if same_call_as is not None:
-            return False  # the transport's record of this call was counted already
-        s: Session | None = self
-        while s is not None:
-            s.num_calls += 1
-            s = s.parent
-        return True
 
 
 class SessionScope:
@@ -230,7 +55,9 @@ class SessionScope:
         metadata = {**parent.metadata, **self.metadata} if parent is not None else dict(self.metadata)
         if task_id is None and parent is not None:
             task_id = parent.task_id
-        s = Session(task_id, metadata, sample=sample, parent=parent, session_id=self.session_id)
+        s = Session(
+            task_id, metadata, sample=sample, parent=parent, session_id=self.session_id, tracer=tracer
+        )
         s._scope = self
         tracer.session_started(s)
         s._token = _current.set(s)

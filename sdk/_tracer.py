@@ -1,85 +1,31 @@
-"""The tracer: attaches calls to sessions, deduplicates multi-turn prefixes, and appends events.
+"""The tracer: owns the configuration, the store writer and the implicit session, and appends events.
 
 The hot path (:meth:`Tracer.record_call`) runs on the user's thread for every LLM call. It does the
-minimum: a prefix comparison against the session's recent threads, one ``json.dumps`` of what is new,
-and one ``os.write``. It is firewalled: nothing in it can raise into the agent.
+minimum: the call's session compares it with its recent threads (prefix deduplication, in
+:meth:`sdk._context.Session._record`), then one ``json.dumps`` of what is new and one ``os.write``. It
+is firewalled: nothing in it can raise into the agent.
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
-import json
 import os
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sdk._config import Config, validate_store_path
+from sdk._context import Session, current_session
 from sdk._internal import capture_internal_exceptions, count, counters, warn_once
-from sdk._records import CallRecord
+from sdk.store import _events as events
+from sdk.store._events import encode_event
 from sdk.store._writer import SegmentWriter
 
 if TYPE_CHECKING:
-    from sdk._session import Session
+    from sdk._records import CallRecord
 
-__all__ = ["Tracer", "encode_event", "tracer"]
-
-_MAX_THREADS_PER_SESSION = 4
-
-
-def _json_default(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        try:
-            return dump(mode="json")
-        except Exception:
-            pass
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-    count("values_stored_as_repr")
-    warn_once(
-        f"repr:{type(value).__qualname__}",
-        "a value of type %s is not JSON-serialisable; it is stored as its repr()",
-        type(value).__qualname__,
-    )
-    return repr(value)
-
-
-def encode_event(event: dict[str, Any]) -> bytes:
-    r"""Encode one event as a newline-terminated JSON line.
-
-    Example:
-        >>> encode_event({"event": "reward", "value": 1.0})
-        b'{"event":"reward","value":1.0}\\n'
-    """
-    text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=_json_default)
-    try:
-        return text.encode("utf-8") + b"\n"
-    except UnicodeEncodeError:  # lone surrogates: escape them so the line stays valid UTF-8
-        return json.dumps(event, separators=(",", ":"), default=_json_default).encode("ascii") + b"\n"
-
-
-def _common_prefix(messages: list[Any], thread: list[Any]) -> int:
-    n = len(thread)
-    if len(messages) >= n and messages[:n] == thread:
-        return n
-    i = 0
-    for a, b in zip(messages, thread, strict=False):
-        if a != b:
-            break
-        i += 1
-    return i
+__all__ = ["Tracer", "tracer"]
 
 
 class Tracer:
@@ -153,18 +99,16 @@ class Tracer:
             return
         with capture_internal_exceptions("session_start"):
             self.append(
-                {
-                    "event": "session_start",
-                    "v": 1,
-                    "session_id": s.session_id,
-                    "ts": s.started_at,
-                    "task_id": s.task_id,
-                    "sample": s.sample,
-                    "metadata": s.metadata,
-                    "parent_session_ids": s.parent_session_ids,
-                    "implicit": s.implicit,
-                    "pid": os.getpid(),
-                }
+                events.session_start(
+                    s.session_id,
+                    ts=s.started_at,
+                    task_id=s.task_id,
+                    sample=s.sample,
+                    metadata=s.metadata,
+                    parent_session_ids=s.parent_session_ids,
+                    implicit=s.implicit,
+                    pid=os.getpid(),
+                )
             )
             count("sessions_started")
 
@@ -173,40 +117,17 @@ class Tracer:
         if not self.config.enabled:
             return
         with capture_internal_exceptions("session_end"):
-            err = None if error is None else {"type": type(error).__name__, "message": str(error)[:2000]}
-            self.append(
-                {
-                    "event": "session_end",
-                    "v": 1,
-                    "session_id": s.session_id,
-                    "ts": s.ended_at,
-                    "status": "ok" if error is None else "error",
-                    "error": err,
-                    "num_calls": s.num_calls,
-                }
-            )
+            self.append(events.session_end(s.session_id, ts=s.ended_at, error=error, num_calls=s.num_calls))
 
     def reward(self, s: Session, value: float, name: str, call_id: str | None) -> None:
         """Write a ``reward`` event for ``s``."""
         if not self.config.enabled:
             return
         with capture_internal_exceptions("reward"):
-            self.append(
-                {
-                    "event": "reward",
-                    "v": 1,
-                    "session_id": s.session_id,
-                    "value": value,
-                    "name": name,
-                    "call_id": call_id,
-                    "ts": time.time(),
-                }
-            )
+            self.append(events.reward(s.session_id, value, name, call_id, time.time()))
 
     def capture_target(self) -> Session | None:
         """The session a call starting now belongs to: the current one, else the implicit one."""
-        from sdk._session import current_session
-
         if not self.config.enabled:
             return None
         s = current_session()
@@ -221,11 +142,9 @@ class Tracer:
         s = self._implicit
         if s is not None and self._implicit_pid == os.getpid():
             return s
-        from sdk._session import Session
-
         with self._lock:
             if self._implicit is None or self._implicit_pid != os.getpid():
-                s = Session(task_id=None, metadata={}, implicit=True)
+                s = Session(task_id=None, metadata={}, implicit=True, tracer=self)
                 self.session_started(s)
                 self._implicit, self._implicit_pid = s, os.getpid()
             return self._implicit
@@ -244,7 +163,7 @@ class Tracer:
                     "recorded (counted in sdk.stats()['calls_outside_session_skipped'])",
                 )
                 return
-            if s._record(record, self):
+            if s._record(record):
                 count("calls_recorded")
 
     # -- lifecycle ---------------------------------------------------------------------------

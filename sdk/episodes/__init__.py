@@ -2,7 +2,7 @@
 
 A session splits into threads: a call continues a thread when its request extends that thread's
 previous request plus response, otherwise it starts a new one (another agent, a truncated or
-summarised context). Each thread is one episode (DESIGN §3). Rewards come from the store (session,
+summarised context). Each thread is one episode. Rewards come from the store (session,
 per-call and named rewards) and from reward functions applied at export; every episode is validated,
 and invalid ones are rejected with a reason and counted, never dropped silently.
 

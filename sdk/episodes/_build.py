@@ -232,6 +232,31 @@ def session_episodes(
     threads = _assign(s, opts, counts)
     if not threads:
         return []
+    session_rewards, call_rewards = _split_rewards(s, threads, counts)
+    task_id = s.task_id if isinstance(s.task_id, str) or s.task_id is None else str(s.task_id)
+    sample = _int(s.sample)
+    out = []
+    for th in threads:
+        named, call_reward_meta = _thread_rewards(th, session_rewards, call_rewards.get(th.index, ()))
+        ep = _episode(s, th, opts, len(threads), call_reward_meta, task_id, sample)
+        set_rewards(ep, named, opts.reward_name)
+        problems: list[Problem] = []
+        if th.incomplete:
+            problems.append(
+                Problem(
+                    "incomplete_request",
+                    f"{th.incomplete} call(s) build on a call missing from the store (missing_base): "
+                    "their earlier messages are lost",
+                )
+            )
+        out.append((ep, problems))
+    return out
+
+
+def _split_rewards(
+    s: StoredSession, threads: list[_Thread], counts: Counter[str]
+) -> tuple[dict[str, float], dict[int, list[dict[str, Any]]]]:
+    """The session's rewards by name (last wins), and its per-call rewards by thread index."""
     thread_of: dict[str, _Thread] = {}
     if any(r.get("call_id") is not None for r in s.rewards):  # per-call rewards: find their threads
         for th in threads:
@@ -251,41 +276,44 @@ def session_episodes(
             call_rewards.setdefault(thread_of[cid].index, []).append(r)
         else:
             counts["call_rewards_unmatched"] += 1
+    return session_rewards, call_rewards
 
-    task_id = s.task_id if isinstance(s.task_id, str) or s.task_id is None else str(s.task_id)
-    sample = _int(s.sample)
-    out = []
-    for th in threads:
-        stats = th.stats
-        turns = []
-        context_turns = []
-        for i, m in enumerate(th.messages):
-            if m["role"] == "assistant":
-                call = th.generated.get(i)
-                if call is None:
-                    context_turns.append(i)
-                turns.append(_turn(i, call, stats))
 
-        named = dict(session_rewards)
-        given_per_call: dict[str, float] = {}
-        call_reward_meta = []
-        per_call = call_rewards.get(th.index, ())
-        msg_index = {id(c): i for i, c in th.generated.items()} if per_call else {}
-        for r in per_call:
-            given_per_call[r["name"]] = given_per_call.get(r["name"], 0.0) + r["value"]
-            call = next(c for c in th.calls if c.get("call_id") == r["call_id"])
-            call_reward_meta.append(
-                {
-                    "call_id": r["call_id"],
-                    "message_index": msg_index.get(id(call)),
-                    "name": r["name"],
-                    "value": r["value"],
-                }
-            )
-        for name, value in given_per_call.items():
-            named.setdefault(name, value)
+def _thread_rewards(
+    th: _Thread, session_rewards: dict[str, float], per_call: Any
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """A thread's named rewards (session rewards, then per-call sums for other names) and their metadata."""
+    named = dict(session_rewards)
+    if not per_call:
+        return named, []
+    given_per_call: dict[str, float] = {}
+    call_reward_meta = []
+    msg_index = {id(c): i for i, c in th.generated.items()}
+    for r in per_call:
+        given_per_call[r["name"]] = given_per_call.get(r["name"], 0.0) + r["value"]
+        call = next(c for c in th.calls if c.get("call_id") == r["call_id"])
+        call_reward_meta.append(
+            {
+                "call_id": r["call_id"],
+                "message_index": msg_index.get(id(call)),
+                "name": r["name"],
+                "value": r["value"],
+            }
+        )
+    for name, value in given_per_call.items():
+        named.setdefault(name, value)
+    return named, call_reward_meta
 
-        # One pass over the thread's calls for everything the episode sums up.
+
+class _CallSums:
+    """What an episode sums up over its thread's calls, in one pass."""
+
+    __slots__ = (
+        "call_ids", "frameworks", "agents", "models", "response_models", "errors", "failed", "usage",
+        "started", "ended", "agent", "model", "tools", "finish_reason",
+    )  # fmt: skip
+
+    def __init__(self, calls: list[dict[str, Any]]) -> None:
         call_ids: list[Any] = []
         frameworks: dict[Any, None] = {}
         agents: dict[Any, None] = {}
@@ -295,7 +323,7 @@ def session_episodes(
         failed = p_tok = c_tok = t_tok = 0
         started = ended = None
         agent = model = tools = finish_reason = None
-        for c in th.calls:
+        for c in calls:
             call_ids.append(c.get("call_id"))
             fw = c.get("framework")
             frameworks[fw if type(fw) is str else _str(fw)] = None
@@ -338,70 +366,85 @@ def session_episodes(
             if type(t1) in (int, float) and (ended is None or t1 > ended):
                 ended = t1
         frameworks.pop(None, None)
-        tracerl: dict[str, Any] = {
-            "source": opts.source,
-            "call_ids": call_ids,
-            "threads_in_session": len(threads),
-            "frameworks": list(frameworks),
-            "agents": list(agents),
-            "models": list(models),
-            "response_models": list(response_models),
-            "finish_reason": finish_reason,
-            "failed_calls": failed,
+        self.call_ids, self.frameworks, self.agents, self.models = call_ids, frameworks, agents, models
+        self.response_models, self.errors, self.failed = response_models, errors, failed
+        self.usage = {
+            "prompt_tokens": _int(p_tok) or 0,
+            "completion_tokens": _int(c_tok) or 0,
+            "total_tokens": _int(t_tok) or 0,
         }
-        if errors:
-            tracerl["errors"] = errors
-        if s.parent_session_ids:
-            tracerl["parent_session_ids"] = s.parent_session_ids
-        if s.error:
-            tracerl["session_error"] = s.error
-        if call_reward_meta:
-            tracerl["call_rewards"] = call_reward_meta
-        if context_turns:
-            # Assistant messages the thread's calls did not generate (few-shot examples, injected history).
-            tracerl["context_assistant_messages"] = context_turns
-        if stats:
-            tracerl["normalization"] = dict(stats)
-        metadata = {**s.metadata, "tracerl": tracerl}
-        ep: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "episode_id": f"{s.session_id}:{th.index}",
-            "session_id": s.session_id,
-            "task_id": task_id,
-            "sample": sample,
-            "thread": th.index,
-            "agent": agent,
-            "model": model,
-            "messages": th.messages,
-            "tools": _tools_json(tools),
-            "reward": None,
-            "rewards": [],
-            "turns": turns,
-            "token_faithful": _faithful(turns),
-            "metadata": dumps(metadata),
-            "num_calls": len(th.calls),
-            "usage": {
-                "prompt_tokens": _int(p_tok) or 0,
-                "completion_tokens": _int(c_tok) or 0,
-                "total_tokens": _int(t_tok) or 0,
-            },
-            "started_at": float(started) if started is not None else _float(s.started_at),
-            "ended_at": float(ended) if ended is not None else _float(s.ended_at),
-            # The reader reports an implicit session that was closed at exit as "ok": say what it is.
-            "status": "implicit" if s.implicit else (_str(s.status) or "ok"),
-        }
-        set_rewards(ep, named, opts.reward_name)
-        problems: list[Problem] = []
-        if th.incomplete:
-            problems.append(
-                Problem(
-                    "incomplete_request",
-                    f"{th.incomplete} call(s) build on a call missing from the store (missing_base): "
-                    "their earlier messages are lost",
-                )
-            )
-        out.append((ep, problems))
-    return out
+        self.started, self.ended = started, ended
+        self.agent, self.model, self.tools, self.finish_reason = agent, model, tools, finish_reason
+
+
+def _episode(
+    s: StoredSession,
+    th: _Thread,
+    opts: BuildOptions,
+    n_threads: int,
+    call_reward_meta: list[dict[str, Any]],
+    task_id: str | None,
+    sample: int | None,
+) -> dict[str, Any]:
+    """The episode row of one thread, rewards not set yet."""
+    stats = th.stats
+    turns = []
+    context_turns = []
+    for i, m in enumerate(th.messages):
+        if m["role"] == "assistant":
+            call = th.generated.get(i)
+            if call is None:
+                context_turns.append(i)
+            turns.append(_turn(i, call, stats))
+    sums = _CallSums(th.calls)
+    tracerl: dict[str, Any] = {
+        "source": opts.source,
+        "call_ids": sums.call_ids,
+        "threads_in_session": n_threads,
+        "frameworks": list(sums.frameworks),
+        "agents": list(sums.agents),
+        "models": list(sums.models),
+        "response_models": list(sums.response_models),
+        "finish_reason": sums.finish_reason,
+        "failed_calls": sums.failed,
+    }
+    if sums.errors:
+        tracerl["errors"] = sums.errors
+    if s.parent_session_ids:
+        tracerl["parent_session_ids"] = s.parent_session_ids
+    if s.error:
+        tracerl["session_error"] = s.error
+    if call_reward_meta:
+        tracerl["call_rewards"] = call_reward_meta
+    if context_turns:
+        # Assistant messages the thread's calls did not generate (few-shot examples, injected history).
+        tracerl["context_assistant_messages"] = context_turns
+    if stats:
+        tracerl["normalization"] = dict(stats)
+    started, ended = sums.started, sums.ended
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "episode_id": f"{s.session_id}:{th.index}",
+        "session_id": s.session_id,
+        "task_id": task_id,
+        "sample": sample,
+        "thread": th.index,
+        "agent": sums.agent,
+        "model": sums.model,
+        "messages": th.messages,
+        "tools": _tools_json(sums.tools),
+        "reward": None,
+        "rewards": [],
+        "turns": turns,
+        "token_faithful": _faithful(turns),
+        "metadata": dumps({**s.metadata, "tracerl": tracerl}),
+        "num_calls": len(th.calls),
+        "usage": sums.usage,
+        "started_at": float(started) if started is not None else _float(s.started_at),
+        "ended_at": float(ended) if ended is not None else _float(s.ended_at),
+        # The reader reports an implicit session that was closed at exit as "ok": say what it is.
+        "status": "implicit" if s.implicit else (_str(s.status) or "ok"),
+    }
 
 
 def set_rewards(ep: dict[str, Any], named: dict[str, float], reward_name: str) -> None:

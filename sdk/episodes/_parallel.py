@@ -212,6 +212,124 @@ def run_job(job_path: str) -> int:
     return 0
 
 
+class _Workers:
+    """The worker processes of one parallel export, by group index (1, 2, ...): started, followed, collected.
+
+    A thread per worker reads its stdout: ``progress CALLS BYTES`` lines go to the progress bar, and
+    ``scanned`` says its reward scan is done (see :meth:`exchange`). Its result is pickled next to its job.
+    """
+
+    def __init__(
+        self, parts_dir: Path, files: list[dict[str, str]], update: Callable[..., None] | None
+    ) -> None:
+        self.parts_dir = parts_dir
+        self.files = files
+        self.update = update
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.outcomes: dict[int, ExportSummary] = {}
+        self.rewards: RewardIndex | None = None  # the merged index, once exchanged
+        self._readers: dict[int, threading.Thread] = {}
+        self._scanned: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def count(self, calls: int, nbytes: int) -> None:
+        """Add to the progress bar (from this process's reader and the workers' follower threads)."""
+        assert self.update is not None
+        with self._lock:
+            self.update(calls, nbytes)
+
+    def start(self, i: int, job: dict[str, Any], env: dict[str, str]) -> None:
+        """Start worker ``i`` on ``job`` (pickled to a file it reads) and a thread following its stdout."""
+        job_path = self.parts_dir / f"{i:03d}.job"
+        with open(job_path, "wb") as fh:
+            pickle.dump(job, fh)
+        with open(self.parts_dir / f"{i:03d}.stderr", "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sdk.episodes._worker", str(job_path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=env,
+            )
+        self.procs[i] = proc
+        self._scanned[i] = threading.Event()
+        t = threading.Thread(target=self._follow, args=(i, proc), daemon=True)
+        t.start()
+        self._readers[i] = t
+
+    def _follow(self, i: int, proc: subprocess.Popen[bytes]) -> None:
+        # Anything on stdout but progress and "scanned" lines is ignored.
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(b"progress ") and self.update is not None:
+                _, calls, nbytes = line.split()
+                self.count(int(calls), int(nbytes))
+            elif line == b"scanned\n":
+                self._scanned[i].set()
+        self._scanned[i].set()  # it exited: its result says why
+
+    def outcome(self, i: int) -> ExportSummary:
+        """Wait for worker ``i`` and return its summary; raise what it raised, or that it died."""
+        proc = self.procs[i]
+        proc.wait()
+        self._readers[i].join()
+        result = self.parts_dir / f"{i:03d}.job.result"
+        if not result.exists():
+            tail = (self.parts_dir / f"{i:03d}.stderr").read_text(errors="replace").strip().splitlines()
+            raise RuntimeError(
+                f"export worker {i} died (exit code {proc.returncode})" + (f": {tail[-1]}" if tail else "")
+            )
+        with open(result, "rb") as fh:
+            status, payload = pickle.load(fh)
+        if status == "error":
+            is_episode_error, message, kind = payload
+            raise EpisodeError(message) if is_episode_error else RuntimeError(f"{kind}: {message}")
+        return payload
+
+    def exchange(self) -> tuple[str, int]:
+        """Merge every process's unattached rewards into one index on disk; send its path to the workers.
+
+        Called by this process's reader once its own scan is done; waits for every worker's.
+        """
+        for i, proc in self.procs.items():
+            self._scanned[i].wait()
+            if proc.poll() is not None:  # it stopped before its scan was done: an error (raised here)
+                self.outcome(i)
+        self.rewards = RewardIndex(limit=0)
+        db = self.rewards.spill()
+        size = self.rewards.merge_from([f["rewards"] for f in self.files])
+        for proc in self.procs.values():
+            assert proc.stdin is not None
+            with contextlib.suppress(BrokenPipeError):  # a worker that died is reported below
+                proc.stdin.write(f"{db}\t{size}\n".encode())
+                proc.stdin.close()
+        return db, size
+
+    def parts(self, batch_size: int) -> Iterator[Any]:
+        """Each worker's part, in order, once that worker is done (by then this process's group is)."""
+        for i in self.procs:
+            self.outcomes[i] = self.outcome(i)
+            yield from _slices(self.files[i]["part"], batch_size)
+
+    def stop(self) -> None:
+        """Close the merged index and kill the workers still running (after an error)."""
+        if self.rewards is not None:
+            self.rewards.close()
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _worker_env(n_groups: int) -> dict[str, str]:
+    # Plain subprocesses, not multiprocessing: spawn would re-run the caller's __main__ module.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    # The cores shared out between the processes: each runs Python plus a polars pool, which by default
+    # takes every core, and N such pools on the same cores spent CPU on contention.
+    env.setdefault("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // n_groups)))
+    return env
+
+
 def export_parallel(
     store: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -232,81 +350,12 @@ def export_parallel(
     parts_dir = out.with_name(f".{out.name}.parts-{os.getpid()}")
     parts_dir.mkdir(exist_ok=True)
     files = [_files(parts_dir, i) for i in range(len(groups))]
-    procs: dict[int, subprocess.Popen[bytes]] = {}  # group index (1, 2, ...) -> its worker
-    readers: dict[int, threading.Thread] = {}
-    scanned = {i: threading.Event() for i in range(1, len(groups))}
-    outcomes: dict[int, ExportSummary] = {}
     total = sum(f.stat().st_size for group in groups for chain in group for f in chain)
     update, close = progress_bar(progress, total)
-    lock = threading.Lock()
-
-    def count(calls: int, nbytes: int) -> None:
-        assert update is not None
-        with lock:
-            update(calls, nbytes)
-
-    def follow(i: int, proc: subprocess.Popen[bytes]) -> None:
-        # Workers report calls and bytes read as "progress CALLS BYTES" lines and the end of their
-        # reward scan as "scanned"; anything else on stdout is ignored.
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(b"progress ") and update is not None:
-                _, calls, nbytes = line.split()
-                count(int(calls), int(nbytes))
-            elif line == b"scanned\n":
-                scanned[i].set()
-        scanned[i].set()  # it exited: its result says why
-
-    def outcome(i: int) -> ExportSummary:
-        proc = procs[i]
-        proc.wait()
-        readers[i].join()
-        result = parts_dir / f"{i:03d}.job.result"
-        if not result.exists():
-            tail = (parts_dir / f"{i:03d}.stderr").read_text(errors="replace").strip().splitlines()
-            raise RuntimeError(
-                f"export worker {i} died (exit code {proc.returncode})" + (f": {tail[-1]}" if tail else "")
-            )
-        with open(result, "rb") as fh:
-            status, payload = pickle.load(fh)
-        if status == "error":
-            is_episode_error, message, kind = payload
-            raise EpisodeError(message) if is_episode_error else RuntimeError(f"{kind}: {message}")
-        return payload
-
-    rewards: RewardIndex | None = None
-
-    def exchange() -> tuple[str, int]:
-        # Called by this process's reader once its own scan is done: when every worker's is too, the
-        # rewards none of them could attach as they read go into one index on disk that all read.
-        nonlocal rewards
-        for i, proc in procs.items():
-            scanned[i].wait()
-            if proc.poll() is not None:  # it stopped before its scan was done: an error (raised here)
-                outcome(i)
-        rewards = RewardIndex(limit=0)
-        db = rewards.spill()
-        size = rewards.merge_from([f["rewards"] for f in files])
-        for proc in procs.values():
-            assert proc.stdin is not None
-            with contextlib.suppress(BrokenPipeError):  # a worker that died is reported below
-                proc.stdin.write(f"{db}\t{size}\n".encode())
-                proc.stdin.close()
-        return db, size
-
-    def parts() -> Iterator[Any]:
-        # Each worker's part, in order, once that worker is done (by then this process's group is).
-        for i in procs:
-            outcomes[i] = outcome(i)
-            yield from _slices(files[i]["part"], batch_size)
-
-    # Plain subprocesses, not multiprocessing: spawn would re-run the caller's __main__ module.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    # The cores shared out between the processes: each runs Python plus a polars pool, which by default
-    # takes every core, and N such pools on the same cores spent CPU on contention.
-    env.setdefault("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // len(groups))))
+    workers = _Workers(parts_dir, files, update)
     summary = ExportSummary()
     try:
+        env = _worker_env(len(groups))
         for i in range(1, len(groups)):
             job = {
                 "index": i,
@@ -317,61 +366,65 @@ def export_parallel(
                 **files[i],
                 "rejects": files[i]["rejects"] if rejects_path else None,
             }
-            job_path = parts_dir / f"{i:03d}.job"
-            with open(job_path, "wb") as fh:
-                pickle.dump(job, fh)
-            with open(parts_dir / f"{i:03d}.stderr", "wb") as err:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "sdk.episodes._worker", str(job_path)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=err,
-                    env=env,
-                )
-            procs[i] = proc
-            t = threading.Thread(target=follow, args=(i, proc), daemon=True)
-            t.start()
-            readers[i] = t
-
-        # This process's own group goes straight into the output (no part to write and read back), then
-        # the workers' parts follow: one Parquet writer, rows in group order.
-        own = ExportSummary()
-        reader = _SubsetReader(str(store), groups[0], files[0], exchange)
-        pipeline = Pipeline(reader, summary=own, progress=count if update is not None else None, **options)
-        own_rejects = Rejects(Path(files[0]["rejects"]) if rejects_path else None, own)
+            workers.start(i, job, env)
         merged = parts_dir / "merged.parquet"
-        try:
-            # Without pyarrow, like the workers: its ~45 MB would add to theirs while they run.
-            with gc_paced(), pyarrow_declined():
-                sink(itertools.chain(pair_frames(pipeline, own, own_rejects, batch_size), parts()), merged)
-        finally:
-            own_rejects.close()
-        assert rewards is not None  # the reader asked for the merged index before its first session
+        own = _export_own_group(
+            store, groups[0], files[0], workers, merged, options, batch_size, rejects_path
+        )
+        assert workers.rewards is not None  # the reader asked for the merged index before its first session
         summary.merge(own)
-        for i in procs:
-            summary.merge(outcomes[i])
-        for f in files:
-            rewards.claim_from(f["claimed"])
-        for sid in rewards.unclaimed():
-            summary.store_problems["reward_for_unknown_session"] += 1
-            summary.store_examples.setdefault("reward_for_unknown_session", sid)
-            if options.get("strict"):
-                raise EpisodeError(f"store problem reward_for_unknown_session at {sid} (strict mode)")
+        for i in workers.procs:
+            summary.merge(workers.outcomes[i])
+        _reconcile_rewards(workers.rewards, files, summary, strict=bool(options.get("strict")))
         extra_rejects = _drop_duplicates(merged, out, batch_size, summary, strict=bool(options.get("strict")))
         _recount(summary, out)
         _merge_rejects(parts_dir, len(groups), rejects_path, extra_rejects, summary)
     finally:
-        if rewards is not None:
-            rewards.close()
+        workers.stop()
         close()
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
         shutil.rmtree(parts_dir, ignore_errors=True)
     summary.out = str(out)
     summary.elapsed_s = time.perf_counter() - started
     return summary
+
+
+def _export_own_group(
+    store: str | os.PathLike[str],
+    chains: list[list[Path]],
+    files: dict[str, str],
+    workers: _Workers,
+    merged: Path,
+    options: dict[str, Any],
+    batch_size: int,
+    rejects_path: Path | None,
+) -> ExportSummary:
+    """Write this process's group straight into ``merged``, then the workers' parts: one writer, in order."""
+    own = ExportSummary()
+    reader = _SubsetReader(str(store), chains, files, workers.exchange)
+    progress = workers.count if workers.update is not None else None
+    pipeline = Pipeline(reader, summary=own, progress=progress, **options)
+    own_rejects = Rejects(Path(files["rejects"]) if rejects_path else None, own)
+    try:
+        # Without pyarrow, like the workers: its ~45 MB would add to theirs while they run.
+        with gc_paced(), pyarrow_declined():
+            frames = pair_frames(pipeline, own, own_rejects, batch_size)
+            sink(itertools.chain(frames, workers.parts(batch_size)), merged)
+    finally:
+        own_rejects.close()
+    return own
+
+
+def _reconcile_rewards(
+    rewards: RewardIndex, files: list[dict[str, str]], summary: ExportSummary, strict: bool
+) -> None:
+    """Count the indexed rewards no process claimed: rewards for sessions that are not in the store."""
+    for f in files:
+        rewards.claim_from(f["claimed"])
+    for sid in rewards.unclaimed():
+        summary.store_problems["reward_for_unknown_session"] += 1
+        summary.store_examples.setdefault("reward_for_unknown_session", sid)
+        if strict:
+            raise EpisodeError(f"store problem reward_for_unknown_session at {sid} (strict mode)")
 
 
 def _drop_duplicates(

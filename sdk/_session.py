@@ -98,94 +98,105 @@ class SessionScope:
 
     def __call__(self, fn: F) -> F:
         """Decorate ``fn`` so each call runs in a fresh session."""
-        scope = self
         if inspect.isasyncgenfunction(fn):
-
-            @functools.wraps(fn)
-            async def agen_wrapper(*args: Any, **kwargs: Any) -> Any:
-                s = scope._open(args, kwargs)
-                _current.reset(s._token)  # type: ignore[arg-type]
-                s._token = None
-                gen = fn(*args, **kwargs)
-                error: BaseException | None = None
-                try:
-                    sent: Any = None
-                    while True:
-                        token = _current.set(s)
-                        try:
-                            item = await gen.asend(sent)
-                        except StopAsyncIteration:
-                            return
-                        finally:
-                            _current.reset(token)
-                        sent = yield item
-                except BaseException as exc:
-                    if not isinstance(exc, GeneratorExit):
-                        error = exc
-                    raise
-                finally:
-                    await gen.aclose()
-                    scope._close(s, error)
-
-            return agen_wrapper  # type: ignore[return-value]
-
+            return _async_generator_in_session(self, fn)  # type: ignore[return-value]
         if inspect.isgeneratorfunction(fn):
-
-            @functools.wraps(fn)
-            def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
-                s = scope._open(args, kwargs)
-                _current.reset(s._token)  # type: ignore[arg-type]
-                s._token = None
-                gen = fn(*args, **kwargs)
-                error: BaseException | None = None
-                try:
-                    sent: Any = None
-                    while True:
-                        token = _current.set(s)
-                        try:
-                            item = gen.send(sent)
-                        except StopIteration as stop:
-                            return stop.value
-                        finally:
-                            _current.reset(token)
-                        sent = yield item
-                except BaseException as exc:
-                    if not isinstance(exc, GeneratorExit):
-                        error = exc
-                    raise
-                finally:
-                    gen.close()
-                    scope._close(s, error)
-
-            return gen_wrapper  # type: ignore[return-value]
-
+            return _generator_in_session(self, fn)  # type: ignore[return-value]
         if inspect.iscoroutinefunction(fn):
+            return _coroutine_in_session(self, fn)  # type: ignore[return-value]
+        return _function_in_session(self, fn)  # type: ignore[return-value]
 
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                s = scope._open(args, kwargs)
+
+def _async_generator_in_session(scope: SessionScope, fn: Callable[..., Any]) -> Callable[..., Any]:
+    # The session is current only while the generator runs, not while its consumer holds a value.
+    @functools.wraps(fn)
+    async def agen_wrapper(*args: Any, **kwargs: Any) -> Any:
+        s = scope._open(args, kwargs)
+        _current.reset(s._token)  # type: ignore[arg-type]
+        s._token = None
+        gen = fn(*args, **kwargs)
+        error: BaseException | None = None
+        try:
+            sent: Any = None
+            while True:
+                token = _current.set(s)
                 try:
-                    result = await fn(*args, **kwargs)
-                except BaseException as exc:
-                    scope._close(s, exc)
-                    raise
-                scope._close(s, None)
-                return result
+                    item = await gen.asend(sent)
+                except StopAsyncIteration:
+                    return
+                finally:
+                    _current.reset(token)
+                sent = yield item
+        except BaseException as exc:
+            if not isinstance(exc, GeneratorExit):
+                error = exc
+            raise
+        finally:
+            await gen.aclose()
+            scope._close(s, error)
 
-            return async_wrapper  # type: ignore[return-value]
+    return agen_wrapper
 
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            s = scope._open(args, kwargs)
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                scope._close(s, exc)
-                raise
-            scope._close(s, None)
-            return result
 
-        return wrapper  # type: ignore[return-value]
+def _generator_in_session(scope: SessionScope, fn: Callable[..., Any]) -> Callable[..., Any]:
+    # As above: current only while the generator runs.
+    @functools.wraps(fn)
+    def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
+        s = scope._open(args, kwargs)
+        _current.reset(s._token)  # type: ignore[arg-type]
+        s._token = None
+        gen = fn(*args, **kwargs)
+        error: BaseException | None = None
+        try:
+            sent: Any = None
+            while True:
+                token = _current.set(s)
+                try:
+                    item = gen.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+                finally:
+                    _current.reset(token)
+                sent = yield item
+        except BaseException as exc:
+            if not isinstance(exc, GeneratorExit):
+                error = exc
+            raise
+        finally:
+            gen.close()
+            scope._close(s, error)
+
+    return gen_wrapper
+
+
+def _coroutine_in_session(scope: SessionScope, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+        s = scope._open(args, kwargs)
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:
+            scope._close(s, exc)
+            raise
+        scope._close(s, None)
+        return result
+
+    return async_wrapper
+
+
+def _function_in_session(scope: SessionScope, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        s = scope._open(args, kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            scope._close(s, exc)
+            raise
+        scope._close(s, None)
+        return result
+
+    return wrapper
 
 
 def session(

@@ -16,7 +16,7 @@ trainer needs to be token-faithful:
 Endpoints: ``POST /v1/chat/completions`` (non-streaming and SSE streaming), ``GET /v1/models``,
 ``GET /health``, ``POST /admin/reload`` (``{"path": ...}``: swap in new weights between RL rounds).
 
-Run it as ``python -m sdk.serve --model PATH --port 8000`` or in-process::
+Run it as ``python -m sdk.serve --model PATH --port 8000`` (or ``python -m trainers.serve``) or in-process::
 
     server = PolicyServer("path/to/model").start()      # uvicorn in a background thread
     client = openai.OpenAI(base_url=server.base_url, api_key="x")
@@ -24,7 +24,8 @@ Run it as ``python -m sdk.serve --model PATH --port 8000`` or in-process::
     server.reload("path/to/new/checkpoint")
     server.stop()
 
-This module imports torch, transformers and FastAPI at the top: it is never imported by ``import sdk``.
+This module imports torch, transformers and FastAPI at the top; ``sdk.serve`` hands off to it lazily, so
+``import sdk`` never imports it.
 """
 
 from __future__ import annotations
@@ -47,11 +48,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from sdk.messages import render_ids, template_messages
+
 __all__ = [
     "Engine",
     "PolicyServer",
     "create_app",
-    "normalize_messages",
     "parse_tool_calls",
     "render_prompt_ids",
 ]
@@ -60,55 +62,8 @@ _TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
 # ----------------------------------------------------------------------------------------------------
-# Templating helpers (shared with trainers so that ids match)
+# Templating: the message rules live in sdk.messages, shared with the trainer so that ids match
 # ----------------------------------------------------------------------------------------------------
-
-
-def _text_content(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI content parts
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return str(content)
-
-
-def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI chat messages → what Hugging Face chat templates expect.
-
-    ``content: None`` and content-part lists become strings; ``tool_calls[].function.arguments`` JSON
-    strings become dicts (templates apply ``tojson``; a string would be double-encoded); tool messages
-    get the ``name`` of the call they answer.
-
-    Example:
-        >>> normalize_messages([{"role": "assistant", "content": None, "tool_calls": [
-        ...     {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]},
-        ...     {"role": "tool", "tool_call_id": "c", "content": "2"}])[1]["name"]
-        'f'
-    """
-    names: dict[str, str] = {}
-    out: list[dict[str, Any]] = []
-    for msg in messages:
-        m = {k: v for k, v in msg.items() if v is not None or k == "content"}
-        m["content"] = _text_content(msg.get("content"))
-        if msg.get("tool_calls"):
-            calls = []
-            for tc in msg["tool_calls"]:
-                fn = dict(tc.get("function", tc))
-                args = fn.get("arguments")
-                if isinstance(args, str):
-                    try:
-                        fn["arguments"] = json.loads(args)
-                    except json.JSONDecodeError:
-                        pass
-                names[tc.get("id", "")] = fn.get("name", "")
-                calls.append({"id": tc.get("id"), "type": "function", "function": fn})
-            m["tool_calls"] = calls
-        if m.get("role") == "tool" and "name" not in m and m.get("tool_call_id") in names:
-            m["name"] = names[m["tool_call_id"]]
-        out.append(m)
-    return out
 
 
 def render_prompt_ids(
@@ -118,19 +73,21 @@ def render_prompt_ids(
     add_generation_prompt: bool = True,
     **template_kwargs: Any,
 ) -> list[int]:
-    """Token ids of ``messages`` rendered with the tokenizer's chat template (the server's prompt).
+    """Token ids of OpenAI ``messages`` rendered with the tokenizer's chat template (the server's prompt).
+
+    Messages go through ``sdk.messages.template_messages`` and ``render_ids``, the same steps the trainer
+    takes on the exported episode, so the ids returned as ``prompt_token_ids`` are the ids it re-renders.
 
     Example:
         >>> ids = render_prompt_ids(tok, [{"role": "user", "content": "hi"}])  # doctest: +SKIP
     """
-    text = tokenizer.apply_chat_template(
-        normalize_messages(messages),
-        tools=tools or None,
+    return render_ids(
+        tokenizer,
+        template_messages(messages),
+        tools=tools,
         add_generation_prompt=add_generation_prompt,
-        tokenize=False,
         **template_kwargs,
     )
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:

@@ -1,0 +1,41 @@
+"""``python -m sdk.serve``: the policy server's documented entry point; the server is ``trainers.serve``.
+
+A torch policy server does not belong in the capture SDK, so it lives in :mod:`trainers.serve`; this
+module only hands off to it when run (``import sdk`` never imports trainers, torch or FastAPI).
+
+Example:
+    >>> from trainers.serve import PolicyServer  # doctest: +SKIP
+    >>> with PolicyServer("path/to/model") as srv:  # doctest: +SKIP
+    ...     print(srv.base_url)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the policy server: ``python -m sdk.serve --model PATH [--host H] [--port N]``.
+
+    Example:
+        >>> main(["--model", "out/checkpoint", "--port", "8000"])  # doctest: +SKIP
+    """
+    from trainers.serve import main as serve_main
+
+    serve_main(argv)
+
+
+def __getattr__(name: str) -> Any:
+    # `from sdk.serve import PolicyServer` was the documented in-process API (examples/main.py uses it):
+    # resolved lazily from trainers.serve so that importing this module stays light.
+    if name in ("Engine", "PolicyServer", "create_app", "parse_tool_calls", "render_prompt_ids"):
+        import trainers.serve
+
+        return getattr(trainers.serve, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if __name__ == "__main__":
+    main()

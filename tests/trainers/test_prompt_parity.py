@@ -12,22 +12,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
+from _synth import WEATHER_TOOL  # noqa: E402
+
 import sdk  # noqa: E402
 from sdk.capture import CallRecord, record_call  # noqa: E402
 from sdk.episodes import export  # noqa: E402
 from trainers._dataset import convert_episodes, load_episodes  # noqa: E402
 from trainers.serve import Engine  # noqa: E402
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    }
-]
+TOOLS = [WEATHER_TOOL]
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 USER = {"role": "user", "content": "What is the weather in Paris?"}
 

@@ -8,6 +8,7 @@ import time
 import uuid
 from typing import Any
 
+from sdk.messages import flatten_content
 from sdk.store import _events as events
 from sdk.store._events import CALL_DEFAULTS
 
@@ -20,13 +21,8 @@ _SECRET_PARAM_KEYS = frozenset(
 
 
 def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return str(content)
+    # Only compared between two views of one call: any deterministic flattening works; use the one rule.
+    return flatten_content(content) or ""
 
 
 def _norm_args(arguments: Any) -> str:

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from sdk.messages import flatten_content
+
 __all__ = [
     "RecordedRequest",
     "ScriptedOpenAIServer",
@@ -250,14 +252,8 @@ def synthesize_arguments(schema: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _text_of(content: Any) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        return "".join(
-            str(p["text"]) if isinstance(p, dict) and "text" in p else json.dumps(p, sort_keys=True)
-            for p in content
-        )
-    return json.dumps(content, sort_keys=True)
+    # The scripted server stands in for vLLM: it sees list content as vLLM renders it (sdk.messages rule).
+    return flatten_content(content) or ""
 
 
 def _conversation(req: dict, endpoint: str) -> list[tuple[str, str]]:

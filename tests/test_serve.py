@@ -1,4 +1,5 @@
-"""sdk.serve with the real openai client (and LangChain): logprobs, token ids, tool calls, reload, streaming."""
+"""trainers.serve (`python -m sdk.serve`) with the real openai client and LangChain: logprobs, token ids,
+tool calls, reload, streaming."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ openai = pytest.importorskip("openai")
 
 from examples.arithmetic.policy import build_policy, encode_with_mask, save_policy, sft  # noqa: E402
 from examples.arithmetic.task import SYSTEM_PROMPT, TOOLS, Task, demonstration, make_splits  # noqa: E402
-from sdk.serve import PolicyServer, normalize_messages, parse_tool_calls, render_prompt_ids  # noqa: E402
+from sdk.messages import template_messages  # noqa: E402
+from trainers.serve import PolicyServer, parse_tool_calls, render_prompt_ids  # noqa: E402
 
 MSGS = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "What is 23 plus 45?"}]
 
@@ -152,7 +154,7 @@ def test_parse_tool_calls_edge_cases() -> None:
 
 
 def test_normalize_messages_for_templates() -> None:
-    msgs = normalize_messages(demonstration(Task("t", "mul", 6, 7), random.Random(0)))
+    msgs = template_messages(demonstration(Task("t", "mul", 6, 7), random.Random(0)))
     assert msgs[2]["content"] == "" and msgs[2]["tool_calls"][0]["function"]["arguments"] == {"a": 6, "b": 7}
     assert msgs[3]["name"] == "mul"
 

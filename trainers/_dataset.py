@@ -4,11 +4,16 @@ The input is the episode Parquet contract (one row per agent thread, OpenAI chat
 per-assistant-turn token ids and logprobs). The output is :class:`TrainingSample` objects rendered with the
 *target* tokenizer's chat template, grouped by ``task_id`` into GRPO groups of ``num_generations``.
 
-Conversion (``shared/reference/trl-replay.md`` §6–7):
+Reading: Parquet through ``sdk.episodes.read_episodes``, a store through ``sdk.episodes.build_episodes``;
+each episode is checked with ``sdk.episodes.validate_episode`` before conversion (invalid ones are counted
+and left out).
 
-1. Normalise OpenAI messages for HF chat templates (JSON-string tool arguments → dict, ``name`` on tool
-   messages from the matching ``tool_call_id``, ``None`` content → ``""``, Arrow's ``None``-valued struct
-   keys dropped).
+Conversion:
+
+1. Normalise OpenAI messages for HF chat templates with ``sdk.messages.template_messages``, the rules the
+   policy server (``trainers.serve``) renders its prompts with: JSON-string tool arguments → dict, ``name``
+   on tool messages from the matching ``tool_call_id``, ``None`` content → ``""``, Arrow's ``None``-valued
+   struct keys dropped.
 2. Render the whole thread once and every assistant turn's prefix. When each prefix is a token prefix of the
    full rendering (append-only thread, prefix-preserving template) the episode becomes **one** sample:
    prompt = messages before the first assistant turn (with the generation prompt), completion = the rest,
@@ -29,15 +34,17 @@ import os
 import random
 import statistics
 import weakref
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from sdk.episodes import SCHEMA_VERSION, EpisodeError, build_episodes, read_episodes, validate_episode
+from sdk.messages import render_ids, template_messages
+
 __all__ = [
     "REQUIRED_COLUMNS",
-    "SCHEMA_VERSION",
     "ConvertedEpisode",
     "DataReport",
     "Group",
@@ -48,12 +55,9 @@ __all__ = [
     "convert_episode",
     "convert_episodes",
     "load_episodes",
-    "normalize_messages",
     "parse_tools",
 ]
 
-#: Episode schema version this module reads.
-SCHEMA_VERSION = 1
 #: Columns without which an episode cannot be trained on.
 REQUIRED_COLUMNS: tuple[str, ...] = ("episode_id", "task_id", "messages", "reward")
 
@@ -196,6 +200,8 @@ class DataReport:
     no_reward: int = 0
     no_task: int = 0
     no_assistant: int = 0
+    invalid: int = 0
+    invalid_problems: dict[str, int] = field(default_factory=dict)
     samples: int = 0
     per_turn_episodes: int = 0
     non_append_only_skipped: int = 0
@@ -228,6 +234,7 @@ class DataReport:
             "no_reward": "episodes without a reward (dropped)",
             "no_task": "episodes without a task_id (dropped)",
             "no_assistant": "episodes without an assistant turn (dropped)",
+            "invalid": "invalid episodes (dropped; sdk.episodes.validate_episode)",
             "samples": "training samples",
             "per_turn_episodes": "episodes split per turn (not append-only under this template)",
             "non_append_only_skipped": "non-append-only episodes skipped (per_turn=never)",
@@ -249,6 +256,9 @@ class DataReport:
             "eval_groups": "held-out evaluation groups",
         }
         out = [f"{label}: {getattr(self, key)}" for key, label in labels.items() if getattr(self, key)]
+        if self.invalid_problems:
+            at = out.index(f"{labels['invalid']}: {self.invalid}") + 1
+            out[at:at] = [f"  {code}: {n}" for code, n in sorted(self.invalid_problems.items())]
         return out + list(self.notes)
 
 
@@ -283,16 +293,14 @@ def _to_records(obj: Any) -> list[dict[str, Any]]:
 
 
 def _read_parquet(paths: Sequence[Path]) -> list[dict[str, Any]]:
-    try:
-        import polars as pl
-    except ImportError as exc:  # pragma: no cover - polars is in the train extra
-        raise UserError("reading Parquet needs polars: pip install 'tracerl[episodes]'") from exc
     rows: list[dict[str, Any]] = []
     for p in paths:
         try:
-            rows.extend(pl.read_parquet(p).to_dicts())
-        except Exception as exc:  # polars raises several error types for corrupt/non-Parquet files
-            raise UserError(f"cannot read Parquet file {p}: {str(exc).splitlines()[0]}") from exc
+            rows.extend(read_episodes(p))
+        except ImportError as exc:  # pragma: no cover - polars is in the train extra
+            raise UserError("reading Parquet needs polars: pip install 'tracerl[episodes]'") from exc
+        except EpisodeError as exc:  # one line that names the file and what is wrong with it
+            raise UserError(f"cannot read Parquet file: {exc}") from None
     return rows
 
 
@@ -321,27 +329,11 @@ def load_episodes(data: Any) -> list[dict[str, Any]]:
             rows = _read_parquet([path])
         else:
             parquet = sorted(path.glob("*.parquet"))
-            if parquet:
-                rows = _read_parquet(parquet)
-            else:
-                rows = _build_from_store(path)
+            rows = _read_parquet(parquet) if parquet else _to_records(build_episodes(path))
     else:
         rows = _to_records(data)
     _validate(rows)
     return rows
-
-
-def _build_from_store(store_dir: Path) -> list[dict[str, Any]]:
-    # Imported lazily: sdk.episodes owns store parsing and may not be installed/present in every checkout.
-    try:
-        from sdk.episodes import build_episodes  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise UserError(
-            f"{store_dir} is a directory without Parquet files, and episodes cannot be built from a store "
-            f"here (sdk.episodes.build_episodes is unavailable: {exc}); export episodes to Parquet and pass "
-            "the file"
-        ) from exc
-    return _to_records(build_episodes(store_dir))
 
 
 def _validate(rows: list[dict[str, Any]]) -> None:
@@ -350,8 +342,10 @@ def _validate(rows: list[dict[str, Any]]) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in rows[0]]
     if missing:
         raise UserError(
-            f"episodes lack required column(s) {', '.join(missing)}; expected the episode schema v1"
+            f"episodes lack required column(s) {', '.join(missing)}; "
+            f"expected the episode schema v{SCHEMA_VERSION}"
         )
+    # Rows built in memory may carry no version: they are taken as the current one.
     versions = {r.get("schema_version") for r in rows} - {None, SCHEMA_VERSION}
     if versions:
         raise UserError(
@@ -394,7 +388,7 @@ def check_task_sizes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return dict(counts)
 
 
-# ------------------------------------------------------------------------------------------- normalisation
+# ------------------------------------------------------------------------------------------------- tools
 
 
 def parse_tools(tools: Any) -> list[dict[str, Any]] | None:
@@ -420,73 +414,6 @@ def parse_tools(tools: Any) -> list[dict[str, Any]] | None:
             raise UserError(f"episode 'tools' is not valid JSON: {exc}") from exc
     tools = list(tools)
     return tools or None
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    # OpenAI content parts: keep the text parts (images cannot be replayed through a text template).
-    if isinstance(content, list):
-        return "".join(p.get("text") or "" for p in content if isinstance(p, Mapping))
-    return str(content)
-
-
-def normalize_messages(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Normalise OpenAI chat messages for Hugging Face chat templates.
-
-    - ``tool_calls[].function.arguments`` JSON string → ``dict`` (templates apply ``tojson``; a string would
-      be double-encoded); non-JSON strings are kept as they are;
-    - tool messages get ``name`` from the assistant tool call with the same ``tool_call_id``;
-    - ``content: None`` → ``""``; ``None``-valued keys (Arrow fills absent struct fields) are dropped.
-
-    Args:
-        messages: OpenAI-format messages.
-
-    Returns:
-        New message dicts (the input is not modified).
-
-    Example:
-        >>> msgs = [{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
-        ...          "function": {"name": "add", "arguments": '{"a": 1}'}}]},
-        ...         {"role": "tool", "content": "1", "tool_call_id": "c1", "name": None}]
-        >>> out = normalize_messages(msgs)
-        >>> out[0]["content"], out[0]["tool_calls"][0]["function"]["arguments"], out[1]["name"]
-        ('', {'a': 1}, 'add')
-    """
-    out: list[dict[str, Any]] = []
-    names: dict[str, str] = {}
-    for raw in messages:
-        msg = {k: v for k, v in dict(raw).items() if v is not None}
-        msg["content"] = _text(raw.get("content"))
-        calls = msg.get("tool_calls")
-        if calls:
-            new_calls = []
-            for call in calls:
-                call = {k: v for k, v in dict(call).items() if v is not None}
-                fn = {k: v for k, v in dict(call.get("function") or {}).items() if v is not None}
-                args = fn.get("arguments")
-                if isinstance(args, str):
-                    try:
-                        parsed = json.loads(args) if args.strip() else {}
-                    except json.JSONDecodeError:
-                        parsed = args  # not JSON: keep the string rather than invent a structure
-                    fn["arguments"] = parsed
-                call["function"] = fn
-                call.setdefault("type", "function")
-                if call.get("id") and fn.get("name"):
-                    names[str(call["id"])] = str(fn["name"])
-                new_calls.append(call)
-            msg["tool_calls"] = new_calls
-        elif "tool_calls" in msg:
-            del msg["tool_calls"]  # empty list: render as a plain assistant message
-        if msg.get("role") == "tool" and not msg.get("name"):
-            name = names.get(str(msg.get("tool_call_id")))
-            if name:
-                msg["name"] = name
-        out.append(msg)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- conversion
@@ -524,11 +451,8 @@ class _Renderer:
         self.eos_ids = _eos_ids(tokenizer)
 
     def ids(self, messages: list[dict[str, Any]], *, generation_prompt: bool) -> list[int]:
-        text = self.tok.apply_chat_template(
-            messages, tools=self.tools, add_generation_prompt=generation_prompt, tokenize=False
-        )
-        # The template writes its own special tokens (BOS included): do not let the tokenizer add them again.
-        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+        # The policy server renders its prompts with the same function: the ids it returned match these.
+        return render_ids(self.tok, messages, tools=self.tools, add_generation_prompt=generation_prompt)
 
     def turn_end(self, ids: list[int], start: int, end: int) -> int:
         """Index one past the first EOS in ``ids[start:end]`` (``end`` when the template emits none)."""
@@ -641,103 +565,37 @@ def convert_episode(
         task_id=None if task is None else str(task),
         reward=None if reward is None else float(reward),
     )
-    msgs = normalize_messages(episode.get("messages") or [])
+    msgs = template_messages(episode.get("messages") or [])
     assistant = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
     if not assistant:
         conv.skipped = "no assistant turn"
         return conv
-    r = _Renderer(tokenizer, parse_tools(episode.get("tools")))
     stored = _turn_records(episode)
-    want_logprobs = bool(episode.get("token_faithful", True)) and bool(stored)
-    group = conv.task_id or conv.episode_id
-    policy_version = _policy_version(episode.get("metadata"))
-
-    # Spans of each assistant turn in the full rendering, when the thread is append-only under this template.
-    spans: list[tuple[int, int, int]] = []  # (message index, start, end through EOS)
-    full = r.ids(msgs, generation_prompt=False)
-    append_only = per_turn != "always"
-    prefixes: dict[int, list[int]] = {}
-    if append_only:
-        for k in assistant:
-            pre = r.ids(msgs[:k], generation_prompt=True)
-            upto = r.ids(msgs[: k + 1], generation_prompt=False)
-            prefixes[k] = pre
-            if full[: len(pre)] != pre or full[: len(upto)] != upto or len(upto) <= len(pre):
-                append_only = False
-                break
-            spans.append((k, len(pre), r.turn_end(full, len(pre), len(upto))))
-
+    thread = _Thread(
+        render=_Renderer(tokenizer, parse_tools(episode.get("tools"))),
+        msgs=msgs,
+        assistant=assistant,
+        stored=stored,
+        want_logprobs=bool(episode.get("token_faithful", True)) and bool(stored),
+        group=conv.task_id or conv.episode_id,
+        reward=conv.reward,
+        policy_version=_policy_version(episode.get("metadata")),
+    )
     reasons: list[str] = []
-    samples: list[TrainingSample] = []
-    if append_only:
-        prompt_len = spans[0][1]
-        end = spans[-1][2]
-        completion = full[prompt_len:end]
-        mask = [0] * len(completion)
-        lps: list[float] | None = [0.0] * len(completion) if want_logprobs else None
-        for k, s, e in spans:
-            for j in range(s, e):
-                mask[j - prompt_len] = 1
-            if lps is not None:
-                got, why = _faithful_logprobs(stored.get(k), full[s:e], prefixes[k])
-                if got is None:
-                    reasons.append(why or "mismatch")
-                    lps = None
-                else:
-                    lps[s - prompt_len : e - prompt_len] = got
-        samples.append(
-            TrainingSample(
-                group,
-                conv.episode_id,
-                full[:prompt_len],
-                completion,
-                mask,
-                lps,
-                conv.reward,
-                policy_version=policy_version,
-            )
-        )
+    spans = None if per_turn == "always" else _append_only_spans(thread)
+    if spans is not None:
+        samples = [_one_sequence(thread, conv.episode_id, spans, reasons)]
     elif per_turn == "never":
         conv.skipped = "not append-only"
         return conv
     else:
         conv.per_turn = True
-        for n, k in enumerate(assistant):
-            pre = prefixes.get(k) or r.ids(msgs[:k], generation_prompt=True)
-            upto = r.ids(msgs[: k + 1], generation_prompt=False)
-            if upto[: len(pre)] != pre or len(upto) <= len(pre):
-                # The template renders a finished assistant turn differently from its generation prompt;
-                # without stored ids there is no faithful completion to train on.
-                rec = stored.get(k)
-                if rec is None or rec.get("token_ids") is None:
-                    reasons.append("mismatch")
-                    continue
-                turn_ids = list(rec["token_ids"])
-            else:
-                turn_ids = upto[len(pre) : r.turn_end(upto, len(pre), len(upto))]
-            lps = None
-            if want_logprobs:
-                lps, why = _faithful_logprobs(stored.get(k), turn_ids, pre)
-                if lps is None:
-                    reasons.append(why or "mismatch")
-            samples.append(
-                TrainingSample(
-                    group,
-                    conv.episode_id,
-                    pre,
-                    turn_ids,
-                    [1] * len(turn_ids),
-                    lps,
-                    conv.reward,
-                    policy_version=policy_version,
-                    turn=n,
-                )
-            )
+        samples = _per_turn_samples(thread, conv.episode_id, reasons)
         if not samples:
             conv.skipped = "no assistant turn could be aligned with this template"
             return conv
 
-    if not want_logprobs:
+    if not thread.want_logprobs:
         reasons.append("no token ids")
     if reasons:
         # Logprobs of an episode are all-or-nothing: a partly faithful episode gets none.
@@ -745,7 +603,121 @@ def convert_episode(
             s.logprobs = None
         conv.unfaithful_reason = "mismatch" if "mismatch" in reasons else "no token ids"
     conv.faithful = not reasons
+    return _apply_limits(conv, samples, max_length, max_completion_length, truncation)
 
+
+@dataclass
+class _Thread:
+    """One episode's messages in template form, with what the sample builders need about them."""
+
+    render: _Renderer
+    msgs: list[dict[str, Any]]
+    assistant: list[int]  # indices of the assistant messages
+    stored: dict[int, Mapping[str, Any]]  # stored turn records by message index
+    want_logprobs: bool
+    group: str
+    reward: float | None
+    policy_version: int | None
+    full: list[int] = field(default_factory=list)  # the whole thread rendered, once known
+    prefixes: dict[int, list[int]] = field(default_factory=dict)  # generation prompt before message k
+
+
+def _append_only_spans(t: _Thread) -> list[tuple[int, int, int]] | None:
+    """Spans ``(message index, start, end through EOS)`` of each assistant turn in the full rendering.
+
+    ``None`` when the thread is not append-only under this template (a turn's prompt is not a prefix of the
+    full rendering, e.g. a template that drops earlier reasoning).
+    """
+    r = t.render
+    t.full = r.ids(t.msgs, generation_prompt=False)
+    spans: list[tuple[int, int, int]] = []
+    for k in t.assistant:
+        pre = r.ids(t.msgs[:k], generation_prompt=True)
+        upto = r.ids(t.msgs[: k + 1], generation_prompt=False)
+        t.prefixes[k] = pre
+        if t.full[: len(pre)] != pre or t.full[: len(upto)] != upto or len(upto) <= len(pre):
+            return None
+        spans.append((k, len(pre), r.turn_end(t.full, len(pre), len(upto))))
+    return spans
+
+
+def _one_sequence(
+    t: _Thread, episode_id: str, spans: list[tuple[int, int, int]], reasons: list[str]
+) -> TrainingSample:
+    """The whole episode as one sample: loss on each assistant turn through its EOS, 0 on the rest."""
+    full = t.full
+    prompt_len, end = spans[0][1], spans[-1][2]
+    completion = full[prompt_len:end]
+    mask = [0] * len(completion)
+    lps: list[float] | None = [0.0] * len(completion) if t.want_logprobs else None
+    for k, s, e in spans:
+        for j in range(s, e):
+            mask[j - prompt_len] = 1
+        if lps is not None:
+            got, why = _faithful_logprobs(t.stored.get(k), full[s:e], t.prefixes[k])
+            if got is None:
+                reasons.append(why or "mismatch")
+                lps = None
+            else:
+                lps[s - prompt_len : e - prompt_len] = got
+    return TrainingSample(
+        t.group,
+        episode_id,
+        full[:prompt_len],
+        completion,
+        mask,
+        lps,
+        t.reward,
+        policy_version=t.policy_version,
+    )
+
+
+def _per_turn_samples(t: _Thread, episode_id: str, reasons: list[str]) -> list[TrainingSample]:
+    """One sample per assistant turn: prompt = everything before it, completion = the turn through EOS."""
+    r = t.render
+    samples: list[TrainingSample] = []
+    for n, k in enumerate(t.assistant):
+        pre = t.prefixes.get(k) or r.ids(t.msgs[:k], generation_prompt=True)
+        upto = r.ids(t.msgs[: k + 1], generation_prompt=False)
+        if upto[: len(pre)] != pre or len(upto) <= len(pre):
+            # The template renders a finished assistant turn differently from its generation prompt;
+            # without stored ids there is no faithful completion to train on.
+            rec = t.stored.get(k)
+            if rec is None or rec.get("token_ids") is None:
+                reasons.append("mismatch")
+                continue
+            turn_ids = list(rec["token_ids"])
+        else:
+            turn_ids = upto[len(pre) : r.turn_end(upto, len(pre), len(upto))]
+        lps = None
+        if t.want_logprobs:
+            lps, why = _faithful_logprobs(t.stored.get(k), turn_ids, pre)
+            if lps is None:
+                reasons.append(why or "mismatch")
+        samples.append(
+            TrainingSample(
+                t.group,
+                episode_id,
+                pre,
+                turn_ids,
+                [1] * len(turn_ids),
+                lps,
+                t.reward,
+                policy_version=t.policy_version,
+                turn=n,
+            )
+        )
+    return samples
+
+
+def _apply_limits(
+    conv: ConvertedEpisode,
+    samples: list[TrainingSample],
+    max_length: int | None,
+    max_completion_length: int | None,
+    truncation: Truncation,
+) -> ConvertedEpisode:
+    """Cut or skip over-long samples (see :func:`_cut`); the episode is skipped when nothing is left."""
     kept: list[TrainingSample] = []
     for s in samples:
         cut, was_cut = _cut(s, max_length, max_completion_length)
@@ -763,6 +735,17 @@ def convert_episode(
     return conv
 
 
+# Checked elsewhere: the schema version once for all rows (load_episodes, where rows built in memory may
+# carry none) and "no assistant message", counted as no_assistant by the conversion itself.
+_NOT_PER_EPISODE = frozenset({"unknown_schema_version", "empty_episode"})
+
+
+def _problems(episode: Mapping[str, Any]) -> Counter[str]:
+    """Error codes of ``sdk.episodes.validate_episode`` that make an episode unfit for training."""
+    problems = validate_episode(dict(episode), require_reward=False)
+    return Counter(p.code for p in problems if p.is_error and p.code not in _NOT_PER_EPISODE)
+
+
 def convert_episodes(
     episodes: Sequence[Mapping[str, Any]],
     tokenizer: Any,
@@ -775,7 +758,9 @@ def convert_episodes(
 ) -> tuple[list[ConvertedEpisode], DataReport]:
     """Convert many episodes, counting drops, truncations and unfaithful episodes in a :class:`DataReport`.
 
-    Episodes without a reward or task id are counted and left out (they cannot form a GRPO group).
+    Episodes without a reward or task id are counted and left out (they cannot form a GRPO group), and so
+    are episodes that ``sdk.episodes.validate_episode`` rejects (the exporter's own checks: message order,
+    unanswered tool calls, turns that do not point at assistant messages, non-finite rewards, ...).
 
     Example:
         >>> from trainers._tiny import build_tiny_tokenizer
@@ -792,6 +777,12 @@ def convert_episodes(
             continue
         if ep.get("task_id") is None:
             rep.no_task += 1
+            continue
+        problems = _problems(ep)
+        if problems:
+            rep.invalid += 1
+            for code in problems:
+                rep.invalid_problems[code] = rep.invalid_problems.get(code, 0) + 1
             continue
         conv = convert_episode(
             ep,

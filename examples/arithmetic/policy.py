@@ -25,7 +25,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from examples.arithmetic.task import TOOLS, Task, demonstration, make_splits
-from sdk.serve import normalize_messages
+from sdk.messages import render_ids, template_messages
 
 SPECIAL = [
     "<|endoftext|>",
@@ -84,7 +84,7 @@ def build_tokenizer(vocab_size: int = 512, seed: int = 0) -> PreTrainedTokenizer
     tasks = make_splits(seed=seed, n_train=0, n_eval=0, n_sft=40)["sft"]
     corpus = [
         bootstrap.apply_chat_template(
-            normalize_messages(demonstration(t, rng, p_good=0.5)), tools=TOOLS, tokenize=False
+            template_messages(demonstration(t, rng, p_good=0.5)), tools=TOOLS, tokenize=False
         )
         for t in tasks
     ]
@@ -157,11 +157,10 @@ def encode_with_mask(
         >>> 0 < sum(mask) < len(ids)
         True
     """
-    msgs = normalize_messages(messages)
+    msgs = template_messages(messages)
 
     def enc(ms: list[dict[str, Any]], gen: bool) -> list[int]:
-        text = tok.apply_chat_template(ms, tools=tools, add_generation_prompt=gen, tokenize=False)
-        return tok(text, add_special_tokens=False)["input_ids"]
+        return render_ids(tok, ms, tools=tools, add_generation_prompt=gen)  # as the server and trainer do
 
     ids = enc(msgs, False)
     mask = [0] * len(ids)

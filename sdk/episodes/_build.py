@@ -13,7 +13,8 @@ from collections import Counter
 from typing import Any
 
 from sdk._json import dumps
-from sdk.episodes._normalize import normalize_message, same_message
+from sdk.episodes._normalize import same_message
+from sdk.messages import normalize_message
 from sdk.episodes._schema import SCHEMA_VERSION
 from sdk.episodes._validate import Problem
 from sdk.store import StoredSession

@@ -87,7 +87,7 @@ def _grpo_kwargs(steps: int, max_completion_length: int, cuda: bool) -> dict[str
 
 
 def _build(variant: str, env: dict[str, Any], steps: int) -> Any:
-    from trainers._dataset import normalize_messages
+    from sdk.messages import template_messages
     from trainers.trl_grpo import TRLGRPOConfig, TRLGRPOTrainer
 
     kw = _grpo_kwargs(steps, env["max_c"], env["cuda"])
@@ -109,7 +109,7 @@ def _build(variant: str, env: dict[str, Any], steps: int) -> Any:
     # One row per task: system + user with the tool schemas, rendered exactly as replay renders its prompts.
     prompts = [
         tok.apply_chat_template(
-            normalize_messages(ep["messages"][:2]),
+            template_messages(ep["messages"][:2]),
             tools=json.loads(ep["tools"]) or None,
             add_generation_prompt=True,
             tokenize=False,

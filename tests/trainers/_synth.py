@@ -88,9 +88,9 @@ def span_token_ids(
     tokenizer: Any, messages: list[dict[str, Any]], k: int, tools: Any
 ) -> tuple[list[int], list[int]]:
     """(prompt ids, completion ids through EOS) of assistant message k, computed from rendered *text*."""
-    from trainers._dataset import normalize_messages
+    from sdk.messages import template_messages
 
-    msgs = normalize_messages(messages)
+    msgs = template_messages(messages)
     pre = tokenizer.apply_chat_template(msgs[:k], tools=tools, add_generation_prompt=True, tokenize=False)
     upto = tokenizer.apply_chat_template(msgs[: k + 1], tools=tools, tokenize=False)
     assert upto.startswith(pre)

@@ -1,4 +1,5 @@
-"""Sample construction: normalisation, masks, faithfulness, per-turn, truncation, grouping (no model)."""
+"""Sample construction: normalisation, masks, faithfulness, per-turn, truncation, grouping, loading from a
+real store (no model)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import sys
 import pytest
 from _synth import make_episode, make_episodes, messages_for, span_token_ids, write_parquet
 
+import sdk
+from sdk.capture import CallRecord, record_call
+from sdk.messages import template_messages
 from trainers._dataset import (
     ConvertedEpisode,
     DataReport,
@@ -20,7 +24,6 @@ from trainers._dataset import (
     convert_episode,
     convert_episodes,
     load_episodes,
-    normalize_messages,
     parse_tools,
 )
 
@@ -60,7 +63,7 @@ def test_normalize_messages_openai_to_template():
         {"role": "tool", "content": "3", "tool_call_id": "c1", "name": None},
         {"role": "tool", "content": None, "tool_call_id": "c2"},
     ]
-    out = normalize_messages(msgs)
+    out = template_messages(msgs)
     assert out[0] == {"role": "system", "content": "s"}  # None-valued keys dropped
     assert out[1]["content"] == ""
     assert out[1]["tool_calls"][0]["function"]["arguments"] == {"a": 1, "b": [2]}
@@ -70,14 +73,18 @@ def test_normalize_messages_openai_to_template():
 
 
 def test_normalize_content_parts_and_empty_tool_calls():
-    out = normalize_messages(
+    out = template_messages(
         [
             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
             {"role": "assistant", "content": "x", "tool_calls": []},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"name": "f"}}]},
         ]
     )
-    assert out[0]["content"] == "ab"
+    assert out[0]["content"] == "a\nb"  # as vLLM and the episode export join text parts
     assert "tool_calls" not in out[1]
+    assert out[2]["tool_calls"] == [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}
+    ]
 
 
 def test_parse_tools():
@@ -113,7 +120,7 @@ def test_one_sequence_mask_covers_only_model_tokens(tiny_tokenizer):
     assert segs[2][1] == "It is 10 degrees in Paris. Good answer.<|im_end|>"
     assert s.completion_ids[-1] == tok.eos_token_id and s.loss_mask[-1] == 1
     # prompt + completion is the template's rendering of the whole thread (minus the trailing newline)
-    full = tok.apply_chat_template(normalize_messages(ep["messages"]), tokenize=False)
+    full = tok.apply_chat_template(template_messages(ep["messages"]), tokenize=False)
     assert tok.decode(s.prompt_ids + s.completion_ids) == full.rstrip("\n")
     assert tok.decode(s.prompt_ids).endswith("<|im_start|>assistant\n")
     assert s.reward == 1.0 and s.group_id == "task-0" and s.turn is None
@@ -209,7 +216,10 @@ def reasoning_episode(task=0, idx=0, reward=1.0):
         "reward": reward,
         "messages": msgs,
         "tools": "[]",
-        "turns": [],
+        "turns": [
+            {"message_index": k, "token_ids": None, "logprobs": None, "prompt_token_ids": None}
+            for k in (1, 3)
+        ],
         "token_faithful": False,
     }
 
@@ -352,18 +362,68 @@ def test_load_errors(tmp_path):
         load_episodes(tmp_path / "bad.parquet")
 
 
-def test_store_directory_uses_build_episodes(tmp_path, monkeypatch):
-    import types
+def _record_weather_session(tok, task: str, city: str, good: bool) -> None:
+    """One session as a token-faithful server would record it: real ids and logprobs of the tiny tokenizer."""
+    msgs = messages_for(0, good)
+    msgs[1]["content"] = f"What is the weather in {city}?"
+    with sdk.session(task_id=task) as s:
+        for k in (2, 4):  # the two assistant turns
+            prompt_ids, completion_ids = span_token_ids(tok, msgs, k, None)
+            response = {key: v for key, v in msgs[k].items() if v is not None}
+            entries = [
+                {"token": tok.decode([i]), "logprob": -0.5 - j / 10} for j, i in enumerate(completion_ids)
+            ]
+            record_call(
+                CallRecord(
+                    framework="openai",
+                    model="tiny",
+                    messages=[{key: v for key, v in m.items() if v is not None} for m in msgs[:k]],
+                    response_message=response,
+                    finish_reason="tool_calls" if k == 2 else "stop",
+                    logprobs=entries,
+                    prompt_token_ids=prompt_ids,
+                    completion_token_ids=completion_ids,
+                )
+            )
+        s.reward(1.0 if good else 0.0)
 
+
+def test_store_directory_to_training_samples(tmp_path, tiny_tokenizer):
     store = tmp_path / "store"
-    store.mkdir()
-    fake_mod = types.ModuleType("sdk.episodes")
-    fake_mod.build_episodes = lambda d: [make_episode(0, 0, good=True)]
-    monkeypatch.setitem(sys.modules, "sdk.episodes", fake_mod)
-    assert load_episodes(store)[0]["episode_id"] == "ep-0-0"
-    monkeypatch.setitem(sys.modules, "sdk.episodes", None)  # import fails
-    with pytest.raises(UserError, match="build_episodes"):
-        load_episodes(store)
+    sdk.configure(store=store)
+    try:
+        for n, city in enumerate(["Paris", "Rome", "Oslo"]):
+            _record_weather_session(tiny_tokenizer, "weather", city, good=n != 1)
+    finally:
+        sdk.shutdown()
+    rows = load_episodes(store)  # a store directory: episodes built by sdk.episodes.build_episodes
+    assert sorted(r["reward"] for r in rows) == [0.0, 1.0, 1.0] and {r["task_id"] for r in rows} == {
+        "weather"
+    }
+    convs, rep = convert_episodes(rows, tiny_tokenizer)
+    assert (rep.faithful, rep.unfaithful, rep.invalid) == (3, 0, 0)
+    for conv, row in zip(convs, rows, strict=True):
+        s = conv.samples[0]
+        stored = [e for t in row["turns"] for e in t["logprobs"]]
+        assert [lp for lp, m in zip(s.logprobs, s.loss_mask, strict=True) if m] == stored
+    groups, _ = build_groups(convs, 3)
+    assert [g.task_id for g in groups] == ["weather"] and len(groups[0].samples) == 3
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UserError, match="no episodes found"):
+        load_episodes(empty)
+
+
+def test_invalid_episodes_are_counted_not_trained(tiny_tokenizer):
+    good = make_episode(0, 0, good=True)
+    unanswered = make_episode(0, 1, good=False)
+    del unanswered["messages"][3]  # the tool call is never answered
+    unanswered["turns"][1]["message_index"] = 3
+    infinite = make_episode(0, 2, good=False, reward=math.inf)
+    convs, rep = convert_episodes([good, unanswered, infinite], tiny_tokenizer)
+    assert [c.episode_id for c in convs] == ["ep-0-0"] and rep.invalid == 2
+    assert rep.invalid_problems == {"tool_call_unanswered": 1, "non_finite_reward": 1}
+    assert "  tool_call_unanswered: 1" in rep.lines()
 
 
 def test_report_lines():
@@ -404,7 +464,7 @@ def test_registry():
 def test_imports_stay_light():
     code = (
         "import sys, sdk, trainers, trainers.base, trainers._dataset, trainers.trl_grpo, trainers._plots\n"
-        "import sdk.train\n"
+        "import sdk.train, sdk.serve, sdk.messages\n"
         "heavy = [m for m in ('torch', 'transformers', 'trl', 'polars', 'peft', 'datasets', 'matplotlib')"
         " if m in sys.modules]\n"
         "print(heavy)\nassert not heavy, heavy\n"

@@ -14,9 +14,9 @@ from typing import Any
 
 from sdk._json import dumps
 from sdk.episodes._normalize import same_message
-from sdk.messages import normalize_message
 from sdk.episodes._schema import SCHEMA_VERSION
 from sdk.episodes._validate import Problem
+from sdk.messages import normalize_message
 from sdk.store import StoredSession
 
 __all__ = ["BuildOptions", "session_episodes"]

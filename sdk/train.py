@@ -59,7 +59,7 @@ _GRPO_SHORTCUTS: dict[str, tuple[type, str]] = {
 
 class _ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> typing.NoReturn:
-        from trainers._dataset import UserError
+        from trainers.errors import UserError
 
         # One line, no usage dump: consistent with every other user error.
         raise UserError(f"{message} (see --help)")
@@ -70,7 +70,7 @@ def _flag(name: str) -> str:
 
 
 def _parse_bool(value: Any) -> bool:
-    from trainers._dataset import UserError
+    from trainers.errors import UserError
 
     if isinstance(value, bool):
         return value
@@ -84,7 +84,7 @@ def _parse_bool(value: Any) -> bool:
 
 def _coerce(name: str, value: Any, hint: Any) -> Any:
     """Coerce a YAML/CLI value to the dataclass field type (YAML 1.1 reads '1e-5' as a string)."""
-    from trainers._dataset import UserError
+    from trainers.errors import UserError
 
     if value is None:
         return None
@@ -139,7 +139,7 @@ def _yaml_loader() -> Any:
 def _grpo_pairs(pairs: list[str]) -> dict[str, Any]:
     import yaml
 
-    from trainers._dataset import UserError
+    from trainers.errors import UserError
 
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -218,7 +218,7 @@ def _build_parser(config_cls: type | None) -> _ArgumentParser:
 def _load_yaml(path: str) -> dict[str, Any]:
     import yaml
 
-    from trainers._dataset import UserError
+    from trainers.errors import UserError
 
     p = Path(path).expanduser()
     if not p.is_file():
@@ -235,7 +235,7 @@ def _load_yaml(path: str) -> dict[str, Any]:
 def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
     """Parse flags and YAML into (trainer class, config, data, dry_run, backend)."""
     from trainers import get_trainer
-    from trainers._dataset import UserError
+    from trainers.errors import UserError
 
     pre, _ = _build_parser(None).parse_known_args(argv)
     file_cfg = _load_yaml(pre.config) if getattr(pre, "config", None) else {}
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         >>> main(["--data", "episodes.parquet", "--model", "./tiny", "--dry-run"])  # doctest: +SKIP
         0
     """
-    from trainers._dataset import UserError
+    from trainers.errors import UserError
 
     try:
         from trainers.remote import find_job, reattach

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from trainers.base import PreparedData, Trainer, TrainerConfig, TrainingSample, TrainResult, UserError
+from trainers.base import PreparedData, Trainer, TrainerConfig, TrainingSample, TrainResult
+from trainers.errors import UserError
 
 __all__ = [
     "TRAINERS",

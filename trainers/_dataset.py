@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from trainers.errors import UserError
+
 __all__ = [
     "REQUIRED_COLUMNS",
     "SCHEMA_VERSION",
@@ -59,17 +61,6 @@ REQUIRED_COLUMNS: tuple[str, ...] = ("episode_id", "task_id", "messages", "rewar
 
 Truncation = Literal["truncate", "skip"]
 PerTurn = Literal["auto", "always", "never"]
-
-
-class UserError(Exception):
-    """A problem with the user's input or configuration (not a bug): reported in one line, exit code 2.
-
-    Example:
-        >>> raise UserError("data path not found: x.parquet")
-        Traceback (most recent call last):
-        ...
-        trainers._dataset.UserError: data path not found: x.parquet
-    """
 
 
 @dataclass

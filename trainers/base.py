@@ -22,12 +22,12 @@ from trainers._dataset import (
     DataReport,
     Group,
     TrainingSample,
-    UserError,
     build_groups,
     check_task_sizes,
     convert_episodes,
     load_episodes,
 )
+from trainers.errors import UserError
 
 __all__ = [
     "PreparedData",
@@ -35,7 +35,6 @@ __all__ = [
     "Trainer",
     "TrainerConfig",
     "TrainingSample",
-    "UserError",
     "check_model",
     "load_tokenizer",
     "prepare_data",

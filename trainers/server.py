@@ -51,6 +51,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from trainers.errors import UserError
+
 try:  # Module-level names: FastAPI resolves the (string) annotations of the routes from these globals.
     from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
     from fastapi.responses import FileResponse, JSONResponse
@@ -362,7 +364,6 @@ class JobManager:
 
 def _check_config(raw: str) -> dict[str, Any]:
     """Parse and validate the client's JSON config; returns it without server-owned fields."""
-    from trainers.base import UserError
     from trainers.trl_grpo import TRLGRPOConfig
 
     try:
@@ -420,13 +421,9 @@ def create_app(
         >>> import uvicorn; uvicorn.run(app, port=8000)  # doctest: +SKIP
     """
     if FastAPI is None:  # pragma: no cover
-        from trainers.base import UserError
-
         raise UserError("the training server needs fastapi and uvicorn: pip install 'tracerl[remote]'")
     if not token:
         raise ValueError("token must not be empty")
-    from trainers.base import UserError
-
     jobs = JobManager(workdir, max_jobs=max_jobs, secret_env=(token_env,))
     app = FastAPI(title="tracerl training server", version="1")
     app.state.jobs = jobs
@@ -563,8 +560,6 @@ def run_job(job_dir: str | os.PathLike[str]) -> int:
         >>> run_job("/tmp/jobs/jobs/job-0123456789ab")  # doctest: +SKIP
         0
     """
-    from trainers.base import UserError
-
     d = Path(job_dir)
     _exit_with_parent()
     events = d / "events.jsonl"

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from trainers._dataset import Group, TrainingSample, UserError
+from trainers._dataset import Group, TrainingSample
 from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
+from trainers.errors import UserError
 
 __all__ = [
     "TRLGRPOConfig",
@@ -565,7 +566,7 @@ def resolve_grpo_kwargs(config: TRLGRPOConfig, prepared: PreparedData) -> dict[s
     Example:
         >>> resolve_grpo_kwargs(TRLGRPOConfig(grpo={"lr": 1}), prepared)  # doctest: +SKIP
         Traceback (most recent call last):
-        trainers._dataset.UserError: unknown GRPOConfig field 'lr' (did you mean: learning_rate?)
+        trainers.errors.UserError: unknown GRPOConfig field 'lr' (did you mean: learning_rate?)
     """
     import torch
     from trl import GRPOConfig

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from remote_helpers import TOKEN, TOKEN_ENV
 
-from trainers.base import UserError
-from trainers.remote import AuthError, InvalidDataError, RemoteError, RemoteJob, reattach, resolve_backend
+from trainers.errors import AuthError, InvalidDataError, RemoteError, UserError
+from trainers.remote import RemoteJob, reattach, resolve_backend
 from trainers.remote.http_client import HTTPConfig, HTTPTrainer
 from trainers.server import main as server_main
 

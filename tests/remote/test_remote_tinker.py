@@ -18,8 +18,8 @@ from tinker.proto import tinker_public_pb2 as public_pb  # noqa: E402
 from tinker.proto.request_conv import forward_backward_request_to_proto  # noqa: E402
 from tinker.proto.response_conv import _tensor_data_from_proto  # noqa: E402
 
-from trainers.base import UserError, prepare_data  # noqa: E402
-from trainers.remote import AuthError  # noqa: E402
+from trainers.base import prepare_data  # noqa: E402
+from trainers.errors import AuthError, UserError  # noqa: E402
 from trainers.remote.tinker_backend import (  # noqa: E402
     TinkerConfig,
     TinkerTrainer,

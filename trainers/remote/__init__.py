@@ -40,20 +40,16 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from trainers.base import TrainerConfig, TrainResult, UserError
+from trainers.base import TrainerConfig, TrainResult
+from trainers.errors import InvalidDataError, RateLimitError, TransientError, UserError
 
 __all__ = [
     "refuse_running_job",
     "JOB_FILE",
     "REMOTE_BACKENDS",
     "TERMINAL_STATUSES",
-    "AuthError",
-    "InvalidDataError",
-    "RateLimitError",
     "RemoteConfig",
-    "RemoteError",
     "RemoteJob",
-    "TransientError",
     "find_job",
     "progress",
     "reattach",
@@ -75,63 +71,6 @@ REMOTE_BACKENDS: dict[str, str] = {
     "openai": "trainers.remote.openai_ft:OpenAIFineTuneTrainer",
     "tinker": "trainers.remote.tinker_backend:TinkerTrainer",
 }
-
-
-# ------------------------------------------------------------------------------------------------ errors
-
-
-class RemoteError(UserError):
-    """The remote service refused or failed a request (reported in one line, exit code 2).
-
-    Example:
-        >>> str(RemoteError("job job-1 failed: out of memory"))
-        'job job-1 failed: out of memory'
-    """
-
-
-class AuthError(RemoteError):
-    """Authentication failed (missing, wrong or expired key/token); never retried.
-
-    Example:
-        >>> isinstance(AuthError("401"), RemoteError)
-        True
-    """
-
-
-class TransientError(RemoteError):
-    """A failure worth retrying: connection refused/reset, timeouts, HTTP 5xx.
-
-    Example:
-        >>> TransientError("HTTP 503").retry_after is None
-        True
-    """
-
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class RateLimitError(TransientError):
-    """HTTP 429: retried with backoff, honouring ``Retry-After`` when the service sends it.
-
-    Example:
-        >>> RateLimitError("slow down", retry_after=2.0).retry_after
-        2.0
-    """
-
-
-class InvalidDataError(UserError):
-    """The episodes cannot be sent: rejected before upload, with one reason per problem kind.
-
-    Example:
-        >>> err = InvalidDataError("2 of 8 episodes are invalid", ["missing_reward: 2 (e.g. ep-1)"])
-        >>> str(err)
-        '2 of 8 episodes are invalid: missing_reward: 2 (e.g. ep-1)'
-    """
-
-    def __init__(self, summary: str, reasons: Iterable[str] = ()) -> None:
-        self.reasons = list(reasons)
-        super().__init__(summary + (": " + "; ".join(self.reasons) if self.reasons else ""))
 
 
 # ------------------------------------------------------------------------------------------------ config
@@ -421,7 +360,7 @@ def validate_episodes(
         ...                   require_groups=False)
         Traceback (most recent call last):
         ...
-        trainers.remote.InvalidDataError: 1 of 1 episodes are invalid: empty_episode: 1 (e.g. e)
+        trainers.errors.InvalidDataError: 1 of 1 episodes are invalid: empty_episode: 1 (e.g. e)
     """
     from sdk.episodes import validate_episode
 

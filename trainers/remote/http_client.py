@@ -26,15 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from trainers.base import PreparedData, TrainerConfig, TrainResult, UserError, prepare_data
-from trainers.remote import (
+from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
+from trainers.errors import (
     AuthError,
     InvalidDataError,
     RateLimitError,
-    RemoteConfig,
     RemoteError,
-    RemoteJob,
     TransientError,
+    UserError,
+)
+from trainers.remote import (
+    RemoteConfig,
+    RemoteJob,
     progress,
     refuse_running_job,
     validate_episodes,

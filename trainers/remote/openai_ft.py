@@ -38,15 +38,18 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from trainers._dataset import ConvertedEpisode, DataReport, Group, parse_tools
-from trainers.base import PreparedData, TrainerConfig, TrainResult, UserError
-from trainers.remote import (
+from trainers.base import PreparedData, TrainerConfig, TrainResult
+from trainers.errors import (
     AuthError,
     InvalidDataError,
     RateLimitError,
-    RemoteConfig,
     RemoteError,
-    RemoteJob,
     TransientError,
+    UserError,
+)
+from trainers.remote import (
+    RemoteConfig,
+    RemoteJob,
     group_by_task,
     progress,
     refuse_running_job,

@@ -47,14 +47,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from trainers._dataset import Group, TrainingSample
-from trainers.base import PreparedData, TrainerConfig, TrainResult, UserError, prepare_data
+from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
+from trainers.errors import AuthError, RateLimitError, RemoteError, TransientError, UserError
 from trainers.remote import (
-    AuthError,
-    RateLimitError,
     RemoteConfig,
-    RemoteError,
     RemoteJob,
-    TransientError,
     progress,
     with_retries,
 )

@@ -1,4 +1,4 @@
-"""The self-hosted training server (``python -m trainers.server``) and the ``http`` backend, on loopback."""
+"""The self-hosted training server (``python -m trainers.remote.http_server``) and the ``http`` backend, on loopback."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from remote_helpers import TOKEN, TOKEN_ENV
 from trainers.errors import AuthError, InvalidDataError, RemoteError, UserError
 from trainers.remote import RemoteJob, reattach, resolve_backend
 from trainers.remote.http_client import HTTPConfig, HTTPTrainer
-from trainers.server import main as server_main
+from trainers.remote.http_server import main as server_main
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_GRPO = {

@@ -1,4 +1,4 @@
-"""The ``http`` backend: train on a tracerl training server (``python -m trainers.server``) on a GPU host.
+"""The ``http`` backend: train on a tracerl training server on a GPU host (``trainers.remote.http_server``).
 
 ``python -m sdk.train --backend http://gpu-box:8000 --data episodes.parquet --model /models/Qwen2.5-7B ...``
 validates the episodes locally, uploads them with the TRL settings, writes ``OUTPUT_DIR/job.json``, prints

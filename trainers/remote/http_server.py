@@ -1,4 +1,4 @@
-"""``python -m trainers.server``: a tracerl training server for a GPU host.
+"""``python -m trainers.remote.http_server``: a tracerl training server for a GPU host.
 
 Clients without GPUs send episodes here (``python -m sdk.train --backend http://host:port ...``); the server
 runs the local TRL GRPO backend (:mod:`trainers.trl_grpo`) as a job in a worker subprocess, records status and
@@ -7,7 +7,7 @@ metrics as events, and serves the artifacts (final model/adapter, ``metrics.json
 Usage::
 
     export TRACERL_SERVER_TOKEN=$(python -c "import secrets; print(secrets.token_urlsafe(32))")
-    python -m trainers.server --host 0.0.0.0 --port 8000 --workdir /data/tracerl-jobs
+    python -m trainers.remote.http_server --host 0.0.0.0 --port 8000 --workdir /data/tracerl-jobs
 
 Every ``/v1`` request needs ``Authorization: Bearer $TRACERL_SERVER_TOKEN``; requests without it (or with a
 wrong token) get 401. The token is read from the environment variable named by ``--token-env`` only; the
@@ -296,12 +296,12 @@ class JobManager:
     def _start(self, job_id: str) -> None:
         d = self._dir(job_id)
         env = {k: v for k, v in os.environ.items() if k not in self.secret_env}
-        root = str(Path(__file__).resolve().parents[1])
+        root = str(Path(__file__).resolve().parents[2])  # the repository root, for `-m trainers...`
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         log = open(d / "worker.log", "ab")  # handed to the child; closed below
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "trainers.server", "--run-job", str(d)],
+                [sys.executable, "-m", "trainers.remote.http_server", "--run-job", str(d)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -607,7 +607,9 @@ def main(argv: list[str] | None = None) -> int:
     Example:
         >>> main(["--port", "8000", "--workdir", "/data/jobs"])  # doctest: +SKIP
     """
-    p = argparse.ArgumentParser(prog="python -m trainers.server", description="tracerl training server")
+    p = argparse.ArgumentParser(
+        prog="python -m trainers.remote.http_server", description="tracerl training server"
+    )
     p.add_argument("--host", default="127.0.0.1", help="Interface to listen on (default 127.0.0.1).")
     p.add_argument("--port", type=int, default=8000, help="Port (0 picks a free one; printed at start).")
     p.add_argument(

@@ -38,9 +38,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from trainers import get_trainer
+from trainers import get_trainer, resolve_backend
 from trainers.errors import UserError
-from trainers.remote import find_job, reattach, resolve_backend
+from trainers.remote import find_job, reattach
 
 __all__ = ["main"]
 

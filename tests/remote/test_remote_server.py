@@ -14,8 +14,9 @@ import httpx
 import pytest
 from remote_helpers import TOKEN, TOKEN_ENV
 
+from trainers import resolve_backend
 from trainers.errors import AuthError, InvalidDataError, RemoteError, UserError
-from trainers.remote import RemoteJob, reattach, resolve_backend
+from trainers.remote import RemoteJob, reattach
 from trainers.remote.http_client import HTTPConfig, HTTPTrainer
 from trainers.remote.http_server import main as server_main
 

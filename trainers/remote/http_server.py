@@ -427,19 +427,13 @@ def create_app(
     jobs = JobManager(workdir, max_jobs=max_jobs, secret_env=(token_env,))
     app = FastAPI(title="tracerl training server", version="1")
     app.state.jobs = jobs
-    expected = f"Bearer {token}".encode()
+    _require_token(app, token)
+    _job_routes(app, jobs, max_upload_mb)
+    return app
 
-    @app.middleware("http")
-    async def require_token(request: Request, call_next: Any) -> Any:
-        if request.url.path.startswith("/v1"):
-            given = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                return JSONResponse(
-                    {"detail": {"message": "missing or invalid bearer token", "reasons": []}},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-        return await call_next(request)
+
+def _job_routes(app: Any, jobs: JobManager, max_upload_mb: int) -> None:
+    """The ``/healthz`` and ``/v1/jobs`` endpoints (see the module docstring)."""
 
     def _missing(job_id: str) -> HTTPException:
         return HTTPException(404, {"message": f"no job {job_id}", "reasons": []})
@@ -451,16 +445,8 @@ def create_app(
     @app.post("/v1/jobs", status_code=201)
     def submit(file: UploadFile = File(...), config: str = Form("{}")) -> dict[str, Any]:
         tmp = jobs.root / f".upload-{uuid.uuid4().hex}.parquet"
-        size = 0
         try:
-            with open(tmp, "wb") as fh:
-                while chunk := file.file.read(_CHUNK):
-                    size += len(chunk)
-                    if size > max_upload_mb * _CHUNK:
-                        raise HTTPException(
-                            413, {"message": f"upload larger than {max_upload_mb} MB", "reasons": []}
-                        )
-                    fh.write(chunk)
+            _receive(file, tmp, max_upload_mb)
             try:
                 cfg = _check_config(config)
                 _check_data(tmp)
@@ -510,7 +496,33 @@ def create_app(
         except KeyError:
             raise HTTPException(404, {"message": f"no artifact {name} in {job_id}", "reasons": []}) from None
 
-    return app
+
+def _require_token(app: Any, token: str) -> None:
+    """Refuse every ``/v1`` request without ``Authorization: Bearer <token>`` (401)."""
+    expected = f"Bearer {token}".encode()
+
+    @app.middleware("http")
+    async def require_token(request: Request, call_next: Any) -> Any:
+        if request.url.path.startswith("/v1"):
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return JSONResponse(
+                    {"detail": {"message": "missing or invalid bearer token", "reasons": []}},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        return await call_next(request)
+
+
+def _receive(file: Any, dest: Path, max_upload_mb: int) -> None:
+    """Stream an upload to ``dest`` in chunks; 413 once it grows past ``max_upload_mb``."""
+    size = 0
+    with open(dest, "wb") as fh:
+        while chunk := file.file.read(_CHUNK):
+            size += len(chunk)
+            if size > max_upload_mb * _CHUNK:
+                raise HTTPException(413, {"message": f"upload larger than {max_upload_mb} MB", "reasons": []})
+            fh.write(chunk)
 
 
 # -------------------------------------------------------------------------------------------------- worker

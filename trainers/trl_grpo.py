@@ -1,6 +1,10 @@
 """GRPO on stored episodes with TRL's ``GRPOTrainer`` (replay: no generation during training).
 
-How it works (``shared/reference/trl-replay.md``):
+How it works. TRL 1.16.0's ``rollout_func`` contract (``_generate`` in ``trl/trainer/grpo_trainer.py``): it is
+called once per generation batch with the dataset prompts already repeated G times in contiguous blocks; it
+returns ``prompt_ids``, ``completion_ids`` and ``logprobs`` (``None`` allowed) for every prompt; an
+``env_mask`` becomes TRL's ``tool_mask`` (``loss_mask = completion_mask * tool_mask``); extra keys reach the
+reward functions as keyword arguments. On top of it:
 
 - Each task group of ``num_generations`` (G) episodes is one dataset row (a *unit*). TRL's ``RepeatSampler``
   repeats every row G times in a contiguous block; the ``rollout_func`` answers slot ``i`` of a block with the

@@ -1,8 +1,10 @@
-"""Training backends for tracerl episodes, registered by name.
+"""Training backends for tracerl episodes, registered by name in one place.
 
 ``TRAINERS`` maps a backend name to an import string ``"module:Class"``; the module is imported only when
-the backend is requested, so ``import trainers`` stays free of torch/TRL. Add a backend with
-:func:`register_trainer` (or by editing ``TRAINERS``).
+the backend is requested, so ``import trainers`` stays free of torch/TRL. It lists the local ``trl``
+backend and the remote ones (:mod:`trainers.remote`; a remote backend's class is a
+:class:`~trainers.remote.RemoteTrainer`). Add a backend with :func:`register_trainer` (or by editing
+``TRAINERS``); :func:`resolve_backend` maps ``--backend`` (a name or a server URL) to a registered name.
 
 Example:
     >>> from trainers import available_trainers, get_trainer
@@ -15,8 +17,10 @@ Example:
 from __future__ import annotations
 
 from importlib import import_module
+from typing import Any
 
-from trainers.base import PreparedData, Trainer, TrainerConfig, TrainingSample, TrainResult, UserError
+from trainers.base import PreparedData, Trainer, TrainerConfig, TrainingSample, TrainResult
+from trainers.errors import UserError
 
 __all__ = [
     "TRAINERS",
@@ -29,12 +33,13 @@ __all__ = [
     "available_trainers",
     "get_trainer",
     "register_trainer",
+    "resolve_backend",
 ]
 
 #: Backend name → ``"module:Class"`` (imported lazily by :func:`get_trainer`).
 TRAINERS: dict[str, str] = {
     "trl": "trainers.trl_grpo:TRLGRPOTrainer",
-    # Remote backends (trainers/remote/): `--backend http://host:port` selects "http".
+    # Remote backends (trainers/remote/): `--backend http://host:port` selects "http" (resolve_backend).
     "http": "trainers.remote.http_client:HTTPTrainer",
     "openai": "trainers.remote.openai_ft:OpenAIFineTuneTrainer",
     "tinker": "trainers.remote.tinker_backend:TinkerTrainer",
@@ -97,3 +102,22 @@ def get_trainer(name: str) -> type[Trainer]:
             f"backend {name!r} cannot be imported ({exc}); install it with: pip install 'tracerl[train]'"
         ) from exc
     return getattr(module, attr)  # type: ignore[no-any-return]
+
+
+def resolve_backend(name_or_url: str) -> tuple[str, dict[str, Any]]:
+    """Map ``--backend`` to a registered backend name plus config overrides.
+
+    ``http://host:port`` / ``https://...`` select the ``http`` backend (a tracerl training server) with
+    ``server`` set to the URL; any other value is a backend name and passes through (:func:`get_trainer`
+    checks it).
+
+    Example:
+        >>> resolve_backend("https://train.example.com/")
+        ('http', {'server': 'https://train.example.com'})
+        >>> resolve_backend("tinker")
+        ('tinker', {})
+    """
+    value = name_or_url.strip()
+    if value.startswith(("http://", "https://")):
+        return "http", {"server": value.rstrip("/")}
+    return value, {}

@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 from sdk.episodes import SCHEMA_VERSION, EpisodeError, build_episodes, read_episodes, validate_episode
 from sdk.messages import render_ids, template_messages
+from trainers.errors import UserError
 
 __all__ = [
     "REQUIRED_COLUMNS",
@@ -49,7 +50,6 @@ __all__ = [
     "DataReport",
     "Group",
     "TrainingSample",
-    "UserError",
     "build_groups",
     "check_task_sizes",
     "convert_episode",
@@ -63,17 +63,6 @@ REQUIRED_COLUMNS: tuple[str, ...] = ("episode_id", "task_id", "messages", "rewar
 
 Truncation = Literal["truncate", "skip"]
 PerTurn = Literal["auto", "always", "never"]
-
-
-class UserError(Exception):
-    """A problem with the user's input or configuration (not a bug): reported in one line, exit code 2.
-
-    Example:
-        >>> raise UserError("data path not found: x.parquet")
-        Traceback (most recent call last):
-        ...
-        trainers._dataset.UserError: data path not found: x.parquet
-    """
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """The trainer protocol, the shared configuration and result types, and backend-independent data preparation.
 
-A backend (``trainers/trl_grpo.py`` for TRL; remote backends later) pairs a documented ``<Name>Config``
-dataclass (a subclass of :class:`TrainerConfig`) with a ``<Name>Trainer`` class that satisfies
-:class:`Trainer`, and imports its heavy dependencies inside ``train()``. Backends are registered by name in
-``trainers/__init__.py``.
+A backend (``trainers/trl_grpo.py`` for TRL; the remote ones in ``trainers/remote/``) pairs a documented
+``<Name>Config`` dataclass (a subclass of :class:`TrainerConfig`) with a ``<Name>Trainer`` class that
+satisfies :class:`Trainer`, and imports its heavy dependencies inside ``train()``. Backends are registered
+by name in ``trainers/__init__.py``; errors live in ``trainers/errors.py``.
 
 Nothing here imports torch; transformers is imported only when a tokenizer is loaded.
 """
@@ -22,12 +22,12 @@ from trainers._dataset import (
     DataReport,
     Group,
     TrainingSample,
-    UserError,
     build_groups,
     check_task_sizes,
     convert_episodes,
     load_episodes,
 )
+from trainers.errors import UserError
 
 __all__ = [
     "PreparedData",
@@ -35,7 +35,6 @@ __all__ = [
     "Trainer",
     "TrainerConfig",
     "TrainingSample",
-    "UserError",
     "check_model",
     "load_tokenizer",
     "prepare_data",
@@ -432,35 +431,7 @@ def prepare_data(
         >>> [g.group_id for g in prepared.groups]  # doctest: +SKIP
         ['task-0', 'task-1']
     """
-    report = DataReport()
-    max_length = config.max_length or None
-    from_samples = isinstance(data, Sequence) and bool(data) and isinstance(data[0], TrainingSample)
-    if from_samples:
-        converted = _episodes_from_samples(data)
-        report.episodes = len(converted)
-        report.samples = len(data)
-        check_task_sizes([{"task_id": e.task_id, "reward": e.reward} for e in converted])
-        tok = tokenizer
-    else:
-        if tokenizer is None:
-            check_model(config.tokenizer or config.model)  # fail on a bad path before reading any data
-        episodes = load_episodes(data)
-        check_task_sizes(episodes)
-        tok = tokenizer if tokenizer is not None else load_tokenizer(config)
-        converted, report = convert_episodes(
-            episodes,
-            tok,
-            max_length=max_length,
-            max_completion_length=max_completion_length,
-            truncation=config.truncation,
-            per_turn=config.per_turn,
-            report=report,
-        )
-        if not converted and report.skipped_too_long:
-            raise UserError(
-                f"all {report.skipped_too_long} usable episodes are longer than max_length={max_length} "
-                "tokens; raise --max-length or use --truncation truncate"
-            )
+    converted, report, tok = _convert(data, config, tokenizer, max_completion_length)
     train_eps, eval_eps = _split_eval(converted, config.eval_fraction, config.seed)
     groups, report = build_groups(
         train_eps,
@@ -471,32 +442,79 @@ def prepare_data(
         seed=config.seed,
         report=report,
     )
-    eval_groups: list[Group] = []
+    eval_groups = _eval_groups(eval_eps, config, tok)
+    report.eval_groups = len(eval_groups)
+    if not groups:
+        raise _no_group_error(report, converted)
+    return PreparedData(groups=groups, eval_groups=eval_groups, report=report, tokenizer=tok)
+
+
+def _convert(
+    data: Any, config: TrainerConfig, tokenizer: Any, max_completion_length: int | None
+) -> tuple[list[ConvertedEpisode], DataReport, Any]:
+    """Episodes (or prebuilt training samples) → converted episodes, their report, and the tokenizer used."""
+    report = DataReport()
+    if isinstance(data, Sequence) and bool(data) and isinstance(data[0], TrainingSample):
+        converted = _episodes_from_samples(data)
+        report.episodes = len(converted)
+        report.samples = len(data)
+        check_task_sizes([{"task_id": e.task_id, "reward": e.reward} for e in converted])
+        return converted, report, tokenizer
+    if tokenizer is None:
+        check_model(config.tokenizer or config.model)  # fail on a bad path before reading any data
+    episodes = load_episodes(data)
+    check_task_sizes(episodes)
+    tok = tokenizer if tokenizer is not None else load_tokenizer(config)
+    max_length = config.max_length or None
+    converted, report = convert_episodes(
+        episodes,
+        tok,
+        max_length=max_length,
+        max_completion_length=max_completion_length,
+        truncation=config.truncation,
+        per_turn=config.per_turn,
+        report=report,
+    )
+    if not converted and report.skipped_too_long:
+        raise UserError(
+            f"all {report.skipped_too_long} usable episodes are longer than max_length={max_length} "
+            "tokens; raise --max-length or use --truncation truncate"
+        )
+    return converted, report, tok
+
+
+def _eval_groups(eval_eps: list[ConvertedEpisode], config: TrainerConfig, tok: Any) -> list[Group]:
+    """Held-out groups: from ``eval_data`` when given, else from the episodes split off for evaluation."""
     if config.eval_data:
         eval_rows = load_episodes(config.eval_data)
         eval_eps, _ = convert_episodes(
-            eval_rows, tok, max_length=max_length, truncation="truncate", per_turn=config.per_turn
+            eval_rows,
+            tok,
+            max_length=config.max_length or None,
+            truncation="truncate",
+            per_turn=config.per_turn,
         )
-    if eval_eps:
-        # Held-out groups keep all episodes and equal-reward groups: log-probs are measured on all of them.
-        eval_groups, _ = build_groups(
-            eval_eps,
-            config.num_generations,
-            overflow="split",
-            underflow="resample",
-            filter_zero_std=False,
-            seed=config.seed,
+    if not eval_eps:
+        return []
+    # Held-out groups keep all episodes and equal-reward groups: log-probs are measured on all of them.
+    eval_groups, _ = build_groups(
+        eval_eps,
+        config.num_generations,
+        overflow="split",
+        underflow="resample",
+        filter_zero_std=False,
+        seed=config.seed,
+    )
+    return eval_groups
+
+
+def _no_group_error(report: DataReport, converted: list[ConvertedEpisode]) -> UserError:
+    """Why no training group is left, in one line."""
+    if report.groups_zero_std_filtered:
+        return UserError(
+            f"all {report.groups_zero_std_filtered} groups have equal rewards within the group, so GRPO "
+            "has no signal; record rewards that differ between attempts, or set filter_zero_std: false"
         )
-    report.eval_groups = len(eval_groups)
-    if not groups:
-        if report.groups_zero_std_filtered:
-            raise UserError(
-                f"all {report.groups_zero_std_filtered} groups have equal rewards within the group, so GRPO "
-                "has no signal; record rewards that differ between attempts, or set filter_zero_std: false"
-            )
-        if not converted:
-            raise UserError(
-                f"no episode could be converted to a training sample ({'; '.join(report.lines())})"
-            )
-        raise UserError(f"no training group left after grouping ({'; '.join(report.lines())})")
-    return PreparedData(groups=groups, eval_groups=eval_groups, report=report, tokenizer=tok)
+    if not converted:
+        return UserError(f"no episode could be converted to a training sample ({'; '.join(report.lines())})")
+    return UserError(f"no training group left after grouping ({'; '.join(report.lines())})")

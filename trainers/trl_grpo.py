@@ -1,6 +1,10 @@
 """GRPO on stored episodes with TRL's ``GRPOTrainer`` (replay: no generation during training).
 
-How it works (``shared/reference/trl-replay.md``):
+How it works. TRL 1.16.0's ``rollout_func`` contract (``_generate`` in ``trl/trainer/grpo_trainer.py``): it is
+called once per generation batch with the dataset prompts already repeated G times in contiguous blocks; it
+returns ``prompt_ids``, ``completion_ids`` and ``logprobs`` (``None`` allowed) for every prompt; an
+``env_mask`` becomes TRL's ``tool_mask`` (``loss_mask = completion_mask * tool_mask``); extra keys reach the
+reward functions as keyword arguments. On top of it:
 
 - Each task group of ``num_generations`` (G) episodes is one dataset row (a *unit*). TRL's ``RepeatSampler``
   repeats every row G times in a contiguous block; the ``rollout_func`` answers slot ``i`` of a block with the
@@ -32,12 +36,14 @@ import os
 import re
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from trainers._dataset import Group, TrainingSample, UserError
+from trainers._dataset import Group, TrainingSample
 from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
+from trainers.errors import UserError
 
 __all__ = [
     "TRLGRPOConfig",
@@ -282,33 +288,11 @@ def replay_trainer_class() -> type:
             self._replay_rows = inputs
             out = super()._generate_and_score_completions(inputs)
             mode = "train" if self.model.training else "eval"
-            # Extra rollout keys were merged into `inputs` by TRL; per-turn rows carry their own advantages.
-            pre = torch.tensor(
-                [float(x.get("replay_advantage", math.nan)) for x in inputs], device=out["advantages"].device
-            )
-            known = ~torch.isnan(pre)
-            if known.any():
-                out["advantages"] = torch.where(known, pre.to(out["advantages"].dtype), out["advantages"])
-            if self._min_advantage is not None:
-                out["advantages"] = out["advantages"].clamp(min=self._min_advantage)
-            sampling = out.get("sampling_per_token_logps")
-            if sampling is not None and self._replay_behaviour:
-                loss_mask = out["completion_mask"]
-                if "tool_mask" in out:
-                    loss_mask = loss_mask * out["tool_mask"]
-                unknown = torch.isnan(sampling) & loss_mask.bool()
-                behaviour = torch.nan_to_num(sampling, nan=0.0)
-                if unknown.any():
-                    fallback = out.get("old_per_token_logps")
-                    if fallback is None:
-                        fallback = self._replay_policy_logps(out)
-                    behaviour = torch.where(unknown, fallback, behaviour)
-                out["old_per_token_logps"] = behaviour
-                out["sampling_per_token_logps"] = behaviour
-                n = loss_mask.sum().clamp(min=1)
-                self._metrics[mode]["replay/behaviour_token_frac"].append(
-                    float(((~unknown) & loss_mask.bool()).sum() / n)
-                )
+            _use_replay_advantages(inputs, out, self._min_advantage)
+            if self._replay_behaviour:
+                frac = _use_behaviour_logps(out, lambda: self._replay_policy_logps(out))
+                if frac is not None:
+                    self._metrics[mode]["replay/behaviour_token_frac"].append(frac)
             return out
 
         def _replay_policy_logps(self, out: dict[str, Any]) -> Any:
@@ -325,6 +309,51 @@ def replay_trainer_class() -> type:
             return logps
 
     return ReplayGRPOTrainer
+
+
+def _use_replay_advantages(
+    inputs: list[dict[str, Any]], out: dict[str, Any], min_advantage: float | None
+) -> None:
+    """Put the precomputed advantages of per-turn rows into the batch ``out``; clamp at ``min_advantage``."""
+    import torch
+
+    # Extra rollout keys were merged into `inputs` by TRL; per-turn rows carry their own advantages.
+    pre = torch.tensor(
+        [float(x.get("replay_advantage", math.nan)) for x in inputs], device=out["advantages"].device
+    )
+    known = ~torch.isnan(pre)
+    if known.any():
+        out["advantages"] = torch.where(known, pre.to(out["advantages"].dtype), out["advantages"])
+    if min_advantage is not None:
+        out["advantages"] = out["advantages"].clamp(min=min_advantage)
+
+
+def _use_behaviour_logps(out: dict[str, Any], policy_logps: Callable[[], Any]) -> float | None:
+    """Make the stored sampling logprobs TRL's "old" policy, so the clipped ratio is ``π_θ / π_behaviour``.
+
+    Trained tokens without a stored logprob take TRL's old log-probs or, without those, ``policy_logps()``
+    (ratio 1). Returns the share of trained tokens that had a stored logprob, or ``None`` when the batch has
+    no sampling logprobs.
+    """
+    import torch
+
+    sampling = out.get("sampling_per_token_logps")
+    if sampling is None:
+        return None
+    loss_mask = out["completion_mask"]
+    if "tool_mask" in out:
+        loss_mask = loss_mask * out["tool_mask"]
+    unknown = torch.isnan(sampling) & loss_mask.bool()
+    behaviour = torch.nan_to_num(sampling, nan=0.0)
+    if unknown.any():
+        fallback = out.get("old_per_token_logps")
+        if fallback is None:
+            fallback = policy_logps()
+        behaviour = torch.where(unknown, fallback, behaviour)
+    out["old_per_token_logps"] = behaviour
+    out["sampling_per_token_logps"] = behaviour
+    n = loss_mask.sum().clamp(min=1)
+    return float(((~unknown) & loss_mask.bool()).sum() / n)
 
 
 class _Curriculum:
@@ -565,7 +594,7 @@ def resolve_grpo_kwargs(config: TRLGRPOConfig, prepared: PreparedData) -> dict[s
     Example:
         >>> resolve_grpo_kwargs(TRLGRPOConfig(grpo={"lr": 1}), prepared)  # doctest: +SKIP
         Traceback (most recent call last):
-        trainers._dataset.UserError: unknown GRPOConfig field 'lr' (did you mean: learning_rate?)
+        trainers.errors.UserError: unknown GRPOConfig field 'lr' (did you mean: learning_rate?)
     """
     import torch
     from trl import GRPOConfig
@@ -757,39 +786,15 @@ class TRLGRPOTrainer:
 
             tok = load_tokenizer(config)
 
-        from trl import GRPOConfig
-
         out_dir = Path(config.output_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        kw = resolve_grpo_kwargs(config, prepared)
-        try:
-            args = GRPOConfig(**kw)
-        except (ValueError, TypeError) as exc:
-            raise UserError(f"invalid GRPO settings: {str(exc).splitlines()[0]}") from exc
-
+        kw, args = _grpo_args(config, prepared)
         G = config.num_generations
         eos = tok.eos_token_id if isinstance(tok.eos_token_id, int) else 0
         units = build_units(prepared.groups, G, scale_rewards=str(args.scale_rewards), eos_token_id=eos)
         eval_units = build_units(prepared.eval_groups, G, scale_rewards="group", eos_token_id=eos)
-        per_gen_units = args.generation_batch_size // G
-        if per_gen_units > len(units):
-            raise UserError(
-                f"a generation batch needs {per_gen_units} groups (generation_batch_size "
-                f"{args.generation_batch_size} / num_generations {G}) but only {len(units)} exist; lower "
-                "per_device_train_batch_size or steps_per_generation"
-            )
-        curriculum = None
-        if config.curriculum:
-            order = sorted(
-                range(len(units)), key=lambda i: (-units[i].group.mean_reward, units[i].group.group_id)
-            )
-            curriculum = _Curriculum(
-                order,
-                config.curriculum_start,
-                config.curriculum_expand_every,
-                config.curriculum_expand_by,
-                config.seed,
-            )
+        _check_generation_batch(args.generation_batch_size, G, len(units))
+        curriculum = _make_curriculum(units, config)
 
         from datasets import Dataset
 
@@ -887,6 +892,41 @@ class TRLGRPOTrainer:
             if vals:
                 out[f"last_{key}"] = float(vals[-1])
         return out
+
+
+def _grpo_args(config: TRLGRPOConfig, prepared: PreparedData) -> tuple[dict[str, Any], Any]:
+    """The resolved ``GRPOConfig`` keyword arguments and the ``trl.GRPOConfig`` built from them."""
+    from trl import GRPOConfig
+
+    kw = resolve_grpo_kwargs(config, prepared)
+    try:
+        return kw, GRPOConfig(**kw)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"invalid GRPO settings: {str(exc).splitlines()[0]}") from exc
+
+
+def _check_generation_batch(generation_batch_size: int, num_generations: int, units: int) -> None:
+    per_gen_units = generation_batch_size // num_generations
+    if per_gen_units > units:
+        raise UserError(
+            f"a generation batch needs {per_gen_units} groups (generation_batch_size "
+            f"{generation_batch_size} / num_generations {num_generations}) but only {units} exist; lower "
+            "per_device_train_batch_size or steps_per_generation"
+        )
+
+
+def _make_curriculum(units: list[Any], config: TRLGRPOConfig) -> _Curriculum | None:
+    """The easy-first schedule over ``units`` (highest group mean reward first), or ``None`` when off."""
+    if not config.curriculum:
+        return None
+    order = sorted(range(len(units)), key=lambda i: (-units[i].group.mean_reward, units[i].group.group_id))
+    return _Curriculum(
+        order,
+        config.curriculum_start,
+        config.curriculum_expand_every,
+        config.curriculum_expand_by,
+        config.seed,
+    )
 
 
 def _curriculum_logger(curriculum: _Curriculum) -> Any:

@@ -15,7 +15,7 @@ TOKEN = "test-token-" + "x" * 20
 
 
 class ServerProcess:
-    """``python -m trainers.server`` on 127.0.0.1 with a free port, its workdir and its log."""
+    """``python -m trainers.remote.http_server`` on 127.0.0.1 with a free port, its workdir and its log."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
@@ -26,7 +26,7 @@ class ServerProcess:
                 [
                     sys.executable,
                     "-m",
-                    "trainers.server",
+                    "trainers.remote.http_server",
                     "--host",
                     "127.0.0.1",
                     "--port",

@@ -1,7 +1,4 @@
-"""``python -m sdk.train`` with remote backends: ``--backend http://host:port``, ``--resume DIR``, ``--cancel``.
-
-Skipped until ``sdk/train.py`` routes remote backends through ``trainers.remote`` (see the report).
-"""
+"""``python -m sdk.train`` with remote backends: ``--backend http://host:port``, ``--resume DIR``, ``--cancel``."""
 
 from __future__ import annotations
 

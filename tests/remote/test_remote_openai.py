@@ -14,7 +14,8 @@ import pytest
 from _synth import make_episodes, write_parquet
 from fake_openai import FakeOpenAI
 
-from trainers.remote import AuthError, InvalidDataError, RateLimitError, RemoteError, RemoteJob, reattach
+from trainers.errors import AuthError, InvalidDataError, RateLimitError, RemoteError
+from trainers.remote import RemoteJob, reattach
 from trainers.remote.openai_ft import OpenAIFineTuneConfig, OpenAIFineTuneTrainer, build_dpo_pairs
 
 ROOT = Path(__file__).resolve().parents[2]

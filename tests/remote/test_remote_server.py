@@ -1,4 +1,4 @@
-"""The self-hosted training server (``python -m trainers.server``) and the ``http`` backend, on loopback."""
+"""The self-hosted training server (``python -m trainers.remote.http_server``) and the ``http`` backend, on loopback."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ import httpx
 import pytest
 from remote_helpers import TOKEN, TOKEN_ENV
 
-from trainers.base import UserError
-from trainers.remote import AuthError, InvalidDataError, RemoteError, RemoteJob, reattach, resolve_backend
+from trainers import resolve_backend
+from trainers.errors import AuthError, InvalidDataError, RemoteError, UserError
+from trainers.remote import RemoteJob, reattach
 from trainers.remote.http_client import HTTPConfig, HTTPTrainer
-from trainers.server import main as server_main
+from trainers.remote.http_server import main as server_main
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_GRPO = {

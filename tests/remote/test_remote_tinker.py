@@ -1,11 +1,11 @@
-"""The ``tinker`` backend: Datum construction verified with tinker's own types and wire encoding.
-
-No loopback Tinker server here (see the closing note in the report): the training loop's calls
-(``create_lora_training_client``, ``forward_backward``, ``optim_step``, ``save_state``) are not exercised.
+"""The ``tinker`` backend: Datum construction verified with tinker's own types and wire encoding, and the
+run's lifecycle (steps, saved states, Ctrl-C, re-attach, cancel) against an in-process stand-in for Tinker's
+service (no Tinker server can run on loopback; the Datums it receives are tinker's own types).
 """
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -18,8 +18,8 @@ from tinker.proto import tinker_public_pb2 as public_pb  # noqa: E402
 from tinker.proto.request_conv import forward_backward_request_to_proto  # noqa: E402
 from tinker.proto.response_conv import _tensor_data_from_proto  # noqa: E402
 
-from trainers.base import UserError, prepare_data  # noqa: E402
-from trainers.remote import AuthError  # noqa: E402
+from trainers.base import prepare_data  # noqa: E402
+from trainers.errors import AuthError, UserError  # noqa: E402
 from trainers.remote.tinker_backend import (  # noqa: E402
     TinkerConfig,
     TinkerTrainer,
@@ -29,7 +29,7 @@ from trainers.remote.tinker_backend import (  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory, tiny_tokenizer):
+def episodes(tmp_path_factory, tiny_tokenizer):
     from trainers._tiny import build_tiny_tokenizer
 
     tok_dir = tmp_path_factory.mktemp("tok")
@@ -38,6 +38,12 @@ def prepared(tmp_path_factory, tiny_tokenizer):
         make_episodes(2, 4, tokenizer=tiny_tokenizer), tmp_path_factory.mktemp("d") / "e.parquet"
     )
     cfg = TinkerConfig(model="Qwen/Qwen3-8B", tokenizer=str(tok_dir), num_generations=4, max_length=512)
+    return path, cfg
+
+
+@pytest.fixture(scope="module")
+def prepared(episodes):
+    path, cfg = episodes
     return prepare_data(path, cfg), cfg
 
 
@@ -105,3 +111,114 @@ def test_config_and_key_errors(tmp_path, monkeypatch, prepared):
     cfg = TinkerConfig(**{**cfg.__dict__, "output_dir": str(tmp_path)})
     with pytest.raises(AuthError, match=r"set \$TINKER_API_KEY"):
         TinkerTrainer().train("unused.parquet", cfg)
+
+
+# ------------------------------------------------------------------------------------ the run's lifecycle
+
+
+class _Done:
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+class FakeTinker:
+    """Tinker's ServiceClient and TrainingClient as the loop uses them; records the calls it gets."""
+
+    def __init__(self, interrupt_at=None):
+        self.calls, self.interrupt_at, self.steps = [], interrupt_at, 0
+
+    def create_lora_training_client(self, base_model, rank, seed):
+        self.calls.append(("create", base_model, rank))
+        return _Done(self)
+
+    def create_training_client_from_state_with_optimizer(self, path):
+        self.calls.append(("restore", path))
+        return _Done(self)
+
+    def forward_backward(self, datums, loss_fn):
+        self.steps += 1
+        if self.steps == self.interrupt_at:
+            raise KeyboardInterrupt
+        assert all(isinstance(d, types.Datum) for d in datums) and loss_fn == "importance_sampling"
+        self.calls.append(("forward_backward", len(datums)))
+        return _Done(type("Out", (), {"metrics": {"loss:sum": 0.5}})())
+
+    def optim_step(self, params):
+        self.calls.append(("optim_step", params.learning_rate))
+        return _Done(None)
+
+    def save_state(self, name):
+        self.calls.append(("save_state", name))
+        return _Done(type("Saved", (), {"path": f"tinker://run/state/{name}"})())
+
+    def save_weights_for_sampler(self, name):
+        self.calls.append(("save_weights_for_sampler", name))
+        return _Done(type("Saved", (), {"path": f"tinker://run/sampler/{name}"})())
+
+
+def _use(monkeypatch, fake):
+    import trainers.remote.tinker_backend as backend
+
+    monkeypatch.setenv("TINKER_API_KEY", "tk-test")
+    monkeypatch.setattr(backend, "_service_client", lambda cfg: fake)
+
+
+def test_run_steps_saves_states_and_finishes(tmp_path, monkeypatch, episodes):
+    from trainers.remote import RemoteJob
+
+    path, cfg = episodes
+    fake = FakeTinker()
+    _use(monkeypatch, fake)
+    out = tmp_path / "run"
+    cfg = TinkerConfig(
+        **{**cfg.__dict__, "output_dir": str(out), "steps": 3, "save_every": 2, "groups_per_step": 1}
+    )
+    result = TinkerTrainer().train(path, cfg)
+    assert [c[0] for c in fake.calls].count("forward_backward") == 3
+    assert [c[1] for c in fake.calls if c[0] == "save_state"] == ["tracerl-000002", "tracerl-final"]
+    assert result.global_step == 3 and result.metrics["sampler_path"] == "tinker://run/sampler/tracerl-final"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3] and all(r["datums"] == 4 for r in rows)
+    job = RemoteJob.load(out)
+    assert job.status == "succeeded" and job.info["state_path"] == "tinker://run/state/tracerl-final"
+    assert json.loads((out / "result.json").read_text())["steps"] == 3
+
+
+def test_interrupted_run_is_refused_then_continued_then_cancel_is_final(tmp_path, monkeypatch, episodes):
+    from trainers.remote import RemoteJob
+
+    path, cfg = episodes
+    out = tmp_path / "run"
+    cfg = TinkerConfig(
+        **{**cfg.__dict__, "output_dir": str(out), "steps": 3, "save_every": 2, "groups_per_step": 1}
+    )
+    _use(monkeypatch, FakeTinker(interrupt_at=3))
+    with pytest.raises(KeyboardInterrupt):
+        TinkerTrainer().train(path, cfg)
+    job = RemoteJob.load(out)
+    assert job.status == "running" and job.info["step"] == 2
+    assert job.info["state_path"] == "tinker://run/state/tracerl-000002"
+    with pytest.raises(UserError, match="unfinished Tinker run at step 2"):
+        TinkerTrainer().train(path, cfg)
+
+    fake = FakeTinker()
+    _use(monkeypatch, fake)
+    result = TinkerTrainer().attach(out)  # continues from the saved state: one step left
+    assert fake.calls[0] == ("restore", "tinker://run/state/tracerl-000002")
+    assert [c[0] for c in fake.calls].count("forward_backward") == 1 and result.global_step == 3
+    assert TinkerTrainer().attach(out).metrics["status"] == "succeeded"  # final: nothing to do
+    assert TinkerTrainer().cancel(out).metrics["status"] == "succeeded"  # a final run stays as it is
+
+
+def test_cancel_marks_an_unfinished_run_cancelled(tmp_path, monkeypatch, episodes):
+    path, cfg = episodes
+    out = tmp_path / "run"
+    cfg = TinkerConfig(**{**cfg.__dict__, "output_dir": str(out), "steps": 2})
+    _use(monkeypatch, FakeTinker(interrupt_at=2))
+    with pytest.raises(KeyboardInterrupt):
+        TinkerTrainer().train(path, cfg)
+    assert TinkerTrainer().cancel(out).metrics["status"] == "cancelled"
+    assert TinkerTrainer().attach(out).global_step == 1  # nothing continues a cancelled run

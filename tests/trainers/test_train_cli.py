@@ -212,7 +212,7 @@ def test_help_exits_zero(capsys):
 
 def test_yaml_values_keep_trl_strings_and_read_exponent_floats(tmp_path) -> None:
     """YAML 1.1 would read ``save_strategy: no`` as False and ``1e-3`` as a string."""
-    from sdk.train import _grpo_pairs, _load_yaml
+    from trainers.cli import _grpo_pairs, _load_yaml
 
     assert _grpo_pairs(["save_strategy=no", "bf16=false", "learning_rate=1e-3"]) == {
         "save_strategy": "no",
@@ -222,3 +222,21 @@ def test_yaml_values_keep_trl_strings_and_read_exponent_floats(tmp_path) -> None
     cfg = tmp_path / "c.yaml"
     cfg.write_text("grpo:\n  save_strategy: no\n  learning_rate: 5e-4\n")
     assert _load_yaml(str(cfg))["grpo"] == {"save_strategy": "no", "learning_rate": 0.0005}
+
+
+def test_sdk_train_is_a_shim_that_imports_trainers_only_when_run() -> None:
+    """``sdk`` stands below ``trainers``: importing the entry point loads nothing of the trainers."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "import sys, sdk.train\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'trainers'))"
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(root))
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdk.train", "--no-such-flag"], capture_output=True, text=True, cwd=str(root)
+    )
+    assert proc.returncode == 2 and proc.stderr.strip().startswith("error: unrecognized arguments"), (
+        proc.stderr
+    )

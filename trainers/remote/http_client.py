@@ -1,4 +1,4 @@
-"""The ``http`` backend: train on a tracerl training server (``python -m trainers.server``) on a GPU host.
+"""The ``http`` backend: train on a tracerl training server on a GPU host (``trainers.remote.http_server``).
 
 ``python -m sdk.train --backend http://gpu-box:8000 --data episodes.parquet --model /models/Qwen2.5-7B ...``
 validates the episodes locally, uploads them with the TRL settings, writes ``OUTPUT_DIR/job.json``, prints
@@ -21,22 +21,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from trainers.base import PreparedData, TrainerConfig, TrainResult, UserError, prepare_data
-from trainers.remote import (
+from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
+from trainers.errors import (
     AuthError,
     InvalidDataError,
     RateLimitError,
-    RemoteConfig,
     RemoteError,
-    RemoteJob,
     TransientError,
+    UserError,
+)
+from trainers.remote import (
+    RemoteConfig,
+    RemoteJob,
+    RemoteTrainer,
     progress,
-    refuse_running_job,
     validate_episodes,
     with_retries,
 )
@@ -118,6 +120,12 @@ class ServerClient:
     def close(self) -> None:
         """Close the connection pool."""
         self._http.close()
+
+    def __enter__(self) -> ServerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _call(self, what: str, method: str, path: str, **kw: Any) -> Any:
         import httpx
@@ -217,7 +225,7 @@ def _format_metrics(ev: dict[str, Any]) -> str:
     return f"{step}: " + (", ".join(parts) if parts else "logged")
 
 
-class HTTPTrainer:
+class HTTPTrainer(RemoteTrainer):
     """The ``http`` backend: upload, follow and download a TRL GRPO job on a tracerl training server.
 
     Example:
@@ -242,23 +250,10 @@ class HTTPTrainer:
         validate_episodes(load_episodes(data))
         return prepare_data(data, config)
 
-    def train(self, data: Any, config: TrainerConfig, **kw: Any) -> TrainResult:
-        """Submit a job, persist ``job.json``, then (unless ``detach``) wait and download the artifacts.
+    # ------------------------------------------------------------------------------ lifecycle steps
 
-        Args:
-            data: Episodes: a Parquet file (uploaded as is), a directory/store, a DataFrame or episode dicts.
-            config: An :class:`HTTPConfig`.
-            **kw: Ignored (``extra_config`` from the CLI and other local-backend options).
-
-        Raises:
-            InvalidDataError: The episodes are invalid (nothing is uploaded).
-            AuthError: No token in ``token_env``, or the server refused it.
-            RemoteError: The job failed or was cancelled on the server.
-
-        Example:
-            >>> cfg = HTTPConfig(server="http://h:8000", model="/m")
-            >>> HTTPTrainer().train("e.parquet", cfg)  # doctest: +SKIP
-        """
+    def check_config(self, config: TrainerConfig) -> HTTPConfig:
+        """The config, when it is an :class:`HTTPConfig` with a server and without ``eval_data``."""
         if not isinstance(config, HTTPConfig):
             raise UserError(f"the http backend needs an HTTPConfig, got {type(config).__name__}")
         if not config.server:
@@ -267,147 +262,82 @@ class HTTPTrainer:
             )
         if config.eval_data:
             raise UserError("eval_data is not supported by the http backend; use eval_fraction")
-        out = Path(config.output_dir)
-        refuse_running_job(out)
-        token = _token(config.token_env)
+        return config
 
+    def check_credentials(self, config: HTTPConfig) -> None:
+        """The server's bearer token must be in ``token_env``."""
+        _token(config.token_env)
+
+    def submit(self, data: Any, config: HTTPConfig, out: Path) -> RemoteJob:
+        """Validate the episodes, upload them with the TRL settings and save ``job.json``."""
         from trainers._dataset import load_episodes
 
         episodes = validate_episodes(load_episodes(data))
         parquet = _upload_file(data, episodes, out)
         names = {f.name for f in dataclasses.fields(TRLGRPOConfig)} - _NOT_SENT
         payload = {k: v for k, v in dataclasses.asdict(config).items() if k in names}
-
-        client = self._client(config.server, token, config)
-        try:
+        with _server_client(config.server, config) as client:
             progress(
                 f"uploading {len(episodes)} episodes ({parquet.stat().st_size} bytes) to {config.server}"
             )
             created = client.submit(parquet, payload)
-            job = RemoteJob(
-                backend=self.name,
-                job_id=created["id"],
-                endpoint=config.server,
-                status=created.get("status", "queued"),
-                cursor=0,
-                info={
-                    "token_env": config.token_env,
-                    "download": config.download,
-                    "poll_interval": config.poll_interval,
-                    "cancel_on_interrupt": config.cancel_on_interrupt,
-                    "max_retries": config.max_retries,
-                    "retry_base_delay": config.retry_base_delay,
-                    "request_timeout": config.request_timeout,
-                    "model": config.model,
-                    "adapter": config.lora,
-                },
-            )
-            job.save(out)
-            progress(f"job {job.job_id} submitted ({job.status}); saved to {out / 'job.json'}")
-            if config.detach:
-                progress(f"detached; re-attach with: python -m sdk.train --resume {out}")
-                return _result(out, job)
-            return self._wait(client, job, out)
-        finally:
-            client.close()
-
-    def attach(self, output_dir: str | os.PathLike[str]) -> TrainResult:
-        """Re-attach to the job in ``output_dir/job.json``: follow it and download its artifacts.
-
-        Example:
-            >>> HTTPTrainer().attach("runs/remote").global_step  # doctest: +SKIP
-            10
-        """
-        out = Path(output_dir)
-        job = RemoteJob.load(out)
-        client = self._client(
-            job.endpoint, _token(job.info.get("token_env", "TRACERL_SERVER_TOKEN")), job.info
+        job = RemoteJob(
+            backend=self.name,
+            job_id=created["id"],
+            endpoint=config.server,
+            status=created.get("status", "queued"),
+            cursor=0,
+            info={
+                "token_env": config.token_env,
+                "download": config.download,
+                "poll_interval": config.poll_interval,
+                "cancel_on_interrupt": config.cancel_on_interrupt,
+                "max_retries": config.max_retries,
+                "retry_base_delay": config.retry_base_delay,
+                "request_timeout": config.request_timeout,
+                "model": config.model,
+                "adapter": config.lora,
+            },
         )
-        try:
-            progress(f"re-attached to job {job.job_id} on {job.endpoint}")
-            return self._wait(client, job, out)
-        finally:
-            client.close()
+        job.save(out)
+        progress(f"job {job.job_id} submitted ({job.status}); saved to {out / 'job.json'}")
+        return job
 
-    def cancel(self, output_dir: str | os.PathLike[str]) -> TrainResult:
-        """Cancel the job in ``output_dir/job.json``.
+    def connect(self, job: RemoteJob, out: Path) -> ServerClient:
+        """A client for the job's server (closed when following ends)."""
+        return _server_client(job.endpoint, job.info)
 
-        Example:
-            >>> HTTPTrainer().cancel("runs/remote").metrics["status"]  # doctest: +SKIP
-            'cancelled'
-        """
-        out = Path(output_dir)
-        job = RemoteJob.load(out)
-        client = self._client(
-            job.endpoint, _token(job.info.get("token_env", "TRACERL_SERVER_TOKEN")), job.info
-        )
-        try:
+    def poll(self, client: ServerClient, job: RemoteJob, out: Path) -> bool:
+        """Report the events after ``job.cursor`` and refresh the job; return whether more events wait."""
+        page = client.events(job.job_id, after=int(job.cursor or 0))
+        for ev in page["data"]:
+            if ev.get("type") == "metrics":
+                progress(f"job {job.job_id}: {_format_metrics(ev)}")
+            elif ev.get("type") == "status":
+                progress(
+                    f"job {job.job_id}: {ev['status']}" + (f" ({ev['error']})" if ev.get("error") else "")
+                )
+            elif ev.get("message"):
+                progress(f"job {job.job_id}: {ev['message']}")
+        job.cursor = int(page.get("last_seq", job.cursor or 0))
+        remote = client.get_job(job.job_id)
+        job.status, job.error = remote["status"], remote.get("error")
+        job.info["result"] = remote.get("result")
+        return bool(page.get("has_more"))
+
+    def cancel_job(self, job: RemoteJob) -> None:
+        """Cancel the job on the server."""
+        with _server_client(job.endpoint, job.info) as client:
             remote = client.cancel(job.job_id)
-        finally:
-            client.close()
         job.status = remote.get("status", job.status)
         job.error = remote.get("error")
-        job.save(out)
-        progress(f"job {job.job_id}: {job.status}")
-        return _result(out, job)
 
-    # ------------------------------------------------------------------------------------------ internal
+    def failure(self, job: RemoteJob) -> str:
+        """The one-line error for a job that failed on the server."""
+        return f"job {job.job_id} failed on the server: {job.error}"
 
-    @staticmethod
-    def _client(server: str, token: str, settings: Any) -> ServerClient:
-        get = settings.get if isinstance(settings, dict) else lambda k, d=None: getattr(settings, k, d)
-        return ServerClient(
-            server,
-            token,
-            timeout=float(get("request_timeout", 120.0)),
-            attempts=int(get("max_retries", 6)),
-            base_delay=float(get("retry_base_delay", 1.0)),
-            token_env=str(get("token_env", "TRACERL_SERVER_TOKEN")),
-        )
-
-    def _wait(self, client: ServerClient, job: RemoteJob, out: Path) -> TrainResult:
-        interval = float(job.info.get("poll_interval", 5.0))
-        try:
-            while True:
-                page = client.events(job.job_id, after=int(job.cursor or 0))
-                for ev in page["data"]:
-                    if ev.get("type") == "metrics":
-                        progress(f"job {job.job_id}: {_format_metrics(ev)}")
-                    elif ev.get("type") == "status":
-                        progress(
-                            f"job {job.job_id}: {ev['status']}"
-                            + (f" ({ev['error']})" if ev.get("error") else "")
-                        )
-                    elif ev.get("message"):
-                        progress(f"job {job.job_id}: {ev['message']}")
-                job.cursor = int(page.get("last_seq", job.cursor or 0))
-                remote = client.get_job(job.job_id)
-                job.status, job.error = remote["status"], remote.get("error")
-                job.info["result"] = remote.get("result")
-                job.save(out)
-                if job.terminal and not page.get("has_more"):
-                    break
-                if not page.get("has_more"):
-                    time.sleep(interval)
-        except KeyboardInterrupt:
-            if job.info.get("cancel_on_interrupt"):
-                client.cancel(job.job_id)
-                progress(f"job {job.job_id} cancelled")
-            else:
-                progress(
-                    f"detached from job {job.job_id} (it keeps running); re-attach with: "
-                    f"python -m sdk.train --resume {out}"
-                )
-            raise
-        if job.status == "failed":
-            raise RemoteError(f"job {job.job_id} failed on the server: {job.error}")
-        if job.status == "cancelled":
-            raise RemoteError(f"job {job.job_id} was cancelled")
-        self._download(client, job, out)
-        return _result(out, job)
-
-    @staticmethod
-    def _download(client: ServerClient, job: RemoteJob, out: Path) -> None:
+    def on_success(self, client: ServerClient, job: RemoteJob, out: Path) -> None:
+        """Download the artifacts ``download`` selects (files already there with the same size are kept)."""
         mode = job.info.get("download", "final")
         files = client.artifacts(job.job_id)
         if mode == "final":
@@ -427,6 +357,39 @@ class HTTPTrainer:
             client.download(job.job_id, f["path"], dest)
         progress(f"job {job.job_id}: downloaded {len(files)} artifact file(s) to {out}")
 
+    def result(self, out: Path, job: RemoteJob) -> TrainResult:
+        """The downloaded model/adapter, metrics, plots and config, with the server's final metrics."""
+        result = job.info.get("result") or {}
+        final = out / "final"
+        metrics_path = out / "metrics.jsonl"
+        config_path = out / "config.yaml"
+        metrics: dict[str, Any] = {"job_id": job.job_id, "status": job.status}
+        metrics.update({k: v for k, v in (result.get("metrics") or {}).items()})
+        return TrainResult(
+            output_dir=out,
+            checkpoint=final if final.is_dir() else None,
+            adapter=bool(result.get("adapter", job.info.get("adapter", False))),
+            metrics_path=metrics_path if metrics_path.is_file() else None,
+            plots=sorted(out.glob("*.png")),
+            config_path=config_path if config_path.is_file() else None,
+            global_step=int(result.get("global_step") or 0),
+            metrics=metrics,
+        )
+
+
+def _server_client(server: str, settings: Any) -> ServerClient:
+    """A :class:`ServerClient`: the token from the environment, the retry settings of a config or job."""
+    get = settings.get if isinstance(settings, dict) else lambda k, d=None: getattr(settings, k, d)
+    token_env = str(get("token_env", "TRACERL_SERVER_TOKEN"))
+    return ServerClient(
+        server,
+        _token(token_env),
+        timeout=float(get("request_timeout", 120.0)),
+        attempts=int(get("max_retries", 6)),
+        base_delay=float(get("retry_base_delay", 1.0)),
+        token_env=token_env,
+    )
+
 
 def _token(env: str) -> str:
     token = os.environ.get(env, "")
@@ -444,22 +407,3 @@ def _upload_file(data: Any, episodes: list[dict[str, Any]], out: Path) -> Path:
     path = out / "upload.parquet"
     write_parquet(episodes, path, rejects=False)
     return path
-
-
-def _result(out: Path, job: RemoteJob) -> TrainResult:
-    result = job.info.get("result") or {}
-    final = out / "final"
-    metrics_path = out / "metrics.jsonl"
-    config_path = out / "config.yaml"
-    metrics: dict[str, Any] = {"job_id": job.job_id, "status": job.status}
-    metrics.update({k: v for k, v in (result.get("metrics") or {}).items()})
-    return TrainResult(
-        output_dir=out,
-        checkpoint=final if final.is_dir() else None,
-        adapter=bool(result.get("adapter", job.info.get("adapter", False))),
-        metrics_path=metrics_path if metrics_path.is_file() else None,
-        plots=sorted(out.glob("*.png")),
-        config_path=config_path if config_path.is_file() else None,
-        global_step=int(result.get("global_step") or 0),
-        metrics=metrics,
-    )

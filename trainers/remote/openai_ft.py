@@ -31,25 +31,27 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from trainers._dataset import ConvertedEpisode, DataReport, Group, parse_tools
-from trainers.base import PreparedData, TrainerConfig, TrainResult, UserError
-from trainers.remote import (
+from trainers.base import PreparedData, TrainerConfig, TrainResult
+from trainers.errors import (
     AuthError,
     InvalidDataError,
     RateLimitError,
-    RemoteConfig,
     RemoteError,
-    RemoteJob,
     TransientError,
+    UserError,
+)
+from trainers.remote import (
+    RemoteConfig,
+    RemoteJob,
+    RemoteTrainer,
     group_by_task,
     progress,
-    refuse_running_job,
     validate_episodes,
     with_retries,
 )
@@ -285,7 +287,7 @@ def build_dpo_pairs(
 # -------------------------------------------------------------------------------------------- the backend
 
 
-class OpenAIFineTuneTrainer:
+class OpenAIFineTuneTrainer(RemoteTrainer):
     """The ``openai`` backend: SFT / DPO fine-tuning jobs through the OpenAI API.
 
     Example:
@@ -297,6 +299,7 @@ class OpenAIFineTuneTrainer:
 
     name: ClassVar[str] = "openai"
     config_class: ClassVar[type[TrainerConfig]] = OpenAIFineTuneConfig
+    noun: ClassVar[str] = "fine-tuning job"
 
     def build_examples(
         self, data: Any, config: OpenAIFineTuneConfig
@@ -331,7 +334,7 @@ class OpenAIFineTuneTrainer:
             >>> OpenAIFineTuneTrainer().prepare("e.parquet", cfg).report.notes  # doctest: +SKIP
             ['SFT: 12 examples (top 1 per task group)']
         """
-        cfg = _check_config(config)
+        cfg = self.check_config(config)
         from trainers._dataset import load_episodes
 
         episodes = load_episodes(data)
@@ -345,160 +348,101 @@ class OpenAIFineTuneTrainer:
         report = DataReport(episodes=len(episodes), tasks=len(groups), groups=len(groups), notes=notes)
         return PreparedData(groups=groups, eval_groups=[], report=report)
 
-    def train(self, data: Any, config: TrainerConfig, **kw: Any) -> TrainResult:
-        """Build the JSONL, upload it, create the job, persist ``job.json`` and (unless ``detach``) wait.
+    # ------------------------------------------------------------------------------ lifecycle steps
 
-        Args:
-            data: Episodes (Parquet file/directory, store, DataFrame or episode dicts).
-            config: An :class:`OpenAIFineTuneConfig`.
-            **kw: Ignored (``extra_config`` from the CLI).
+    def check_config(self, config: TrainerConfig) -> OpenAIFineTuneConfig:
+        """The config, when it is an :class:`OpenAIFineTuneConfig` with a base model."""
+        if not isinstance(config, OpenAIFineTuneConfig):
+            raise UserError(f"the openai backend needs an OpenAIFineTuneConfig, got {type(config).__name__}")
+        if not config.model:
+            raise UserError("no base model given: pass --model (e.g. gpt-4.1-mini-2025-04-14)")
+        return config
 
-        Raises:
-            InvalidDataError: Invalid episodes or too few examples (nothing is uploaded).
-            AuthError: No API key in ``api_key_env`` or the API refused it.
-            RemoteError: The job failed or was cancelled.
+    def check_credentials(self, config: OpenAIFineTuneConfig) -> None:
+        """The API key must be in ``api_key_env``."""
+        _api_key(config.api_key_env)
 
-        Example:
-            >>> OpenAIFineTuneTrainer().train("e.parquet", cfg).metrics["status"]  # doctest: +SKIP
-            'succeeded'
-        """
-        cfg = _check_config(config)
-        out = Path(cfg.output_dir)
-        refuse_running_job(out)
-        _api_key(cfg.api_key_env)  # fail before any work when the key is missing
-        examples, notes = self.build_examples(data, cfg)
+    def submit(self, data: Any, config: OpenAIFineTuneConfig, out: Path) -> RemoteJob:
+        """Write ``train.jsonl``, upload it, create the fine-tuning job and save ``job.json``."""
+        examples, notes = self.build_examples(data, config)
         for note in notes:
             progress(note)
         out.mkdir(parents=True, exist_ok=True)
         train_file = out / "train.jsonl"
         train_file.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in examples))
 
-        settings = _settings(cfg)
-        client = _client(settings)
-        upload = _call(
-            settings,
-            "upload training file",
-            lambda: client.files.create(file=(train_file.name, train_file.read_bytes()), purpose="fine-tune"),
-        )
-        progress(f"uploaded {train_file} as {upload.id} ({len(examples)} examples)")
-        hyper: dict[str, Any] = {
-            k: v
-            for k, v in {
-                "n_epochs": cfg.n_epochs,
-                "batch_size": cfg.batch_size,
-                "learning_rate_multiplier": cfg.learning_rate_multiplier,
-            }.items()
-            if v is not None
-        }
-        if cfg.method == "dpo":
-            if cfg.beta is not None:
-                hyper["beta"] = cfg.beta
-            method = {"type": "dpo", "dpo": {"hyperparameters": hyper}}
-        else:
-            method = {"type": "supervised", "supervised": {"hyperparameters": hyper}}
-        create: dict[str, Any] = {
-            "model": cfg.model,
-            "training_file": upload.id,
-            "method": method,
-            "seed": cfg.seed,
-        }
-        if cfg.suffix:
-            create["suffix"] = cfg.suffix
-        created = _call(settings, "create fine-tuning job", lambda: client.fine_tuning.jobs.create(**create))
+        settings = _settings(config)
+        with _client(settings) as client:
+            upload = _call(
+                settings,
+                "upload training file",
+                lambda: client.files.create(
+                    file=(train_file.name, train_file.read_bytes()), purpose="fine-tune"
+                ),
+            )
+            progress(f"uploaded {train_file} as {upload.id} ({len(examples)} examples)")
+            create = _job_request(config, upload.id)
+            created = _call(
+                settings, "create fine-tuning job", lambda: client.fine_tuning.jobs.create(**create)
+            )
+            endpoint = str(client.base_url)
         job = RemoteJob(
             backend=self.name,
             job_id=created.id,
-            endpoint=str(client.base_url),
+            endpoint=endpoint,
             status=created.status,
-            info={**settings, "training_file": upload.id, "method": cfg.method, "examples": len(examples)},
+            info={**settings, "training_file": upload.id, "method": config.method, "examples": len(examples)},
         )
         job.save(out)
         progress(f"fine-tuning job {job.job_id} created ({job.status}); saved to {out / 'job.json'}")
-        if cfg.detach:
-            progress(f"detached; re-attach with: python -m sdk.train --resume {out}")
-            return _result(out, job)
-        return self._wait(client, job, out)
+        return job
 
-    def attach(self, output_dir: str | os.PathLike[str]) -> TrainResult:
-        """Re-attach to the job in ``output_dir/job.json`` and follow it to the end.
+    def connect(self, job: RemoteJob, out: Path) -> Any:
+        """An OpenAI client for the job's endpoint (closed when following ends)."""
+        return _client(job.info)
 
-        Example:
-            >>> OpenAIFineTuneTrainer().attach("runs/ft").metrics["fine_tuned_model"]  # doctest: +SKIP
-            'ft:gpt-4.1-mini-2025-04-14:org::abc123'
-        """
-        out = Path(output_dir)
-        job = RemoteJob.load(out)
-        progress(f"re-attached to fine-tuning job {job.job_id}")
-        return self._wait(_client(job.info), job, out)
+    def poll(self, client: Any, job: RemoteJob, out: Path) -> bool:
+        """Report new events, refresh the job; once it is final, write ``result.json``."""
+        self._stream_events(client, job, out)
+        remote = _call(job.info, "get job status", lambda: client.fine_tuning.jobs.retrieve(job.job_id))
+        if remote.status != job.status:
+            progress(f"fine-tuning job {job.job_id}: {remote.status}")
+        job.status = remote.status
+        job.result_model = remote.fine_tuned_model
+        job.error = remote.error.message if remote.error and remote.error.message else None
+        job.info["trained_tokens"] = remote.trained_tokens
+        job.info["result_files"] = list(remote.result_files or [])
+        if job.terminal:
+            self._stream_events(client, job, out)
+            _write_result(out, job)
+        return False  # _stream_events read every page already
 
-    def cancel(self, output_dir: str | os.PathLike[str]) -> TrainResult:
-        """Cancel the job in ``output_dir/job.json``.
-
-        Example:
-            >>> OpenAIFineTuneTrainer().cancel("runs/ft").metrics["status"]  # doctest: +SKIP
-            'cancelled'
-        """
-        out = Path(output_dir)
-        job = RemoteJob.load(out)
-        client = _client(job.info)
-        if not job.terminal:
+    def cancel_job(self, job: RemoteJob) -> None:
+        """Cancel the fine-tuning job."""
+        with _client(job.info) as client:
             remote = _call(job.info, "cancel job", lambda: client.fine_tuning.jobs.cancel(job.job_id))
-            job.status = remote.status
-        job.save(out)
-        progress(f"fine-tuning job {job.job_id}: {job.status}")
-        return _result(out, job)
+        job.status = remote.status
+
+    def on_success(self, client: Any, job: RemoteJob, out: Path) -> None:
+        """Print the fine-tuned model id."""
+        progress(f"fine-tuned model: {job.result_model}")
+
+    def result(self, out: Path, job: RemoteJob) -> TrainResult:
+        """Job id, status, fine-tuned model and trained tokens as metrics."""
+        metrics_path = out / "metrics.jsonl"
+        return TrainResult(
+            output_dir=out,
+            checkpoint=None,
+            metrics_path=metrics_path if metrics_path.is_file() else None,
+            metrics={
+                "job_id": job.job_id,
+                "status": job.status,
+                "fine_tuned_model": job.result_model,
+                "trained_tokens": job.info.get("trained_tokens"),
+            },
+        )
 
     # ------------------------------------------------------------------------------------------ internal
-
-    def _wait(self, client: Any, job: RemoteJob, out: Path) -> TrainResult:
-        interval = float(job.info.get("poll_interval", 5.0))
-        try:
-            while True:
-                self._stream_events(client, job, out)
-                remote = _call(
-                    job.info, "get job status", lambda: client.fine_tuning.jobs.retrieve(job.job_id)
-                )
-                if remote.status != job.status:
-                    progress(f"fine-tuning job {job.job_id}: {remote.status}")
-                job.status = remote.status
-                job.result_model = remote.fine_tuned_model
-                job.error = remote.error.message if remote.error and remote.error.message else None
-                job.info["trained_tokens"] = remote.trained_tokens
-                job.info["result_files"] = list(remote.result_files or [])
-                job.save(out)
-                if job.terminal:
-                    self._stream_events(client, job, out)
-                    break
-                time.sleep(interval)
-        except KeyboardInterrupt:
-            if job.info.get("cancel_on_interrupt"):
-                _call(job.info, "cancel job", lambda: client.fine_tuning.jobs.cancel(job.job_id))
-                progress(f"fine-tuning job {job.job_id} cancelled")
-            else:
-                progress(
-                    f"detached from fine-tuning job {job.job_id} (it keeps running); re-attach with: "
-                    f"python -m sdk.train --resume {out}"
-                )
-            raise
-        (out / "result.json").write_text(
-            json.dumps(
-                {
-                    "job_id": job.job_id,
-                    "status": job.status,
-                    "fine_tuned_model": job.result_model,
-                    "error": job.error,
-                    "trained_tokens": job.info.get("trained_tokens"),
-                    "result_files": job.info.get("result_files"),
-                },
-                indent=2,
-            )
-        )
-        if job.status == "failed":
-            raise RemoteError(f"fine-tuning job {job.job_id} failed: {job.error or 'no reason given'}")
-        if job.status == "cancelled":
-            raise RemoteError(f"fine-tuning job {job.job_id} was cancelled")
-        progress(f"fine-tuned model: {job.result_model}")
-        return _result(out, job)
 
     @staticmethod
     def _stream_events(client: Any, job: RemoteJob, out: Path) -> None:
@@ -542,14 +486,6 @@ class OpenAIFineTuneTrainer:
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-
-
-def _check_config(config: TrainerConfig) -> OpenAIFineTuneConfig:
-    if not isinstance(config, OpenAIFineTuneConfig):
-        raise UserError(f"the openai backend needs an OpenAIFineTuneConfig, got {type(config).__name__}")
-    if not config.model:
-        raise UserError("no base model given: pass --model (e.g. gpt-4.1-mini-2025-04-14)")
-    return config
 
 
 def _settings(cfg: OpenAIFineTuneConfig) -> dict[str, Any]:
@@ -635,16 +571,45 @@ def _retry_after(exc: Any) -> float | None:
         return None
 
 
-def _result(out: Path, job: RemoteJob) -> TrainResult:
-    metrics_path = out / "metrics.jsonl"
-    return TrainResult(
-        output_dir=out,
-        checkpoint=None,
-        metrics_path=metrics_path if metrics_path.is_file() else None,
-        metrics={
-            "job_id": job.job_id,
-            "status": job.status,
-            "fine_tuned_model": job.result_model,
-            "trained_tokens": job.info.get("trained_tokens"),
-        },
+def _job_request(cfg: OpenAIFineTuneConfig, training_file: str) -> dict[str, Any]:
+    """The body of ``POST /fine_tuning/jobs``: model, file, method with its hyperparameters, seed, suffix."""
+    hyper: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "n_epochs": cfg.n_epochs,
+            "batch_size": cfg.batch_size,
+            "learning_rate_multiplier": cfg.learning_rate_multiplier,
+        }.items()
+        if v is not None
+    }
+    if cfg.method == "dpo":
+        if cfg.beta is not None:
+            hyper["beta"] = cfg.beta
+        method = {"type": "dpo", "dpo": {"hyperparameters": hyper}}
+    else:
+        method = {"type": "supervised", "supervised": {"hyperparameters": hyper}}
+    create: dict[str, Any] = {
+        "model": cfg.model,
+        "training_file": training_file,
+        "method": method,
+        "seed": cfg.seed,
+    }
+    if cfg.suffix:
+        create["suffix"] = cfg.suffix
+    return create
+
+
+def _write_result(out: Path, job: RemoteJob) -> None:
+    (out / "result.json").write_text(
+        json.dumps(
+            {
+                "job_id": job.job_id,
+                "status": job.status,
+                "fine_tuned_model": job.result_model,
+                "error": job.error,
+                "trained_tokens": job.info.get("trained_tokens"),
+                "result_files": job.info.get("result_files"),
+            },
+            indent=2,
+        )
     )

@@ -35,26 +35,26 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from trainers._dataset import Group, TrainingSample
-from trainers.base import PreparedData, TrainerConfig, TrainResult, UserError, prepare_data
+from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
+from trainers.errors import AuthError, RateLimitError, RemoteError, TransientError, UserError
 from trainers.remote import (
-    AuthError,
-    RateLimitError,
+    JOB_FILE,
     RemoteConfig,
-    RemoteError,
     RemoteJob,
-    TransientError,
+    RemoteTrainer,
     progress,
     with_retries,
 )
@@ -203,8 +203,23 @@ def _fill_logprobs(datum: Any, policy_logprobs: Any) -> Any:
 # -------------------------------------------------------------------------------------------- the backend
 
 
-class TinkerTrainer:
+@dataclass
+class _Run:
+    """What following a Tinker run needs between steps (the loop runs in this process)."""
+
+    cfg: TinkerConfig
+    prepared: PreparedData
+    batches: list[list[Any]]
+    client: Any
+    settings: dict[str, Any]
+    steps: int
+
+
+class TinkerTrainer(RemoteTrainer):
     """The ``tinker`` backend: GRPO-style RL steps on Tinker from stored episodes.
+
+    The training loop runs here, so in the shared lifecycle :meth:`submit` prepares the data, :meth:`connect`
+    creates (or restores) the LoRA training client and every :meth:`poll` is one training step.
 
     Example:
         >>> from trainers.remote.tinker_backend import TinkerConfig, TinkerTrainer
@@ -215,6 +230,12 @@ class TinkerTrainer:
 
     name: ClassVar[str] = "tinker"
     config_class: ClassVar[type[TrainerConfig]] = TinkerConfig
+    noun: ClassVar[str] = "Tinker run"
+    detachable: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        # The data prepared by submit(), handed to connect() so a new run tokenizes it once.
+        self._prepared: PreparedData | None = None
 
     def prepare(self, data: Any, config: TrainerConfig) -> PreparedData:
         """Convert and group the episodes with the base model's tokenizer (``--dry-run``).
@@ -236,36 +257,6 @@ class TinkerTrainer:
             out.append([sample_to_datum(s, adv[s.episode_id], loss_fn=config.loss_fn) for s in group.samples])
         return out
 
-    def train(self, data: Any, config: TrainerConfig, **kw: Any) -> TrainResult:
-        """Run the RL loop on Tinker; writes ``job.json``, ``metrics.jsonl`` and ``result.json``.
-
-        Raises:
-            AuthError: No API key in ``api_key_env``, or Tinker refused it.
-            UserError: Bad data or settings (before anything is sent).
-
-        Example:
-            >>> TinkerTrainer().train("e.parquet", TinkerConfig(model="Qwen/Qwen3-8B"))  # doctest: +SKIP
-        """
-        cfg = _check_config(config)
-        out = Path(cfg.output_dir)
-        if (out / "job.json").is_file():
-            job = RemoteJob.load(out)
-            if not job.terminal:
-                raise UserError(
-                    f"{out} holds an unfinished Tinker run at step {job.info.get('step')}; continue it with "
-                    f"python -m sdk.train --resume {out}, or choose another --output"
-                )
-        _api_key(cfg.api_key_env)
-        prepared = self.prepare(data, cfg)
-        job = RemoteJob(
-            backend=self.name,
-            job_id=f"tinker-{int(time.time())}",
-            endpoint=cfg.base_url or os.environ.get("TINKER_BASE_URL", ""),
-            status="running",
-            info={"data": str(data), "config": dataclasses.asdict(cfg), "step": 0, "state_path": None},
-        )
-        return self._run(prepared, cfg, job, out)
-
     def attach(self, output_dir: str | os.PathLike[str]) -> TrainResult:
         """Continue an interrupted run from its last saved state (``--resume OUTPUT_DIR``).
 
@@ -274,49 +265,66 @@ class TinkerTrainer:
         """
         out = Path(output_dir)
         job = RemoteJob.load(out)
-        cfg = TinkerConfig(**job.info["config"])
         if job.terminal:
             progress(f"Tinker run in {out} already {job.status}")
-            return _result(out, job)
-        _api_key(cfg.api_key_env)
-        return self._run(self.prepare(job.info["data"], cfg), cfg, job, out)
+            return self.result(out, job)
+        return super().attach(out)
 
-    def cancel(self, output_dir: str | os.PathLike[str]) -> TrainResult:
-        """Mark the run cancelled (the loop runs on the client: nothing keeps training on Tinker).
+    # ------------------------------------------------------------------------------ lifecycle steps
 
-        Example:
-            >>> TinkerTrainer().cancel("runs/tinker").metrics["status"]  # doctest: +SKIP
-            'cancelled'
-        """
-        out = Path(output_dir)
-        job = RemoteJob.load(out)
-        if not job.terminal:
-            job.status = "cancelled"
-            job.save(out)
-        return _result(out, job)
+    def check_config(self, config: TrainerConfig) -> TinkerConfig:
+        """The config, when it is a :class:`TinkerConfig` with a base model."""
+        if not isinstance(config, TinkerConfig):
+            raise UserError(f"the tinker backend needs a TinkerConfig, got {type(config).__name__}")
+        if not config.model:
+            raise UserError("no base model given: pass --model (e.g. Qwen/Qwen3-8B)")
+        return config
 
-    # ------------------------------------------------------------------------------------------ internal
+    def check_credentials(self, config: TinkerConfig) -> None:
+        """The API key must be in ``api_key_env``."""
+        _api_key(config.api_key_env)
 
-    def _run(self, prepared: PreparedData, cfg: TinkerConfig, job: RemoteJob, out: Path) -> TrainResult:
-        from tinker import types
+    def refuse_unfinished(self, out: Path) -> None:
+        """Raise ``UserError`` if ``out`` holds an unfinished run (continue it with ``--resume``)."""
+        if (out / JOB_FILE).is_file():
+            job = RemoteJob.load(out)
+            if not job.terminal:
+                raise UserError(
+                    f"{out} holds an unfinished Tinker run at step {job.info.get('step')}; continue it with "
+                    f"python -m sdk.train --resume {out}, or choose another --output"
+                )
 
+    def submit(self, data: Any, config: TinkerConfig, out: Path) -> RemoteJob:
+        """Prepare the data; the run's ``job.json`` is saved once Tinker gave a training client."""
+        self._prepared = self.prepare(data, config)
+        return RemoteJob(
+            backend=self.name,
+            job_id=f"tinker-{int(time.time())}",
+            endpoint=config.base_url or os.environ.get("TINKER_BASE_URL", ""),
+            status="running",
+            info={"data": str(data), "config": dataclasses.asdict(config), "step": 0, "state_path": None},
+        )
+
+    @contextlib.contextmanager
+    def connect(self, job: RemoteJob, out: Path) -> Iterator[_Run]:
+        """Build the Datums and a LoRA training client: new, or restored from the last saved state."""
+        cfg = TinkerConfig(**job.info["config"])
+        self.check_credentials(cfg)
+        prepared, self._prepared = self._prepared or self.prepare(job.info["data"], cfg), None
         batches = self.build_datums(prepared, cfg)
-        per_step = cfg.groups_per_step
-        n_batches = max(1, math.ceil(len(batches) / per_step))
-        steps = cfg.steps or n_batches
+        steps = cfg.steps or max(1, math.ceil(len(batches) / cfg.groups_per_step))
         settings = {"max_retries": cfg.max_retries, "retry_base_delay": cfg.retry_base_delay}
         service = _call(settings, "connect to Tinker", lambda: _service_client(cfg))
-        start = int(job.info.get("step") or 0)
         state = job.info.get("state_path")
         if state:
-            progress(f"restoring Tinker state {state} (step {start})")
+            progress(f"restoring Tinker state {state} (step {job.info.get('step') or 0})")
             client = _call(
                 settings,
                 "restore training state",
                 lambda: _resolve(service.create_training_client_from_state_with_optimizer(state)),
             )
         else:
-            start = 0
+            job.info["step"] = 0  # nothing saved yet: the run starts again from the base weights
             client = _call(
                 settings,
                 "create LoRA training client",
@@ -328,52 +336,80 @@ class TinkerTrainer:
             )
         out.mkdir(parents=True, exist_ok=True)
         job.save(out)
+        yield _Run(cfg, prepared, batches, client, settings, steps)
+
+    def poll(self, run: _Run, job: RemoteJob, out: Path) -> bool:
+        """One training step; after the last one, save the final state and sampler weights."""
+        step = int(job.info.get("step") or 0)
+        if step < run.steps:
+            self._step(run, step, job, out)
+            return True
+        self._finish(run, job, out)
+        return False
+
+    def cancel_job(self, job: RemoteJob) -> None:
+        """Mark the run cancelled (the loop runs on the client: nothing keeps training on Tinker)."""
+        job.status = "cancelled"
+
+    def on_interrupt(self, job: RemoteJob, out: Path) -> None:
+        """Ctrl-C: the run stops here and can be continued from its last saved state."""
+        progress(f"interrupted at step {job.info['step']}; continue with: python -m sdk.train --resume {out}")
+
+    def result(self, out: Path, job: RemoteJob) -> TrainResult:
+        """Steps done, sampler weights and the last saved state."""
         metrics_path = out / "metrics.jsonl"
-        try:
-            for step in range(start, steps):
-                chosen = _indices(step, per_step, len(batches))
-                datums = [d for i in chosen for d in batches[i]]
-                datums = self._with_logprobs(client, datums, settings)
-                fb = _call(
-                    settings,
-                    "forward_backward",
-                    lambda d=datums: client.forward_backward(d, cfg.loss_fn).result(),
-                )
-                _call(
-                    settings,
-                    "optim_step",
-                    lambda: client.optim_step(types.AdamParams(learning_rate=cfg.learning_rate)).result(),
-                )
-                rewards = [float(e.reward or 0.0) for i in chosen for e in prepared.groups[i].episodes]
-                row = {
-                    "step": step + 1,
-                    "reward": statistics.fmean(rewards) if rewards else 0.0,
-                    "datums": len(datums),
-                    **{k: float(v) for k, v in (getattr(fb, "metrics", None) or {}).items()},
-                }
-                with open(metrics_path, "a") as fh:
-                    fh.write(json.dumps(row) + "\n")
-                progress(
-                    f"Tinker step {step + 1}/{steps}: "
-                    + ", ".join(f"{k}={v:.4g}" for k, v in row.items() if isinstance(v, float))
-                )
-                job.info["step"] = step + 1
-                if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < steps:
-                    job.info["state_path"] = self._save_state(
-                        client, f"{cfg.save_name}-{step + 1:06d}", settings
-                    )
-                job.save(out)
-        except KeyboardInterrupt:
-            progress(
-                f"interrupted at step {job.info['step']}; continue with: python -m sdk.train --resume {out}"
-            )
-            job.save(out)
-            raise
-        job.info["state_path"] = self._save_state(client, f"{cfg.save_name}-final", settings)
-        sampler = _call(
+        return TrainResult(
+            output_dir=out,
+            checkpoint=None,
+            adapter=True,
+            metrics_path=metrics_path if metrics_path.is_file() else None,
+            global_step=int(job.info.get("step") or 0),
+            metrics={
+                "status": job.status,
+                "sampler_path": job.result_model,
+                "state_path": job.info.get("state_path"),
+            },
+        )
+
+    # ------------------------------------------------------------------------------------------ internal
+
+    def _step(self, run: _Run, step: int, job: RemoteJob, out: Path) -> None:
+        from tinker import types
+
+        cfg, client, settings = run.cfg, run.client, run.settings
+        chosen = _indices(step, cfg.groups_per_step, len(run.batches))
+        datums = [d for i in chosen for d in run.batches[i]]
+        datums = self._with_logprobs(client, datums, settings)
+        fb = _call(
+            settings, "forward_backward", lambda: client.forward_backward(datums, cfg.loss_fn).result()
+        )
+        _call(
             settings,
-            "save sampler weights",
-            lambda: client.save_weights_for_sampler(f"{cfg.save_name}-final").result(),
+            "optim_step",
+            lambda: client.optim_step(types.AdamParams(learning_rate=cfg.learning_rate)).result(),
+        )
+        rewards = [float(e.reward or 0.0) for i in chosen for e in run.prepared.groups[i].episodes]
+        row = {
+            "step": step + 1,
+            "reward": statistics.fmean(rewards) if rewards else 0.0,
+            "datums": len(datums),
+            **{k: float(v) for k, v in (getattr(fb, "metrics", None) or {}).items()},
+        }
+        with open(out / "metrics.jsonl", "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        progress(
+            f"Tinker step {step + 1}/{run.steps}: "
+            + ", ".join(f"{k}={v:.4g}" for k, v in row.items() if isinstance(v, float))
+        )
+        job.info["step"] = step + 1
+        if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < run.steps:
+            job.info["state_path"] = self._save_state(client, f"{cfg.save_name}-{step + 1:06d}", settings)
+
+    def _finish(self, run: _Run, job: RemoteJob, out: Path) -> None:
+        name = f"{run.cfg.save_name}-final"
+        job.info["state_path"] = self._save_state(run.client, name, run.settings)
+        sampler = _call(
+            run.settings, "save sampler weights", lambda: run.client.save_weights_for_sampler(name).result()
         )
         job.result_model = sampler.path
         job.status = "succeeded"
@@ -390,7 +426,6 @@ class TinkerTrainer:
             )
         )
         progress(f"Tinker sampler weights: {sampler.path}")
-        return _result(out, job)
 
     @staticmethod
     def _save_state(client: Any, name: str, settings: dict[str, Any]) -> str:
@@ -429,14 +464,6 @@ class TinkerTrainer:
 
 def _indices(step: int, per_step: int, n: int) -> list[int]:
     return [(step * per_step + i) % n for i in range(min(per_step, n))]
-
-
-def _check_config(config: TrainerConfig) -> TinkerConfig:
-    if not isinstance(config, TinkerConfig):
-        raise UserError(f"the tinker backend needs a TinkerConfig, got {type(config).__name__}")
-    if not config.model:
-        raise UserError("no base model given: pass --model (e.g. Qwen/Qwen3-8B)")
-    return config
 
 
 def _api_key(env: str) -> str:
@@ -483,20 +510,4 @@ def _call(settings: dict[str, Any], what: str, fn: Callable[[], T]) -> T:
         what=what,
         attempts=int(settings.get("max_retries", 6)),
         base_delay=float(settings.get("retry_base_delay", 1.0)),
-    )
-
-
-def _result(out: Path, job: RemoteJob) -> TrainResult:
-    metrics_path = out / "metrics.jsonl"
-    return TrainResult(
-        output_dir=out,
-        checkpoint=None,
-        adapter=True,
-        metrics_path=metrics_path if metrics_path.is_file() else None,
-        global_step=int(job.info.get("step") or 0),
-        metrics={
-            "status": job.status,
-            "sampler_path": job.result_model,
-            "state_path": job.info.get("state_path"),
-        },
     )

@@ -1,4 +1,4 @@
-"""``python -m trainers.server``: a tracerl training server for a GPU host.
+"""``python -m trainers.remote.http_server``: a tracerl training server for a GPU host.
 
 Clients without GPUs send episodes here (``python -m sdk.train --backend http://host:port ...``); the server
 runs the local TRL GRPO backend (:mod:`trainers.trl_grpo`) as a job in a worker subprocess, records status and
@@ -7,7 +7,7 @@ metrics as events, and serves the artifacts (final model/adapter, ``metrics.json
 Usage::
 
     export TRACERL_SERVER_TOKEN=$(python -c "import secrets; print(secrets.token_urlsafe(32))")
-    python -m trainers.server --host 0.0.0.0 --port 8000 --workdir /data/tracerl-jobs
+    python -m trainers.remote.http_server --host 0.0.0.0 --port 8000 --workdir /data/tracerl-jobs
 
 Every ``/v1`` request needs ``Authorization: Bearer $TRACERL_SERVER_TOKEN``; requests without it (or with a
 wrong token) get 401. The token is read from the environment variable named by ``--token-env`` only; the
@@ -50,6 +50,8 @@ import traceback
 import uuid
 from pathlib import Path
 from typing import Any
+
+from trainers.errors import UserError
 
 try:  # Module-level names: FastAPI resolves the (string) annotations of the routes from these globals.
     from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
@@ -294,12 +296,12 @@ class JobManager:
     def _start(self, job_id: str) -> None:
         d = self._dir(job_id)
         env = {k: v for k, v in os.environ.items() if k not in self.secret_env}
-        root = str(Path(__file__).resolve().parents[1])
+        root = str(Path(__file__).resolve().parents[2])  # the repository root, for `-m trainers...`
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         log = open(d / "worker.log", "ab")  # handed to the child; closed below
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "trainers.server", "--run-job", str(d)],
+                [sys.executable, "-m", "trainers.remote.http_server", "--run-job", str(d)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -362,7 +364,6 @@ class JobManager:
 
 def _check_config(raw: str) -> dict[str, Any]:
     """Parse and validate the client's JSON config; returns it without server-owned fields."""
-    from trainers.base import UserError
     from trainers.trl_grpo import TRLGRPOConfig
 
     try:
@@ -420,29 +421,19 @@ def create_app(
         >>> import uvicorn; uvicorn.run(app, port=8000)  # doctest: +SKIP
     """
     if FastAPI is None:  # pragma: no cover
-        from trainers.base import UserError
-
         raise UserError("the training server needs fastapi and uvicorn: pip install 'tracerl[remote]'")
     if not token:
         raise ValueError("token must not be empty")
-    from trainers.base import UserError
-
     jobs = JobManager(workdir, max_jobs=max_jobs, secret_env=(token_env,))
     app = FastAPI(title="tracerl training server", version="1")
     app.state.jobs = jobs
-    expected = f"Bearer {token}".encode()
+    _require_token(app, token)
+    _job_routes(app, jobs, max_upload_mb)
+    return app
 
-    @app.middleware("http")
-    async def require_token(request: Request, call_next: Any) -> Any:
-        if request.url.path.startswith("/v1"):
-            given = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                return JSONResponse(
-                    {"detail": {"message": "missing or invalid bearer token", "reasons": []}},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-        return await call_next(request)
+
+def _job_routes(app: Any, jobs: JobManager, max_upload_mb: int) -> None:
+    """The ``/healthz`` and ``/v1/jobs`` endpoints (see the module docstring)."""
 
     def _missing(job_id: str) -> HTTPException:
         return HTTPException(404, {"message": f"no job {job_id}", "reasons": []})
@@ -454,16 +445,8 @@ def create_app(
     @app.post("/v1/jobs", status_code=201)
     def submit(file: UploadFile = File(...), config: str = Form("{}")) -> dict[str, Any]:
         tmp = jobs.root / f".upload-{uuid.uuid4().hex}.parquet"
-        size = 0
         try:
-            with open(tmp, "wb") as fh:
-                while chunk := file.file.read(_CHUNK):
-                    size += len(chunk)
-                    if size > max_upload_mb * _CHUNK:
-                        raise HTTPException(
-                            413, {"message": f"upload larger than {max_upload_mb} MB", "reasons": []}
-                        )
-                    fh.write(chunk)
+            _receive(file, tmp, max_upload_mb)
             try:
                 cfg = _check_config(config)
                 _check_data(tmp)
@@ -513,7 +496,33 @@ def create_app(
         except KeyError:
             raise HTTPException(404, {"message": f"no artifact {name} in {job_id}", "reasons": []}) from None
 
-    return app
+
+def _require_token(app: Any, token: str) -> None:
+    """Refuse every ``/v1`` request without ``Authorization: Bearer <token>`` (401)."""
+    expected = f"Bearer {token}".encode()
+
+    @app.middleware("http")
+    async def require_token(request: Request, call_next: Any) -> Any:
+        if request.url.path.startswith("/v1"):
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return JSONResponse(
+                    {"detail": {"message": "missing or invalid bearer token", "reasons": []}},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        return await call_next(request)
+
+
+def _receive(file: Any, dest: Path, max_upload_mb: int) -> None:
+    """Stream an upload to ``dest`` in chunks; 413 once it grows past ``max_upload_mb``."""
+    size = 0
+    with open(dest, "wb") as fh:
+        while chunk := file.file.read(_CHUNK):
+            size += len(chunk)
+            if size > max_upload_mb * _CHUNK:
+                raise HTTPException(413, {"message": f"upload larger than {max_upload_mb} MB", "reasons": []})
+            fh.write(chunk)
 
 
 # -------------------------------------------------------------------------------------------------- worker
@@ -563,8 +572,6 @@ def run_job(job_dir: str | os.PathLike[str]) -> int:
         >>> run_job("/tmp/jobs/jobs/job-0123456789ab")  # doctest: +SKIP
         0
     """
-    from trainers.base import UserError
-
     d = Path(job_dir)
     _exit_with_parent()
     events = d / "events.jsonl"
@@ -612,7 +619,9 @@ def main(argv: list[str] | None = None) -> int:
     Example:
         >>> main(["--port", "8000", "--workdir", "/data/jobs"])  # doctest: +SKIP
     """
-    p = argparse.ArgumentParser(prog="python -m trainers.server", description="tracerl training server")
+    p = argparse.ArgumentParser(
+        prog="python -m trainers.remote.http_server", description="tracerl training server"
+    )
     p.add_argument("--host", default="127.0.0.1", help="Interface to listen on (default 127.0.0.1).")
     p.add_argument("--port", type=int, default=8000, help="Port (0 picks a free one; printed at start).")
     p.add_argument(

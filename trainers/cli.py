@@ -1,0 +1,363 @@
+"""The training CLI behind ``python -m sdk.train`` (the documented entry point): train on recorded episodes.
+
+Usage::
+
+    python -m sdk.train --data episodes.parquet --model Qwen/Qwen2.5-0.5B-Instruct --output runs/grpo
+    python -m sdk.train --data ./.tracerl --model ./my-model --config examples/grpo.yaml --max-steps 200
+    python -m sdk.train --data episodes.parquet --model ./my-model --dry-run   # stats only
+    python -m sdk.train --data episodes.parquet --model ./my-model --output runs/grpo --resume
+
+``--data`` is a Parquet file of episodes, a directory of Parquet files, or a tracerl store directory (episodes
+are built from it). ``--config FILE.yaml`` holds the same keys as the flags (``backend``, ``data``, every
+field of the backend's config dataclass, and a ``grpo:`` mapping of ``trl.GRPOConfig`` fields); flags win.
+Any ``GRPOConfig`` field can be set with ``--grpo KEY=VALUE`` (repeatable); the common ones also have their
+own flags (``--max-steps``, ``--learning-rate``, ``--loss-type``, ``--beta``, ...).
+
+Outputs in ``--output``: ``metrics.jsonl`` (one line per logged step), ``reward.png`` / ``loss.png`` (and
+``clip.png`` / ``eval.png`` when present), ``config.yaml`` (the resolved configuration, reusable with
+``--config``), ``data_report.json``, ``checkpoint-N/`` (resumable) and ``final/`` (model or LoRA adapter +
+tokenizer).
+
+GPUs: on a CUDA machine ``bf16`` mixed precision is on by default when the GPU supports it, and gradient
+checkpointing stays on (TRL's default); load the weights in bf16 too with
+``--grpo 'model_init_kwargs={"dtype": "bfloat16"}'``. For several GPUs run the same command under
+Accelerate: ``accelerate launch --num_processes 4 -m sdk.train --data ... --model ...`` (each process takes
+its share of every group-aligned batch; only the main process writes metrics and plots). On CPU, bf16 and
+gradient checkpointing default to off.
+
+User errors (bad data, no task with two episodes, missing model, no chat template, over-long episodes when
+``--truncation skip``, unknown settings) print one line on stderr and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+from trainers import get_trainer, resolve_backend
+from trainers.errors import UserError
+from trainers.remote import find_job, reattach
+
+__all__ = ["main"]
+
+# Frequently used GRPOConfig fields that get their own flags (they land in the config's `grpo` mapping).
+_GRPO_SHORTCUTS: dict[str, tuple[type, str]] = {
+    "max_steps": (int, "Total optimizer steps (overrides --num-train-epochs)."),
+    "num_train_epochs": (float, "Passes over the training groups."),
+    "learning_rate": (float, "Learning rate (TRL's default is 1e-6)."),
+    "per_device_train_batch_size": (int, "Sequences per device per step (a multiple of num_generations)."),
+    "gradient_accumulation_steps": (int, "Micro-batches per optimizer step."),
+    "loss_type": (str, "grpo, dr_grpo, dapo (TRL default), bnpo, cispo, sapo, luspo, vespo."),
+    "beta": (float, "KL coefficient (0 loads no reference model)."),
+    "num_iterations": (int, "Policy updates per replayed batch (μ); >1 uses behaviour-logprob clipping."),
+    "epsilon": (float, "Clipping range ε."),
+    "temperature": (float, "Sampling temperature of the stored episodes (divides logits)."),
+    "save_steps": (int, "Save a resumable checkpoint every N steps."),
+    "logging_steps": (int, "Log metrics every N steps."),
+}
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> typing.NoReturn:
+        # One line, no usage dump: consistent with every other user error.
+        raise UserError(f"{message} (see --help)")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise UserError(f"expected a boolean, got {value!r}")
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    """Coerce a YAML/CLI value to the dataclass field type (YAML 1.1 reads '1e-5' as a string)."""
+    if value is None:
+        return None
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    base = args[0]
+    if typing.get_origin(hint) is typing.Literal or typing.get_origin(base) is typing.Literal:
+        choices = typing.get_args(hint if typing.get_origin(hint) is typing.Literal else base)
+        if value not in choices:
+            raise UserError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+        return value
+    try:
+        if base is bool:
+            return _parse_bool(value)
+        if base is int and not isinstance(value, bool):
+            return int(value)
+        if base is float and not isinstance(value, bool):
+            return float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{name} must be a {base.__name__}, got {value!r}") from None
+    return value
+
+
+def _yaml_loader() -> Any:
+    """A safe YAML loader where only true/false are booleans.
+
+    YAML 1.1 also reads yes/no/on/off as booleans, which turns ``save_strategy: no`` (a TRL value) into
+    ``False``; and it reads ``1e-3`` as a string. Both are fixed here.
+    """
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
+        for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    )
+    # YAML 1.1 floats need a dot: without this, 1e-3 (a learning rate) would stay a string.
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+        list("-+0123456789."),
+    )
+    return Loader
+
+
+def _grpo_pairs(pairs: list[str]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--grpo expects KEY=VALUE, got {pair!r}")
+        try:
+            out[key.strip().replace("-", "_")] = (
+                yaml.load(raw, Loader=_yaml_loader()) if raw.strip() else None
+            )
+        except yaml.YAMLError:
+            out[key.strip().replace("-", "_")] = raw
+    return out
+
+
+def _build_parser(config_cls: type | None) -> _ArgumentParser:
+    p = _ArgumentParser(
+        prog="python -m sdk.train",
+        description="Train a model with GRPO on recorded tracerl episodes.",
+        argument_default=argparse.SUPPRESS,
+        add_help=config_cls is not None,  # the pre-parser (backend/config only) must not answer --help
+    )
+    p.add_argument(
+        "--data", help="Parquet file of episodes, a directory of Parquet files, or a tracerl store."
+    )
+    p.add_argument("--backend", help="Training backend (default: trl).")
+    p.add_argument("--config", help="YAML file with the same keys as the flags; flags override it.")
+    p.add_argument(
+        "--dry-run", action="store_true", help="Print groups and sample statistics; train nothing."
+    )
+    p.add_argument(
+        "--cancel", action="store_true", help="With --resume DIR of a remote job: cancel that job."
+    )
+    if config_cls is None:
+        # Enough to recognise `--resume DIR` of a remote job (DIR/job.json) before the backend is known.
+        p.add_argument("--resume", nargs="?", const="latest")
+        p.add_argument("--output", "--output-dir", dest="output_dir")
+        return p
+    hints = typing.get_type_hints(config_cls)
+    for f in dataclasses.fields(config_cls):
+        help_text = f.metadata.get("help", "")
+        hint = hints[f.name]
+        names = [_flag(f.name)]
+        if f.name == "output_dir":
+            names.insert(0, "--output")
+        if f.name == "grpo":
+            p.add_argument("--grpo", action="append", metavar="KEY=VALUE", help=help_text)
+            for key, (typ, text) in _GRPO_SHORTCUTS.items():
+                p.add_argument(
+                    _flag(key),
+                    dest=f"grpo.{key}",
+                    metavar=key.upper(),
+                    type=typ,
+                    help=f"{text} (GRPOConfig.{key})",
+                )
+            continue
+        if f.name == "resume":
+            p.add_argument(
+                *names, dest=f.name, nargs="?", const="latest", metavar="CHECKPOINT", help=help_text
+            )
+            continue
+        args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+        base = args[0]
+        if base is bool:
+            p.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, help=help_text)
+        elif typing.get_origin(base) is typing.Literal or typing.get_origin(hint) is typing.Literal:
+            lit = base if typing.get_origin(base) is typing.Literal else hint
+            p.add_argument(*names, dest=f.name, choices=typing.get_args(lit), help=help_text)
+        elif base in (int, float):
+            p.add_argument(*names, dest=f.name, type=base, help=help_text)
+        else:
+            p.add_argument(*names, dest=f.name, help=help_text)
+    return p
+
+
+def _load_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UserError(f"config file not found: {p}")
+    try:
+        data = yaml.load(p.read_text(), Loader=_yaml_loader()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"cannot parse {p}: {str(exc).splitlines()[0]}") from exc
+    if not isinstance(data, dict):
+        raise UserError(f"{p} must contain a mapping of settings")
+    return data
+
+
+def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
+    """Parse flags and YAML into (trainer class, config, data, dry_run, backend)."""
+    pre, _ = _build_parser(None).parse_known_args(argv)
+    file_cfg = _load_yaml(pre.config) if getattr(pre, "config", None) else {}
+    backend = getattr(pre, "backend", None) or file_cfg.pop("backend", None) or "trl"
+    file_cfg.pop("backend", None)
+    backend_name, backend_overrides = resolve_backend(str(backend))  # http://host:port -> ("http", {server})
+    trainer_cls = get_trainer(backend_name)
+    config_cls = trainer_cls.config_class
+    ns = vars(_build_parser(config_cls).parse_args(argv))
+
+    hints = typing.get_type_hints(config_cls)
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    data = ns.pop("data", None) or file_cfg.pop("data", None)
+    file_cfg.pop("data", None)
+    unknown = sorted(set(file_cfg) - names)
+    if unknown:
+        raise UserError(f"unknown setting(s) in {pre.config}: {', '.join(unknown)}")
+    values: dict[str, Any] = {k: _coerce(k, v, hints[k]) for k, v in file_cfg.items() if k != "grpo"}
+    grpo: dict[str, Any] = dict(file_cfg.get("grpo") or {}) if "grpo" in names else {}
+    if "grpo" in file_cfg and not isinstance(file_cfg["grpo"], dict):
+        raise UserError("'grpo' in the config file must be a mapping of GRPOConfig fields")
+    grpo.update(_grpo_pairs(ns.pop("grpo", None) or []))
+    for key in list(ns):
+        if key.startswith("grpo."):
+            grpo[key[len("grpo.") :]] = ns.pop(key)
+    for key in ("config", "backend", "cancel"):
+        ns.pop(key, None)
+    dry_run = bool(ns.pop("dry_run", False))
+    values.update(backend_overrides)
+    values.update(ns)
+    if "grpo" in names:
+        values["grpo"] = grpo
+    if not data:
+        raise UserError(
+            "no data given: pass --data FILE.parquet|STORE_DIR (or set 'data' in the config file)"
+        )
+    try:
+        config = config_cls(**values)
+    except TypeError as exc:
+        raise UserError(f"invalid settings: {exc}") from exc
+    return trainer_cls, config, data, dry_run, str(backend)
+
+
+def _print_dry_run(prepared: Any) -> None:
+    rows = prepared.group_rows()
+    stats = prepared.stats()
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover - rich is optional
+        for r in rows:
+            print("  ".join(f"{k}={v}" for k, v in r.items()))
+        for line in prepared.report.lines():
+            print(line)
+        print(stats)
+        return
+    # Not a terminal (logs, CI): use a wide fixed width instead of rich's 80 columns, so no cell is elided.
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    table = Table(title="GRPO groups")
+    for col in rows[0] if rows else ["group"]:
+        table.add_column(col, justify="left" if col in ("group", "split") else "right")
+    for r in rows:
+        table.add_row(*[str(v) for v in r.values()])
+    console.print(table)
+    report = Table(title="data report", show_header=False)
+    for line in prepared.report.lines():
+        key, _, val = line.rpartition(": ")
+        report.add_row(key or line, val if key else "")
+    console.print(report)
+    st = Table(title="sample statistics (tokens)", show_header=True)
+    for col in ("", "min", "mean", "max"):
+        st.add_column(col)
+    for key in ("prompt_tokens", "completion_tokens", "trained_tokens"):
+        v = stats[key]
+        st.add_row(key, str(v["min"]), str(v["mean"]), str(v["max"]))
+    console.print(st)
+    console.print(
+        f"{stats['samples']} samples in {stats['groups']} groups ({stats['eval_groups']} held out); "
+        f"{stats['samples_with_behaviour_logprobs']} with behaviour logprobs; "
+        f"{stats['truncated_samples']} truncated. Dry run: nothing trained."
+    )
+
+
+def _print_summary(result: Any) -> None:
+    lines = result.summary_lines()
+    if result.report is not None:
+        lines += [f"data: {line}" for line in result.report.lines()]
+    try:
+        from rich.console import Console
+        from rich.panel import Panel
+    except ImportError:  # pragma: no cover
+        print("\n".join(lines))
+        return
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(Panel("\n".join(lines), title="tracerl training finished", expand=False))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the training CLI.
+
+    Args:
+        argv: Arguments without the program name (``sys.argv[1:]`` when ``None``).
+
+    Returns:
+        0 on success, 2 on a user error (one line on stderr), 130 when interrupted.
+
+    Example:
+        >>> main(["--data", "episodes.parquet", "--model", "./tiny", "--dry-run"])  # doctest: +SKIP
+        0
+    """
+    try:
+        pre, _ = _build_parser(None).parse_known_args(argv)
+        job_dir = find_job(getattr(pre, "resume", None), getattr(pre, "output_dir", None))
+        if job_dir is not None:  # a remote job: re-attach to it (or cancel it); no --data needed
+            _print_summary(reattach(job_dir, cancel=bool(getattr(pre, "cancel", False))))
+            return 0
+        if getattr(pre, "cancel", False):
+            raise UserError("--cancel needs --resume DIR, where DIR holds a remote job (job.json)")
+        trainer_cls, config, data, dry_run, backend = _resolve(argv)
+        trainer = trainer_cls()
+        if dry_run:
+            _print_dry_run(trainer.prepare(data, config))
+            return 0
+        result = trainer.train(data, config, extra_config={"backend": backend, "data": str(data)})
+        _print_summary(result)
+        return 0
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

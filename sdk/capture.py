@@ -50,6 +50,7 @@ __all__ = [
     "new_id",
     "openai_logprobs",
     "openai_usage",
+    "patch_init",
     "record_call",
     "tool_call",
     "warn_once",
@@ -202,6 +203,42 @@ def firewall(where: str) -> Callable[[_Hook], _Hook]:
         return firewalled  # type: ignore[return-value]
 
     return decorate
+
+
+def patch_init(cls: type, after: Callable[[Any], None]) -> Callable[[], None]:
+    """Make every ``cls(...)`` call ``after(instance)`` once the instance is built.
+
+    For frameworks with no process-wide hook: the integration's ``setup_once`` patches the class whose
+    instances it must equip. ``after`` runs on the user's call path: firewall it.
+
+    Args:
+        cls: The class to patch (``cls.__init__`` is replaced).
+        after: Called with each new instance, after the original ``__init__`` returned.
+
+    Returns:
+        The undo: restores the original ``cls.__init__``.
+
+    Example:
+        >>> class Client:
+        ...     pass
+        >>> restore = patch_init(Client, lambda c: print("equipped"))
+        >>> _ = Client()
+        equipped
+        >>> restore()
+    """
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        after(self)
+
+    cls.__init__ = __init__  # type: ignore[misc]
+
+    def restore() -> None:
+        cls.__init__ = original  # type: ignore[misc]
+
+    return restore
 
 
 # ---------------------------------------------------------------------------------------------

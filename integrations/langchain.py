@@ -53,28 +53,15 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
-from sdk.capture import (
-    CallRecord,
-    Integration,
-    MissingDependency,
-    Session,
-    call_error,
-    capture_target,
-    count,
-    firewall,
-    json_arguments,
-    openai_logprobs,
-    openai_usage,
-    record_call,
-    tool_call,
-)
+from sdk import capture
+from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.messages import AIMessage, convert_to_openai_messages
     from langchain_core.tracers.context import register_configure_hook
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the missing-dependency test
-    raise MissingDependency("langchain-core", "langchain") from exc
+    raise capture.MissingDependency("langchain-core", "langchain") from exc
 
 if TYPE_CHECKING:
     from contextvars import ContextVar
@@ -117,7 +104,7 @@ class _Run:
     )  # fmt: skip
 
     def __init__(self) -> None:
-        self.session: Session | None = None
+        self.session: capture.Session | None = None
         self.started_at = 0.0
         self.messages: list[Any] = []
         self.tools: list[dict[str, Any]] | None = None
@@ -144,7 +131,7 @@ def _put(table: OrderedDict[Any, Any], key: Any, value: Any, limit: int, counter
         table[key] = value
         if len(table) > limit:
             table.popitem(last=False)
-            count(counter)
+            capture.count(counter)
 
 
 def _pop(table: OrderedDict[Any, Any], key: Any) -> Any:
@@ -161,12 +148,14 @@ def _openai_tool_calls(message: Any) -> list[dict[str, Any]]:
     # The same shape and order langchain-openai puts on the wire: parsed calls (arguments re-serialised
     # with ``ensure_ascii=False``, as langchain-openai does), then invalid ones with their raw strings.
     calls = [
-        tool_call(tc.get("id"), tc.get("name"), json_arguments(tc.get("args"), ensure_ascii=False))
+        capture.tool_call(
+            tc.get("id"), tc.get("name"), capture.json_arguments(tc.get("args"), ensure_ascii=False)
+        )
         for tc in getattr(message, "tool_calls", None) or ()
     ]
     for tc in getattr(message, "invalid_tool_calls", None) or ():
         args = tc.get("args")
-        calls.append(tool_call(tc.get("id"), tc.get("name"), args if isinstance(args, str) else ""))
+        calls.append(capture.tool_call(tc.get("id"), tc.get("name"), args if isinstance(args, str) else ""))
     return calls
 
 
@@ -301,7 +290,7 @@ def _usage(message: Any, llm_output: dict[str, Any] | None) -> dict[str, Any] | 
     um = getattr(message, "usage_metadata", None)
     if not um:
         return None
-    return openai_usage(
+    return capture.openai_usage(
         um.get("input_tokens"),
         um.get("output_tokens"),
         um.get("total_tokens"),
@@ -313,7 +302,7 @@ def _usage(message: Any, llm_output: dict[str, Any] | None) -> dict[str, Any] | 
 def _logprobs(meta: dict[str, Any], info: dict[str, Any]) -> list[dict[str, Any]] | None:
     lp = meta.get("logprobs") or info.get("logprobs")
     content = lp.get("content") if isinstance(lp, dict) else None
-    return openai_logprobs(content) if content else None
+    return capture.openai_logprobs(content) if content else None
 
 
 def _finish_reason(meta: dict[str, Any], info: dict[str, Any], response: dict[str, Any] | None) -> str | None:
@@ -388,7 +377,7 @@ class TracerlCallbackHandler(BaseCallbackHandler):
     # Never let LangChain re-raise our errors (they are firewalled anyway).
     raise_error = False
 
-    def __init__(self, session: Session | None = None, *, agent: str | None = None) -> None:
+    def __init__(self, session: capture.Session | None = None, *, agent: str | None = None) -> None:
         super().__init__()
         self._session = session
         self._agent = agent
@@ -507,7 +496,9 @@ class TracerlCallbackHandler(BaseCallbackHandler):
             request_id = request_id or meta.get("request_id")
         body = getattr(error, "body", None)
         e = body.get("error", body) if isinstance(body, dict) else None
-        record.error = call_error(error, status=status, code=e.get("code") if isinstance(e, dict) else None)
+        record.error = capture.call_error(
+            error, status=status, code=e.get("code") if isinstance(e, dict) else None
+        )
         record.request_id = request_id if isinstance(request_id, str) else None
         record_call(record, run.session)
 
@@ -625,8 +616,8 @@ class LangChainIntegration(Integration):
 
     identifier = "langchain"
 
-    @staticmethod
-    def setup_once() -> None:
+    @classmethod
+    def setup_once(cls) -> None:
         """Fill the process-wide slot with a handler; register the slot with LangChain on first use."""
         global _hook_registered
         if not _hook_registered:
@@ -639,8 +630,8 @@ class LangChainIntegration(Integration):
             _hook_registered = True
         _slot.handler = TracerlCallbackHandler()
 
-    @staticmethod
-    def teardown() -> None:
+    @classmethod
+    def teardown(cls) -> None:
         """Empty the slot: runs started afterwards get no process-wide handler."""
         _slot.handler = None
 

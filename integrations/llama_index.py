@@ -55,21 +55,8 @@ import threading
 import time
 from typing import Any
 
-from sdk.capture import (
-    CallRecord,
-    Integration,
-    MissingDependency,
-    Session,
-    call_error,
-    capture_target,
-    count,
-    firewall,
-    json_arguments,
-    openai_logprobs,
-    openai_usage,
-    record_call,
-    tool_call,
-)
+from sdk import capture
+from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 
 try:
     from llama_index.core.base.llms.types import MessageRole
@@ -88,7 +75,7 @@ try:
     from llama_index.core.instrumentation.span import SimpleSpan
     from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the missing-dependency test
-    raise MissingDependency("llama-index-core", "llamaindex") from exc
+    raise capture.MissingDependency("llama-index-core", "llamaindex") from exc
 
 __all__ = [
     "LlamaIndexIntegration",
@@ -171,7 +158,7 @@ def _tool_call(tc: Any) -> dict[str, Any]:
     else:
         fn = _get(tc, "function")
         name, args, call_id = _get(fn, "name"), _get(fn, "arguments"), _get(tc, "id")
-    return tool_call(call_id, name, json_arguments(args))
+    return capture.tool_call(call_id, name, capture.json_arguments(args))
 
 
 def _part(block: Any) -> dict[str, Any] | None:
@@ -199,7 +186,7 @@ def _part(block: Any) -> dict[str, Any] | None:
         return {"type": "file", "file": {"filename": getattr(block, "title", None)}}
     if kind in ("thinking", "tool_call", "cache", None):
         return None
-    count("llama_index_blocks_unconverted")
+    capture.count("llama_index_blocks_unconverted")
     return {"type": str(kind)}
 
 
@@ -319,7 +306,7 @@ def _params(additional_kwargs: dict[str, Any], llm: Any, stream: bool) -> dict[s
 
 
 def _logprobs(content: Any) -> list[dict[str, Any]] | None:
-    return openai_logprobs(content) if content else None
+    return capture.openai_logprobs(content) if content else None
 
 
 def _framework_logprobs(lp: Any) -> list[dict[str, Any]] | None:
@@ -331,12 +318,12 @@ def _framework_logprobs(lp: Any) -> list[dict[str, Any]] | None:
     entries = [
         {"token": alts[0].token, "logprob": alts[0].logprob, "top_logprobs": alts} for alts in lp if alts
     ]
-    return openai_logprobs(entries) or None
+    return capture.openai_logprobs(entries) or None
 
 
 def _error(err: BaseException) -> dict[str, Any]:
     code = getattr(err, "code", None)
-    error = call_error(
+    error = capture.call_error(
         err, status=getattr(err, "status_code", None), code=code if isinstance(code, (str, int)) else None
     )
     if not error["message"] and isinstance(err, GeneratorExit):
@@ -370,7 +357,7 @@ class _Pending:
     )
 
     def __init__(
-        self, record: CallRecord, session: Session, chat: bool, llm: Any, method: str, request: Any
+        self, record: CallRecord, session: capture.Session, chat: bool, llm: Any, method: str, request: Any
     ) -> None:
         self.record = record
         self.session = session
@@ -458,7 +445,7 @@ class _Recorder:
             spans[id_] = (parent_id, agent if isinstance(agent, str) else None, instance)
             if len(spans) > _MAX_SPANS:
                 del spans[next(iter(spans))]
-                count("llama_index_spans_evicted")
+                capture.count("llama_index_spans_evicted")
 
     def span_exit(self, id_: str) -> None:
         with self.lock:
@@ -475,7 +462,7 @@ class _Recorder:
 
     def start(self, span_id: str | None, request: Any, chat: bool, event: Any) -> None:
         if span_id is None:
-            count("llama_index_calls_without_span")
+            capture.count("llama_index_calls_without_span")
             return
         session = capture_target()
         if session is None:
@@ -510,11 +497,11 @@ class _Recorder:
                     else:
                         outer.suppressed = True
                 if span_id in pending:
-                    count("llama_index_span_id_reused")
+                    capture.count("llama_index_span_id_reused")
             pending[span_id] = p
             if len(pending) > _MAX_PENDING:
                 del pending[next(iter(pending))]
-                count("llama_index_calls_abandoned")
+                capture.count("llama_index_calls_abandoned")
 
     def _enclosing(self, ancestor: str | None, p: _Pending) -> _Pending | None:
         """The call in flight that ``p`` runs inside, if any (under the lock)."""
@@ -560,7 +547,7 @@ class _Recorder:
 
     def finish(self, p: _Pending, response: Any, err: BaseException | None) -> None:
         if p.suppressed:
-            count("llama_index_nested_calls_merged")
+            capture.count("llama_index_nested_calls_merged")
             return
         rec = p.record
         rec.ended_at = time.time()
@@ -609,7 +596,7 @@ def _fill_response(rec: CallRecord, p: _Pending, response: Any) -> None:
     else:
         counts = getattr(response, "additional_kwargs", None) or {}
         if "prompt_tokens" in counts or "completion_tokens" in counts:
-            rec.usage = openai_usage(
+            rec.usage = capture.openai_usage(
                 counts.get("prompt_tokens"), counts.get("completion_tokens"), counts.get("total_tokens")
             )
 
@@ -794,8 +781,8 @@ class LlamaIndexIntegration(Integration):
 
     identifier = "llama_index"
 
-    @staticmethod
-    def setup_once() -> None:
+    @classmethod
+    def setup_once(cls) -> None:
         """Add the two handlers to LlamaIndex's root dispatcher, unless they are there already."""
         d = get_dispatcher()
         if not any(_ours(h, TracerlEventHandler) for h in d.event_handlers):
@@ -803,8 +790,8 @@ class LlamaIndexIntegration(Integration):
         if not any(_ours(h, TracerlSpanHandler) for h in d.span_handlers):
             d.add_span_handler(TracerlSpanHandler())
 
-    @staticmethod
-    def teardown() -> None:
+    @classmethod
+    def teardown(cls) -> None:
         """Remove tracerl's handlers from the root dispatcher and forget the calls in flight."""
         d = get_dispatcher()
         d.event_handlers = [h for h in d.event_handlers if not _ours(h, TracerlEventHandler)]

@@ -26,30 +26,15 @@ import time
 import zlib
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any
 
-from sdk.capture import (
-    MAX_ERROR_MESSAGE,
-    CallRecord,
-    Integration,
-    MissingDependency,
-    Session,
-    call_error,
-    capture_target,
-    count,
-    firewall,
-    openai_logprobs,
-    openai_usage,
-    patch_init,
-    record_call,
-    tool_call,
-    warn_once,
-)
+from sdk import capture
+from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 
 try:
     import openai
 except ImportError as exc:  # pragma: no cover - exercised in the missing-dependency test
-    raise MissingDependency("openai", "openai") from exc
+    raise capture.MissingDependency("openai", "openai") from exc
 
 __all__ = [
     "AsyncRecordingTransport",
@@ -62,7 +47,7 @@ __all__ = [
     "wrap_openai",
 ]
 
-RecordSink = Callable[[CallRecord, "Session | None"], None]
+RecordSink = Callable[[CallRecord, "capture.Session | None"], None]
 _ENDPOINTS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
 _OPENAI_MAJOR = int(openai.__version__.split(".")[0])
 
@@ -114,7 +99,7 @@ def _chat_response(body: dict[str, Any], record: CallRecord) -> None:
         first = choices[0]
         record.response_message = _clean_message(first.get("message") or {})
         record.finish_reason = first.get("finish_reason")
-        record.logprobs = openai_logprobs((first.get("logprobs") or {}).get("content"))
+        record.logprobs = capture.openai_logprobs((first.get("logprobs") or {}).get("content"))
         record.completion_token_ids = first.get("token_ids")
         if len(choices) > 1:
             record.extra = {**(record.extra or {}), "other_choices": choices[1:]}
@@ -197,7 +182,7 @@ def _responses_request(
             role = item.get("role", "user")
             messages.append({"role": "system" if role == "developer" else role, "content": content})
         elif kind == "function_call":
-            call = tool_call(item.get("call_id"), item.get("name"), item.get("arguments") or "")
+            call = capture.tool_call(item.get("call_id"), item.get("name"), item.get("arguments") or "")
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and last.get("tool_calls") is not None:
                 last["tool_calls"].append(call)
@@ -241,7 +226,9 @@ def _responses_response(body: dict[str, Any], record: CallRecord) -> None:
                     texts.append(part.get("text", ""))
                     logprobs.extend(part.get("logprobs") or [])
         elif kind == "function_call":
-            calls.append(tool_call(item.get("call_id"), item.get("name"), item.get("arguments") or ""))
+            calls.append(
+                capture.tool_call(item.get("call_id"), item.get("name"), item.get("arguments") or "")
+            )
         elif kind == "reasoning":
             reasoning.extend(s.get("text", "") for s in item.get("summary") or [])
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
@@ -252,12 +239,14 @@ def _responses_response(body: dict[str, Any], record: CallRecord) -> None:
     record.response_message = message
     status = body.get("status")
     record.finish_reason = "tool_calls" if calls else ("length" if status == "incomplete" else "stop")
-    record.logprobs = openai_logprobs(logprobs) if logprobs else None
+    record.logprobs = capture.openai_logprobs(logprobs) if logprobs else None
     usage = body.get("usage")
     if usage:
         details = {k: v for k, v in usage.items() if k.endswith("_details")}  # Responses names, kept
         record.usage = {
-            **openai_usage(usage.get("input_tokens"), usage.get("output_tokens"), usage.get("total_tokens")),
+            **capture.openai_usage(
+                usage.get("input_tokens"), usage.get("output_tokens"), usage.get("total_tokens")
+            ),
             **details,
         }
     if body.get("error"):
@@ -279,7 +268,7 @@ def _sse_events(raw: bytes) -> list[dict[str, Any]]:
         try:
             ev = json.loads(data)
         except ValueError:
-            count("stream_chunks_unparsed")
+            capture.count("stream_chunks_unparsed")
             continue
         if isinstance(ev, dict):
             events.append(ev)
@@ -363,7 +352,7 @@ def _http_error(status: int, body: bytes) -> dict[str, Any]:
         else:
             error["message"] = str(e)
     except ValueError:
-        error["message"] = body[:MAX_ERROR_MESSAGE].decode("utf-8", "replace")
+        error["message"] = body[: capture.MAX_ERROR_MESSAGE].decode("utf-8", "replace")
     return error
 
 
@@ -415,7 +404,7 @@ class _Exchange:
     __slots__ = ("endpoint", "body", "session", "started_at", "status", "headers", "chunks", "done", "sink")
 
     def __init__(
-        self, endpoint: str, body: dict[str, Any], session: Session | None, sink: RecordSink
+        self, endpoint: str, body: dict[str, Any], session: capture.Session | None, sink: RecordSink
     ) -> None:
         self.endpoint = endpoint
         self.body = body
@@ -441,13 +430,13 @@ class _Exchange:
             record = parse_exchange(
                 self.endpoint, self.body, 599, b"", started_at=self.started_at, ended_at=ended
             )
-            record.error = call_error(error)
+            record.error = capture.call_error(error)
         else:
             headers = self.headers
             raw = b"".join(self.chunks)
             decoded = _decode_body(raw, headers.get("content-encoding", ""))
             if decoded is None:
-                warn_once(
+                capture.warn_once(
                     "encoding",
                     "cannot decode a %s response body; the call is recorded without it",
                     headers.get("content-encoding"),
@@ -478,7 +467,7 @@ def _begin(request: Any, sink: RecordSink) -> _Exchange | None:
     try:
         body = json.loads(request.content)
     except Exception:
-        count("requests_not_recorded")
+        capture.count("requests_not_recorded")
         return None
     if not isinstance(body, dict):
         return None
@@ -649,19 +638,12 @@ class OpenAIIntegration(Integration):
     """
 
     identifier = "openai"
-    _undo: ClassVar[list[Callable[[], None]]] = []
 
-    @staticmethod
-    def setup_once() -> None:
-        """Patch both client classes' ``__init__`` to wrap each new client."""
-        for cls in (openai.OpenAI, openai.AsyncOpenAI):
-            OpenAIIntegration._undo.append(patch_init(cls, wrap_openai))
-
-    @staticmethod
-    def teardown() -> None:
-        """Restore the client classes' ``__init__``."""
-        while OpenAIIntegration._undo:
-            OpenAIIntegration._undo.pop()()
+    @classmethod
+    def setup_once(cls) -> None:
+        """Make both client classes wrap each client they build."""
+        for client_class in (openai.OpenAI, openai.AsyncOpenAI):
+            cls.patch_init(client_class, wrap_openai)
 
 
 def instrument_openai() -> None:

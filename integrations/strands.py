@@ -53,25 +53,10 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
-from sdk.capture import (
-    MAX_ERROR_MESSAGE,
-    CallRecord,
-    Integration,
-    MissingDependency,
-    Session,
-    call_error,
-    capture_target,
-    count,
-    firewall,
-    json_arguments,
-    openai_usage,
-    patch_init,
-    record_call,
-    tool_call,
-)
+from sdk import capture
+from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 
 try:
     from strands.agent.agent import Agent as _Agent
@@ -85,7 +70,7 @@ try:
         HookRegistry,
     )
 except ImportError as exc:  # pragma: no cover - exercised in the missing-dependency test
-    raise MissingDependency("strands-agents", "strands") from exc
+    raise capture.MissingDependency("strands-agents", "strands") from exc
 
 try:  # HookOrder arrived with the ordered registry; older releases run callbacks in registration order.
     from strands.hooks import HookOrder
@@ -181,8 +166,8 @@ def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]] | None:
 
 def _tool_call(tool_use: dict[str, Any]) -> dict[str, Any]:
     # Same serialisation as OpenAIModel.format_request_message_tool_call, so the two views of a call match.
-    arguments = json_arguments(tool_use.get("input"), ensure_ascii=False)
-    return tool_call(tool_use.get("toolUseId"), tool_use.get("name"), arguments)
+    arguments = capture.json_arguments(tool_use.get("input"), ensure_ascii=False)
+    return capture.tool_call(tool_use.get("toolUseId"), tool_use.get("name"), arguments)
 
 
 def _tool_messages(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -204,7 +189,7 @@ def _tool_messages(result: dict[str, Any]) -> list[dict[str, Any]]:
         else:
             part = _media_part(block)
             if part is None:
-                count("strands_blocks_dropped")
+                capture.count("strands_blocks_dropped")
             elif part["type"] == "image_url":
                 images.append(part)
             else:
@@ -233,7 +218,7 @@ def _convert(message: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for block in blocks or ():
         if not isinstance(block, dict):
-            count("strands_blocks_dropped")
+            capture.count("strands_blocks_dropped")
         elif "text" in block:
             parts.append({"type": "text", "text": block["text"]})
         elif "toolUse" in block:
@@ -257,7 +242,7 @@ def _convert(message: dict[str, Any]) -> list[dict[str, Any]]:
         else:
             part = _media_part(block)
             if part is None:
-                count("strands_blocks_dropped")
+                capture.count("strands_blocks_dropped")
             else:
                 parts.append(part)
     if role == "assistant":
@@ -387,7 +372,7 @@ def _tool_choice(choice: Any) -> Any:
 def _usage(usage: Any) -> dict[str, Any] | None:
     if not isinstance(usage, dict) or not usage:
         return None
-    return openai_usage(
+    return capture.openai_usage(
         usage.get("inputTokens"),
         usage.get("outputTokens"),
         usage.get("totalTokens"),
@@ -455,7 +440,7 @@ class _Call:
         "agent",
     )
 
-    def __init__(self, session: Session | None, agent: str | None) -> None:
+    def __init__(self, session: capture.Session | None, agent: str | None) -> None:
         self.session = session
         self.agent = agent
         self.started_at = time.time()
@@ -660,7 +645,7 @@ class TracerlHookProvider(HookProvider):
             if meta.get("metrics"):
                 extra["metrics"] = dict(meta["metrics"])
         if event.exception is not None:
-            record.error = call_error(event.exception, status=_status(event.exception))
+            record.error = capture.call_error(event.exception, status=_status(event.exception))
         if call.tool_runs:
             extra["tool_executions"] = call.tool_runs
         record.extra = extra or None
@@ -708,7 +693,7 @@ class TracerlHookProvider(HookProvider):
         if event.exception is not None:
             run["error"] = {
                 "type": type(event.exception).__name__,
-                "message": str(event.exception)[:MAX_ERROR_MESSAGE],
+                "message": str(event.exception)[: capture.MAX_ERROR_MESSAGE],
             }
         cancelled = getattr(event, "cancel_message", None)
         if cancelled is not None:
@@ -744,10 +729,9 @@ class StrandsIntegration(Integration):
     """
 
     identifier = "strands"
-    _undo: ClassVar[list[Callable[[], None]]] = []
 
-    @staticmethod
-    def setup_once() -> None:
+    @classmethod
+    def setup_once(cls) -> None:
         """Switch the shared provider on and patch ``Agent.__init__`` to add it to each new agent.
 
         Strands has no process-wide hook registry, hence the patch; agents that already have a tracerl
@@ -757,15 +741,13 @@ class StrandsIntegration(Integration):
         if _global_provider is None:
             _global_provider = TracerlHookProvider()
         _global_provider.active = True
-        StrandsIntegration._undo.append(patch_init(_Agent, _add_global_provider))
+        cls.patch_init(_Agent, _add_global_provider)
 
-    @staticmethod
-    def teardown() -> None:
-        """Switch the shared provider off (also in agents that have it) and restore ``Agent.__init__``."""
+    @classmethod
+    def teardown(cls) -> None:
+        """Switch the shared provider off, also in the agents it was added to."""
         if _global_provider is not None:
             _global_provider.active = False
-        while StrandsIntegration._undo:
-            StrandsIntegration._undo.pop()()
 
 
 def instrument_strands() -> TracerlHookProvider:

@@ -50,7 +50,6 @@ __all__ = [
     "new_id",
     "openai_logprobs",
     "openai_usage",
-    "patch_init",
     "record_call",
     "tool_call",
     "warn_once",
@@ -95,28 +94,29 @@ def record_call(record: CallRecord, session: Session | None = None) -> None:
 # Installing, and the firewall around hooks
 # ---------------------------------------------------------------------------------------------
 
-# One lock and one registry for every integration, as in sentry-python's ``setup_integrations``.
+# One lock and one registry for every integration, as in sentry-python's ``setup_integrations``; with
+# each installed integration, the undos of the patches its setup made.
 _install_lock = threading.RLock()
-_installed: set[str] = set()
+_installed: dict[str, list[Callable[[], None]]] = {}
 
 
 class Integration:
     """One framework integration, hooked into its framework at most once per process at a time.
 
-    A subclass names itself (``identifier``) and says how to hook in (``setup_once``: patch a class,
-    register a handler) and how to let go (``teardown``). :meth:`install` and :meth:`uninstall` are
-    idempotent and run under one lock shared by all integrations, so installing twice, or from two
-    threads at once, hooks in once. The model is sentry-python's ``Integration.setup_once``, with an
-    undo added.
+    A subclass names itself (``identifier``) and says how to hook in (``setup_once``: register a
+    handler, or patch a class with :meth:`patch_init`) and how to let go of what is not a patch
+    (``teardown``). :meth:`install` and :meth:`uninstall` are idempotent and run under one lock shared
+    by all integrations, so installing twice, or from two threads at once, hooks in once. The model is
+    sentry-python's ``Integration.setup_once``, with an undo added.
 
     Example:
         >>> class Custom(Integration):
         ...     identifier = "custom"
-        ...     @staticmethod
-        ...     def setup_once() -> None:
+        ...     @classmethod
+        ...     def setup_once(cls) -> None:
         ...         print("hooked in")
-        ...     @staticmethod
-        ...     def teardown() -> None:
+        ...     @classmethod
+        ...     def teardown(cls) -> None:
         ...         print("let go")
         >>> Custom.install(); Custom.install(); Custom.uninstall(); Custom.uninstall()
         hooked in
@@ -127,15 +127,14 @@ class Integration:
     lock: ClassVar[threading.RLock] = _install_lock
     """Held while any integration installs or uninstalls; hold it to change settings atomically."""
 
-    @staticmethod
-    def setup_once() -> None:
-        """Hook into the framework. Runs under :attr:`lock`, never twice without a teardown between."""
+    @classmethod
+    def setup_once(cls) -> None:
+        """Hook into the framework. Runs under :attr:`lock`, never twice without an uninstall between."""
         raise NotImplementedError
 
-    @staticmethod
-    def teardown() -> None:
-        """Undo :meth:`setup_once`. Runs under :attr:`lock`, only after a setup."""
-        raise NotImplementedError
+    @classmethod
+    def teardown(cls) -> None:
+        """Undo what :meth:`setup_once` did besides :meth:`patch_init` (whose patches undo themselves)."""
 
     @classmethod
     def install(cls) -> None:
@@ -145,9 +144,14 @@ class Integration:
             >>> MyIntegration.install()  # doctest: +SKIP
         """
         with cls.lock:
-            if cls.identifier not in _installed:
+            if cls.identifier in _installed:
+                return
+            _installed[cls.identifier] = []
+            try:
                 cls.setup_once()
-                _installed.add(cls.identifier)
+            except BaseException:
+                cls._undo_patches()
+                raise
 
     @classmethod
     def uninstall(cls) -> None:
@@ -159,7 +163,7 @@ class Integration:
         with cls.lock:
             if cls.identifier in _installed:
                 cls.teardown()
-                _installed.discard(cls.identifier)
+                cls._undo_patches()
 
     @classmethod
     def installed(cls) -> bool:
@@ -170,6 +174,48 @@ class Integration:
             False
         """
         return cls.identifier in _installed
+
+    @classmethod
+    def patch_init(cls, target: type, after: Callable[[Any], None]) -> None:
+        """From :meth:`setup_once`: make every ``target(...)`` call ``after(instance)`` once it is built.
+
+        For frameworks with no process-wide hook: patch the class whose instances the integration must
+        equip. :meth:`uninstall` restores the original ``__init__``. ``after`` runs on the user's call
+        path: decorate it with :func:`firewall`.
+
+        Args:
+            target: The class to patch (``target.__init__`` is replaced).
+            after: Called with each new instance, after the original ``__init__`` returned.
+
+        Example:
+            >>> class Client:
+            ...     pass
+            >>> class ClientIntegration(Integration):
+            ...     identifier = "client"
+            ...     @classmethod
+            ...     def setup_once(cls) -> None:
+            ...         cls.patch_init(Client, lambda client: print("equipped"))
+            >>> ClientIntegration.install(); _ = Client()
+            equipped
+            >>> ClientIntegration.uninstall(); _ = Client()
+        """
+        original = target.__init__
+
+        @functools.wraps(original)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            after(self)
+
+        def restore() -> None:
+            target.__init__ = original  # type: ignore[misc]
+
+        target.__init__ = __init__  # type: ignore[misc]
+        _installed[cls.identifier].append(restore)
+
+    @classmethod
+    def _undo_patches(cls) -> None:
+        for restore in reversed(_installed.pop(cls.identifier, [])):
+            restore()
 
 
 def firewall(where: str) -> Callable[[_Hook], _Hook]:
@@ -203,42 +249,6 @@ def firewall(where: str) -> Callable[[_Hook], _Hook]:
         return firewalled  # type: ignore[return-value]
 
     return decorate
-
-
-def patch_init(cls: type, after: Callable[[Any], None]) -> Callable[[], None]:
-    """Make every ``cls(...)`` call ``after(instance)`` once the instance is built.
-
-    For frameworks with no process-wide hook: the integration's ``setup_once`` patches the class whose
-    instances it must equip. ``after`` runs on the user's call path: firewall it.
-
-    Args:
-        cls: The class to patch (``cls.__init__`` is replaced).
-        after: Called with each new instance, after the original ``__init__`` returned.
-
-    Returns:
-        The undo: restores the original ``cls.__init__``.
-
-    Example:
-        >>> class Client:
-        ...     pass
-        >>> restore = patch_init(Client, lambda c: print("equipped"))
-        >>> _ = Client()
-        equipped
-        >>> restore()
-    """
-    original = cls.__init__
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        after(self)
-
-    cls.__init__ = __init__  # type: ignore[misc]
-
-    def restore() -> None:
-        cls.__init__ = original  # type: ignore[misc]
-
-    return restore
 
 
 # ---------------------------------------------------------------------------------------------

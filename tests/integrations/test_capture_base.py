@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -32,14 +31,6 @@ PATCHED = {"openai": ("openai.OpenAI", "openai.AsyncOpenAI"), "strands": ("stran
 def _class(path: str) -> type:
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "store"
-    sdk.configure(store=path, fsync="never")
-    yield path
-    sdk.shutdown()
 
 
 class _Counting(Integration):

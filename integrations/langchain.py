@@ -119,7 +119,8 @@ class _Run:
 
 # Per-run state is process-wide, not per handler instance: when two tracerl handlers see the same run
 # (one passed per call and one on the model object, say), the first to see its start owns it and the
-# call is recorded once. Keyed by LangChain's run ids, never by context (style.md convention 5).
+# call is recorded once. Keyed by LangChain's run ids, never by context: attaching a context in a callback
+# is hazardous, nothing guarantees the matching detach.
 _lock = threading.Lock()
 _runs: OrderedDict[UUID, _Run] = OrderedDict()
 _tool_runs: OrderedDict[UUID, tuple[str | None, str | None, float]] = OrderedDict()
@@ -588,8 +589,8 @@ class _HandlerSlot:
 
     LangChain's hook expects a ``ContextVar`` and only ever calls ``.get()`` on it. A real ContextVar set
     by :func:`instrument_langchain` would be invisible in threads started without a copy of that context
-    (plain ``threading.Thread`` and ``ThreadPoolExecutor`` workers start with an empty context; see
-    style.md §3), which is exactly where RL rollouts often run agents. This slot is process-wide instead.
+    (plain ``threading.Thread``, ``ThreadPoolExecutor`` and ``loop.run_in_executor`` workers start with
+    an empty context), which is exactly where RL rollouts often run agents. This slot is process-wide.
     """
 
     __slots__ = ("handler",)

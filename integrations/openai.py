@@ -53,7 +53,8 @@ _OPENAI_MAJOR = int(openai.__version__.split(".")[0])
 
 
 def _httpx_module() -> ModuleType:
-    # openai 3 moved to httpx2 (frameworks.md §6.3); build the transport on the client's own module.
+    # openai 3.0 made httpx2 its HTTP client (httpx is no longer installed with it); build the transport
+    # on the client's own module.
     return importlib.import_module("httpx2" if _OPENAI_MAJOR >= 3 else "httpx")
 
 

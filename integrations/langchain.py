@@ -46,7 +46,6 @@ event loop (no thread hop), which is cheap because the hooks only convert and ap
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import weakref
@@ -54,22 +53,15 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
-from sdk.capture import (
-    CallRecord,
-    MissingDependency,
-    Session,
-    capture_internal_exceptions,
-    capture_target,
-    count,
-    record_call,
-)
+from sdk import capture
+from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.messages import AIMessage, convert_to_openai_messages
     from langchain_core.tracers.context import register_configure_hook
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the missing-dependency test
-    raise MissingDependency("langchain-core", "langchain") from exc
+    raise capture.MissingDependency("langchain-core", "langchain") from exc
 
 if TYPE_CHECKING:
     from contextvars import ContextVar
@@ -77,7 +69,7 @@ if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
     from langchain_core.outputs import LLMResult
 
-__all__ = ["TracerlCallbackHandler", "instrument_langchain", "uninstrument_langchain"]
+__all__ = ["LangChainIntegration", "TracerlCallbackHandler", "instrument_langchain", "uninstrument_langchain"]
 
 # Bounds on per-run state: runs that start and never end (a process killed mid-call, a framework bug)
 # must not grow memory without limit. Evictions are counted.
@@ -112,7 +104,7 @@ class _Run:
     )  # fmt: skip
 
     def __init__(self) -> None:
-        self.session: Session | None = None
+        self.session: capture.Session | None = None
         self.started_at = 0.0
         self.messages: list[Any] = []
         self.tools: list[dict[str, Any]] | None = None
@@ -127,7 +119,8 @@ class _Run:
 
 # Per-run state is process-wide, not per handler instance: when two tracerl handlers see the same run
 # (one passed per call and one on the model object, say), the first to see its start owns it and the
-# call is recorded once. Keyed by LangChain's run ids, never by context (style.md convention 5).
+# call is recorded once. Keyed by LangChain's run ids, never by context: attaching a context in a callback
+# is hazardous, nothing guarantees the matching detach.
 _lock = threading.Lock()
 _runs: OrderedDict[UUID, _Run] = OrderedDict()
 _tool_runs: OrderedDict[UUID, tuple[str | None, str | None, float]] = OrderedDict()
@@ -139,7 +132,7 @@ def _put(table: OrderedDict[Any, Any], key: Any, value: Any, limit: int, counter
         table[key] = value
         if len(table) > limit:
             table.popitem(last=False)
-            count(counter)
+            capture.count(counter)
 
 
 def _pop(table: OrderedDict[Any, Any], key: Any) -> Any:
@@ -152,20 +145,18 @@ def _pop(table: OrderedDict[Any, Any], key: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-def _tool_call(call_id: Any, name: Any, arguments: str) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
 def _openai_tool_calls(message: Any) -> list[dict[str, Any]]:
     # The same shape and order langchain-openai puts on the wire: parsed calls (arguments re-serialised
     # with ``ensure_ascii=False``, as langchain-openai does), then invalid ones with their raw strings.
     calls = [
-        _tool_call(tc.get("id"), tc.get("name"), json.dumps(tc.get("args") or {}, ensure_ascii=False))
+        capture.tool_call(
+            tc.get("id"), tc.get("name"), capture.json_arguments(tc.get("args"), ensure_ascii=False)
+        )
         for tc in getattr(message, "tool_calls", None) or ()
     ]
     for tc in getattr(message, "invalid_tool_calls", None) or ():
         args = tc.get("args")
-        calls.append(_tool_call(tc.get("id"), tc.get("name"), args if isinstance(args, str) else ""))
+        calls.append(capture.tool_call(tc.get("id"), tc.get("name"), args if isinstance(args, str) else ""))
     return calls
 
 
@@ -300,34 +291,19 @@ def _usage(message: Any, llm_output: dict[str, Any] | None) -> dict[str, Any] | 
     um = getattr(message, "usage_metadata", None)
     if not um:
         return None
-    usage: dict[str, Any] = {
-        "prompt_tokens": um.get("input_tokens"),
-        "completion_tokens": um.get("output_tokens"),
-        "total_tokens": um.get("total_tokens"),
-    }
-    cached = (um.get("input_token_details") or {}).get("cache_read")
-    if cached is not None:
-        usage["prompt_tokens_details"] = {"cached_tokens": cached}
-    reasoning = (um.get("output_token_details") or {}).get("reasoning")
-    if reasoning is not None:
-        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
-    return usage
+    return capture.openai_usage(
+        um.get("input_tokens"),
+        um.get("output_tokens"),
+        um.get("total_tokens"),
+        cached_tokens=(um.get("input_token_details") or {}).get("cache_read"),
+        reasoning_tokens=(um.get("output_token_details") or {}).get("reasoning"),
+    )
 
 
 def _logprobs(meta: dict[str, Any], info: dict[str, Any]) -> list[dict[str, Any]] | None:
     lp = meta.get("logprobs") or info.get("logprobs")
     content = lp.get("content") if isinstance(lp, dict) else None
-    if not content:
-        return None
-    out = []
-    for e in content:
-        item = {"token": e.get("token"), "logprob": e.get("logprob")}
-        if e.get("top_logprobs"):
-            item["top_logprobs"] = [
-                {"token": t.get("token"), "logprob": t.get("logprob")} for t in e["top_logprobs"]
-            ]
-        out.append(item)
-    return out
+    return capture.openai_logprobs(content) if content else None
 
 
 def _finish_reason(meta: dict[str, Any], info: dict[str, Any], response: dict[str, Any] | None) -> str | None:
@@ -337,6 +313,33 @@ def _finish_reason(meta: dict[str, Any], info: dict[str, Any], response: dict[st
             return "length"
         return "tool_calls" if response and response.get("tool_calls") else "stop"
     return cast("str | None", reason)
+
+
+def _fill_response(record: CallRecord, generations: list[Any], llm_output: dict[str, Any]) -> None:
+    """Fill ``record`` from a finished run's generations (the first is the response, as on the wire)."""
+    gen = generations[0]
+    message = getattr(gen, "message", None)
+    meta = getattr(message, "response_metadata", None) or {}
+    info = getattr(gen, "generation_info", None) or {}
+    record.response_message = _response_message(gen)
+    record.finish_reason = _finish_reason(meta, info, record.response_message)
+    record.response_model = meta.get("model_name") or meta.get("model") or llm_output.get("model_name")
+    record.usage = _usage(message, llm_output)
+    record.logprobs = _logprobs(meta, info)
+    headers = meta.get("headers") or {}
+    record.request_id = headers.get("x-request-id") if isinstance(headers, dict) else None
+    if meta.get("object") == "response":
+        record.endpoint = "responses"
+    extra = record.extra if record.extra is not None else {}
+    for key, value in (
+        ("response_id", meta.get("id")),
+        ("system_fingerprint", meta.get("system_fingerprint")),
+    ):
+        if value is not None:
+            extra[key] = value
+    if len(generations) > 1:  # n > 1: keep the other choices, as the transport does
+        extra["other_choices"] = [_response_message(g) for g in generations[1:]]
+    record.extra = extra or None
 
 
 def _clean(d: dict[str, Any]) -> dict[str, Any]:
@@ -375,7 +378,7 @@ class TracerlCallbackHandler(BaseCallbackHandler):
     # Never let LangChain re-raise our errors (they are firewalled anyway).
     raise_error = False
 
-    def __init__(self, session: Session | None = None, *, agent: str | None = None) -> None:
+    def __init__(self, session: capture.Session | None = None, *, agent: str | None = None) -> None:
         super().__init__()
         self._session = session
         self._agent = agent
@@ -407,6 +410,7 @@ class TracerlCallbackHandler(BaseCallbackHandler):
 
     # -- model runs -----------------------------------------------------------------------------
 
+    @firewall("langchain.on_chat_model_start")
     def on_chat_model_start(
         self,
         serialized: dict[str, Any],
@@ -419,112 +423,85 @@ class TracerlCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> Any:
         """Remember the request of a chat-model run (converted when the run ends)."""
-        with capture_internal_exceptions("langchain.on_chat_model_start"):
-            if run_id in _runs:  # another tracerl handler on the same run owns it
-                return
-            run = _Run()
-            run.started_at = time.time()
-            run.session = self._session if self._session is not None else capture_target()
-            # A shallow copy: the agent may append to its message list while the call is in flight.
-            run.messages = list(messages[0]) if messages else []
-            meta = metadata or {}
-            params = kwargs.get("invocation_params") or {}
-            ser_kwargs = (serialized or {}).get("kwargs") or {}
-            tools = params.get("tools")
-            run.tools = list(tools) if tools else None
-            run.params = {k: v for k, v in params.items() if k not in _NOT_PARAMS and v is not None}
-            run.model = (
-                params.get("model") or params.get("model_name") or ser_kwargs.get("model_name")
-                or ser_kwargs.get("model") or meta.get("ls_model_name")
-            )  # fmt: skip
-            run.agent = (
-                self._agent or meta.get("lc_agent_name") or meta.get("langgraph_node") or kwargs.get("name")
-            )
-            if ser_kwargs.get("use_responses_api"):
-                run.endpoint = "responses"
-            run.extra = _clean(
-                {
-                    "run_id": str(run_id),
-                    "parent_run_id": str(parent_run_id) if parent_run_id is not None else None,
-                    "tags": list(tags) if tags else None,
-                    "langgraph_node": meta.get("langgraph_node"),
-                    "langgraph_step": meta.get("langgraph_step"),
-                    "ls_provider": meta.get("ls_provider"),
-                }
-            )
-            if _tool_timings:
-                self._attach_tool_timings(run)
-            _put(_runs, run_id, run, _MAX_RUNS, "langchain_runs_evicted")
+        if run_id in _runs:  # another tracerl handler on the same run owns it
+            return
+        run = _Run()
+        run.started_at = time.time()
+        run.session = self._session if self._session is not None else capture_target()
+        # A shallow copy: the agent may append to its message list while the call is in flight.
+        run.messages = list(messages[0]) if messages else []
+        meta = metadata or {}
+        params = kwargs.get("invocation_params") or {}
+        ser_kwargs = (serialized or {}).get("kwargs") or {}
+        tools = params.get("tools")
+        run.tools = list(tools) if tools else None
+        run.params = {k: v for k, v in params.items() if k not in _NOT_PARAMS and v is not None}
+        run.model = (
+            params.get("model") or params.get("model_name") or ser_kwargs.get("model_name")
+            or ser_kwargs.get("model") or meta.get("ls_model_name")
+        )  # fmt: skip
+        run.agent = (
+            self._agent or meta.get("lc_agent_name") or meta.get("langgraph_node") or kwargs.get("name")
+        )
+        if ser_kwargs.get("use_responses_api"):
+            run.endpoint = "responses"
+        run.extra = _clean(
+            {
+                "run_id": str(run_id),
+                "parent_run_id": str(parent_run_id) if parent_run_id is not None else None,
+                "tags": list(tags) if tags else None,
+                "langgraph_node": meta.get("langgraph_node"),
+                "langgraph_step": meta.get("langgraph_step"),
+                "ls_provider": meta.get("ls_provider"),
+            }
+        )
+        if _tool_timings:
+            self._attach_tool_timings(run)
+        _put(_runs, run_id, run, _MAX_RUNS, "langchain_runs_evicted")
 
+    @firewall("langchain.on_llm_new_token")
     def on_llm_new_token(self, token: Any, *, run_id: UUID, **kwargs: Any) -> Any:
         """Mark the run as streamed (``invocation_params["stream"]`` is the model field, not this call)."""
-        with capture_internal_exceptions("langchain.on_llm_new_token"):
-            run = _runs.get(run_id)
-            if run is not None and not run.stream:
-                run.stream = True
-                run.first_token_at = time.time()
+        run = _runs.get(run_id)
+        if run is not None and not run.stream:
+            run.stream = True
+            run.first_token_at = time.time()
 
+    @firewall("langchain.on_llm_end")
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> Any:
         """Record the finished call."""
-        with capture_internal_exceptions("langchain.on_llm_end"):
-            run = _pop(_runs, run_id)
-            if run is None:
-                return
-            ended = time.time()
-            generations = response.generations[0] if response.generations else []
-            record = self._record(run, ended)
-            if generations:
-                gen = generations[0]
-                message = getattr(gen, "message", None)
-                meta = getattr(message, "response_metadata", None) or {}
-                info = getattr(gen, "generation_info", None) or {}
-                llm_output = response.llm_output or {}
-                record.response_message = _response_message(gen)
-                record.finish_reason = _finish_reason(meta, info, record.response_message)
-                record.response_model = (
-                    meta.get("model_name") or meta.get("model") or llm_output.get("model_name")
-                )
-                record.usage = _usage(message, llm_output)
-                record.logprobs = _logprobs(meta, info)
-                headers = meta.get("headers") or {}
-                record.request_id = headers.get("x-request-id") if isinstance(headers, dict) else None
-                if meta.get("object") == "response":
-                    record.endpoint = "responses"
-                extra = record.extra if record.extra is not None else {}
-                for key, value in (("response_id", meta.get("id")),
-                                   ("system_fingerprint", meta.get("system_fingerprint"))):  # fmt: skip
-                    if value is not None:
-                        extra[key] = value
-                if len(generations) > 1:  # n > 1: keep the other choices, as the transport does
-                    extra["other_choices"] = [_response_message(g) for g in generations[1:]]
-                record.extra = extra or None
-            record_call(record, run.session)
+        run = _pop(_runs, run_id)
+        if run is None:
+            return
+        record = self._record(run, time.time())
+        generations = response.generations[0] if response.generations else []
+        if generations:
+            _fill_response(record, generations, response.llm_output or {})
+        record_call(record, run.session)
 
+    @firewall("langchain.on_llm_error")
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> Any:
         """Record the failed call; the exception itself propagates to the user unchanged."""
-        with capture_internal_exceptions("langchain.on_llm_error"):
-            run = _pop(_runs, run_id)
-            if run is None:
-                return
-            record = self._record(run, time.time())
-            status = getattr(error, "status_code", None)
-            request_id = getattr(error, "request_id", None)
-            partial = kwargs.get("response")
-            if partial is not None and partial.generations and partial.generations[0]:
-                meta = (
-                    getattr(getattr(partial.generations[0][0], "message", None), "response_metadata", None)
-                    or {}
-                )
-                status = status if status is not None else meta.get("status_code")
-                request_id = request_id or meta.get("request_id")
-            record.error = {"type": type(error).__name__, "message": str(error)[:2000], "status": status}
-            body = getattr(error, "body", None)
-            if isinstance(body, dict):
-                e = body.get("error", body)
-                if isinstance(e, dict) and e.get("code") is not None:
-                    record.error["code"] = e["code"]
-            record.request_id = request_id if isinstance(request_id, str) else None
-            record_call(record, run.session)
+        run = _pop(_runs, run_id)
+        if run is None:
+            return
+        record = self._record(run, time.time())
+        status = getattr(error, "status_code", None)
+        request_id = getattr(error, "request_id", None)
+        partial = kwargs.get("response")
+        if partial is not None and partial.generations and partial.generations[0]:
+            meta = (
+                getattr(getattr(partial.generations[0][0], "message", None), "response_metadata", None) or {}
+            )
+            status = status if status is not None else meta.get("status_code")
+            request_id = request_id or meta.get("request_id")
+        body = getattr(error, "body", None)
+        e = body.get("error", body) if isinstance(body, dict) else None
+        record.error = capture.call_error(
+            error, status=status, code=e.get("code") if isinstance(e, dict) else None
+        )
+        record.request_id = request_id if isinstance(request_id, str) else None
+        record_call(record, run.session)
 
     def _record(self, run: _Run, ended: float) -> CallRecord:
         extra = run.extra
@@ -548,6 +525,7 @@ class TracerlCallbackHandler(BaseCallbackHandler):
     # Tool calls and results reach the episode through the next request's messages (the episode is built
     # from LLM calls). Their timings are kept here and attached to that next call as ``extra["tool_runs"]``.
 
+    @firewall("langchain.on_tool_start")
     def on_tool_start(
         self,
         serialized: dict[str, Any],
@@ -561,20 +539,19 @@ class TracerlCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> Any:
         """Note when a tool starts."""
-        with capture_internal_exceptions("langchain.on_tool_start"):
-            name = kwargs.get("name") or (serialized or {}).get("name")
-            _put(_tool_runs, run_id, (kwargs.get("tool_call_id"), name, time.time()), _MAX_TOOL_RUNS,
-                 "langchain_tool_runs_evicted")  # fmt: skip
+        name = kwargs.get("name") or (serialized or {}).get("name")
+        _put(_tool_runs, run_id, (kwargs.get("tool_call_id"), name, time.time()), _MAX_TOOL_RUNS,
+             "langchain_tool_runs_evicted")  # fmt: skip
 
+    @firewall("langchain.on_tool_end")
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> Any:
         """Note when a tool ends."""
-        with capture_internal_exceptions("langchain.on_tool_end"):
-            self._tool_done(run_id, None)
+        self._tool_done(run_id, None)
 
+    @firewall("langchain.on_tool_error")
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> Any:
         """Note when a tool fails."""
-        with capture_internal_exceptions("langchain.on_tool_error"):
-            self._tool_done(run_id, error)
+        self._tool_done(run_id, error)
 
     @staticmethod
     def _tool_done(run_id: UUID, error: BaseException | None) -> None:
@@ -612,8 +589,8 @@ class _HandlerSlot:
 
     LangChain's hook expects a ``ContextVar`` and only ever calls ``.get()`` on it. A real ContextVar set
     by :func:`instrument_langchain` would be invisible in threads started without a copy of that context
-    (plain ``threading.Thread`` and ``ThreadPoolExecutor`` workers start with an empty context; see
-    style.md §3), which is exactly where RL rollouts often run agents. This slot is process-wide instead.
+    (plain ``threading.Thread``, ``ThreadPoolExecutor`` and ``loop.run_in_executor`` workers start with
+    an empty context), which is exactly where RL rollouts often run agents. This slot is process-wide.
     """
 
     __slots__ = ("handler",)
@@ -628,8 +605,36 @@ class _HandlerSlot:
 
 
 _slot = _HandlerSlot()
-_hook_lock = threading.Lock()
 _hook_registered = False
+
+
+class LangChainIntegration(Integration):
+    """Puts a :class:`TracerlCallbackHandler` on every LangChain run in the process while installed.
+
+    Example:
+        >>> LangChainIntegration.install(); LangChainIntegration.uninstall()
+    """
+
+    identifier = "langchain"
+
+    @classmethod
+    def setup_once(cls) -> None:
+        """Fill the process-wide slot with a handler; register the slot with LangChain on first use."""
+        global _hook_registered
+        if not _hook_registered:
+            # ``handle_class`` makes LangChain skip the global handler for runs that already have a
+            # TracerlCallbackHandler; the hook stays registered for the process (LangChain has no
+            # unregister), and uninstalling empties the slot.
+            register_configure_hook(
+                cast("ContextVar[Any | None]", _slot), inheritable=True, handle_class=TracerlCallbackHandler
+            )
+            _hook_registered = True
+        _slot.handler = TracerlCallbackHandler()
+
+    @classmethod
+    def teardown(cls) -> None:
+        """Empty the slot: runs started afterwards get no process-wide handler."""
+        _slot.handler = None
 
 
 def instrument_langchain(handler: TracerlCallbackHandler | None = None) -> TracerlCallbackHandler:
@@ -652,21 +657,11 @@ def instrument_langchain(handler: TracerlCallbackHandler | None = None) -> Trace
         True
         >>> uninstrument_langchain()
     """
-    global _hook_registered
-    with _hook_lock:
-        if not _hook_registered:
-            # ``handle_class`` makes LangChain skip the global handler for runs that already have a
-            # TracerlCallbackHandler; the hook stays registered for the process (LangChain has no
-            # unregister), and uninstrumenting empties the slot.
-            register_configure_hook(
-                cast("ContextVar[Any | None]", _slot), inheritable=True, handle_class=TracerlCallbackHandler
-            )
-            _hook_registered = True
+    with LangChainIntegration.lock:
+        LangChainIntegration.install()
         if handler is not None:
             _slot.handler = handler
-        elif _slot.handler is None:
-            _slot.handler = TracerlCallbackHandler()
-        return _slot.handler
+        return cast("TracerlCallbackHandler", _slot.handler)
 
 
 def uninstrument_langchain() -> None:
@@ -678,5 +673,4 @@ def uninstrument_langchain() -> None:
         >>> from integrations.langchain import uninstrument_langchain
         >>> uninstrument_langchain()
     """
-    with _hook_lock:
-        _slot.handler = None
+    LangChainIntegration.uninstall()

@@ -51,20 +51,12 @@ Limits:
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Any
 
-from sdk.capture import (
-    CallRecord,
-    MissingDependency,
-    Session,
-    capture_internal_exceptions,
-    capture_target,
-    count,
-    record_call,
-)
+from sdk import capture
+from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 
 try:
     from llama_index.core.base.llms.types import MessageRole
@@ -83,9 +75,10 @@ try:
     from llama_index.core.instrumentation.span import SimpleSpan
     from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the missing-dependency test
-    raise MissingDependency("llama-index-core", "llamaindex") from exc
+    raise capture.MissingDependency("llama-index-core", "llamaindex") from exc
 
 __all__ = [
+    "LlamaIndexIntegration",
     "TracerlEventHandler",
     "TracerlSpanHandler",
     "instrument_llama_index",
@@ -99,13 +92,6 @@ _MAX_PENDING = 1024  # LLM calls started and not yet ended (abandoned streams ne
 _MAX_DEPTH = 64  # ancestor walk limit (cycles cannot happen, but the walk must be bounded anyway)
 _LLM_PARAMS = ("temperature", "max_tokens", "top_p", "logprobs", "top_logprobs", "seed")
 _JSON_SCALARS = (str, int, float, bool, type(None))
-
-
-def _internal_error(where: str, exc: Exception) -> None:
-    # The handlers run for every span and every streamed chunk: a `try` costs nothing until it raises,
-    # so the firewall is entered only on failure, where it counts, warns once and (under tests) re-raises.
-    with capture_internal_exceptions(where):
-        raise exc
 
 
 # ------------------------------------------------------------------------------------------------
@@ -165,12 +151,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _arguments(args: Any) -> str:
-    if isinstance(args, str):
-        return args
-    return json.dumps(args if args is not None else {})
-
-
 def _tool_call(tc: Any) -> dict[str, Any]:
     """One tool call (openai object, dict or ``ToolCallBlock``) as an OpenAI ``tool_calls`` entry."""
     if getattr(tc, "block_type", None) == "tool_call":
@@ -178,7 +158,7 @@ def _tool_call(tc: Any) -> dict[str, Any]:
     else:
         fn = _get(tc, "function")
         name, args, call_id = _get(fn, "name"), _get(fn, "arguments"), _get(tc, "id")
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": _arguments(args)}}
+    return capture.tool_call(call_id, name, capture.json_arguments(args))
 
 
 def _part(block: Any) -> dict[str, Any] | None:
@@ -206,7 +186,7 @@ def _part(block: Any) -> dict[str, Any] | None:
         return {"type": "file", "file": {"filename": getattr(block, "title", None)}}
     if kind in ("thinking", "tool_call", "cache", None):
         return None
-    count("llama_index_blocks_unconverted")
+    capture.count("llama_index_blocks_unconverted")
     return {"type": str(kind)}
 
 
@@ -326,16 +306,7 @@ def _params(additional_kwargs: dict[str, Any], llm: Any, stream: bool) -> dict[s
 
 
 def _logprobs(content: Any) -> list[dict[str, Any]] | None:
-    if not content:
-        return None
-    out = []
-    for e in content:
-        item: dict[str, Any] = {"token": _get(e, "token"), "logprob": _get(e, "logprob")}
-        top = _get(e, "top_logprobs")
-        if top:
-            item["top_logprobs"] = [{"token": _get(t, "token"), "logprob": _get(t, "logprob")} for t in top]
-        out.append(item)
-    return out
+    return capture.openai_logprobs(content) if content else None
 
 
 def _framework_logprobs(lp: Any) -> list[dict[str, Any]] | None:
@@ -344,33 +315,20 @@ def _framework_logprobs(lp: Any) -> list[dict[str, Any]] | None:
     # as the token (exact under greedy decoding) and the record says so in ``extra``.
     if not lp:
         return None
-    out = []
-    for alts in lp:
-        if not alts:
-            continue
-        out.append(
-            {
-                "token": alts[0].token,
-                "logprob": alts[0].logprob,
-                "top_logprobs": [{"token": a.token, "logprob": a.logprob} for a in alts],
-            }
-        )
-    return out or None
+    entries = [
+        {"token": alts[0].token, "logprob": alts[0].logprob, "top_logprobs": alts} for alts in lp if alts
+    ]
+    return capture.openai_logprobs(entries) or None
 
 
 def _error(err: BaseException) -> dict[str, Any]:
-    message = str(err)[:2000]
-    if not message and isinstance(err, GeneratorExit):
-        message = "the consumer closed the stream before it finished"
-    out: dict[str, Any] = {
-        "type": type(err).__name__,
-        "message": message,
-        "status": getattr(err, "status_code", None),
-    }
     code = getattr(err, "code", None)
-    if isinstance(code, (str, int)):
-        out["code"] = code
-    return out
+    error = capture.call_error(
+        err, status=getattr(err, "status_code", None), code=code if isinstance(code, (str, int)) else None
+    )
+    if not error["message"] and isinstance(err, GeneratorExit):
+        error["message"] = "the consumer closed the stream before it finished"
+    return error
 
 
 # ------------------------------------------------------------------------------------------------
@@ -399,7 +357,7 @@ class _Pending:
     )
 
     def __init__(
-        self, record: CallRecord, session: Session, chat: bool, llm: Any, method: str, request: Any
+        self, record: CallRecord, session: capture.Session, chat: bool, llm: Any, method: str, request: Any
     ) -> None:
         self.record = record
         self.session = session
@@ -487,7 +445,7 @@ class _Recorder:
             spans[id_] = (parent_id, agent if isinstance(agent, str) else None, instance)
             if len(spans) > _MAX_SPANS:
                 del spans[next(iter(spans))]
-                count("llama_index_spans_evicted")
+                capture.count("llama_index_spans_evicted")
 
     def span_exit(self, id_: str) -> None:
         with self.lock:
@@ -504,7 +462,7 @@ class _Recorder:
 
     def start(self, span_id: str | None, request: Any, chat: bool, event: Any) -> None:
         if span_id is None:
-            count("llama_index_calls_without_span")
+            capture.count("llama_index_calls_without_span")
             return
         session = capture_target()
         if session is None:
@@ -539,11 +497,11 @@ class _Recorder:
                     else:
                         outer.suppressed = True
                 if span_id in pending:
-                    count("llama_index_span_id_reused")
+                    capture.count("llama_index_span_id_reused")
             pending[span_id] = p
             if len(pending) > _MAX_PENDING:
                 del pending[next(iter(pending))]
-                count("llama_index_calls_abandoned")
+                capture.count("llama_index_calls_abandoned")
 
     def _enclosing(self, ancestor: str | None, p: _Pending) -> _Pending | None:
         """The call in flight that ``p`` runs inside, if any (under the lock)."""
@@ -589,7 +547,7 @@ class _Recorder:
 
     def finish(self, p: _Pending, response: Any, err: BaseException | None) -> None:
         if p.suppressed:
-            count("llama_index_nested_calls_merged")
+            capture.count("llama_index_nested_calls_merged")
             return
         rec = p.record
         rec.ended_at = time.time()
@@ -638,7 +596,9 @@ def _fill_response(rec: CallRecord, p: _Pending, response: Any) -> None:
     else:
         counts = getattr(response, "additional_kwargs", None) or {}
         if "prompt_tokens" in counts or "completion_tokens" in counts:
-            rec.usage = {k: counts.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+            rec.usage = capture.openai_usage(
+                counts.get("prompt_tokens"), counts.get("completion_tokens"), counts.get("total_tokens")
+            )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -648,40 +608,46 @@ def _fill_response(rec: CallRecord, p: _Pending, response: Any) -> None:
 _RECORDER = _Recorder()
 
 
-def _on_chat_start(r: _Recorder, event: Any) -> None:
-    r.start(event.span_id, event.messages, True, event)
+@firewall("llama_index.chat_start")
+def _on_chat_start(event: Any) -> None:
+    _RECORDER.start(event.span_id, event.messages, True, event)
 
 
-def _on_completion_start(r: _Recorder, event: Any) -> None:
-    r.start(event.span_id, event.prompt, False, event)
+@firewall("llama_index.completion_start")
+def _on_completion_start(event: Any) -> None:
+    _RECORDER.start(event.span_id, event.prompt, False, event)
 
 
-def _on_progress(r: _Recorder, event: Any) -> None:
-    r.chunk(event.span_id, event.response)
+@firewall("llama_index.chunk")
+def _on_progress(event: Any) -> None:
+    _RECORDER.chunk(event.span_id, event.response)
 
 
-def _on_end(r: _Recorder, event: Any) -> None:
-    r.end(event.span_id, event.response)
+@firewall("llama_index.end")
+def _on_end(event: Any) -> None:
+    _RECORDER.end(event.span_id, event.response)
 
 
-def _on_exception(r: _Recorder, event: Any) -> None:
-    r.exception(event.span_id, event.exception)
+@firewall("llama_index.exception")
+def _on_exception(event: Any) -> None:
+    _RECORDER.exception(event.span_id, event.exception)
 
 
-def _on_span_drop(r: _Recorder, event: Any) -> None:
-    if not r.tracks_spans:  # no span handler attached: this event is the only error signal
-        r.exception(event.span_id, RuntimeError(event.err_str))
+@firewall("llama_index.span_drop_event")
+def _on_span_drop(event: Any) -> None:
+    if not _RECORDER.tracks_spans:  # no span handler attached: this event is the only error signal
+        _RECORDER.exception(event.span_id, RuntimeError(event.err_str))
 
 
 _HANDLERS = {
-    LLMChatStartEvent: ("llama_index.chat_start", _on_chat_start),
-    LLMCompletionStartEvent: ("llama_index.completion_start", _on_completion_start),
-    LLMChatInProgressEvent: ("llama_index.chunk", _on_progress),
-    LLMCompletionInProgressEvent: ("llama_index.chunk", _on_progress),
-    LLMChatEndEvent: ("llama_index.end", _on_end),
-    LLMCompletionEndEvent: ("llama_index.end", _on_end),
-    ExceptionEvent: ("llama_index.exception", _on_exception),
-    SpanDropEvent: ("llama_index.span_drop_event", _on_span_drop),
+    LLMChatStartEvent: _on_chat_start,
+    LLMCompletionStartEvent: _on_completion_start,
+    LLMChatInProgressEvent: _on_progress,
+    LLMCompletionInProgressEvent: _on_progress,
+    LLMChatEndEvent: _on_end,
+    LLMCompletionEndEvent: _on_end,
+    ExceptionEvent: _on_exception,
+    SpanDropEvent: _on_span_drop,
 }
 
 
@@ -704,14 +670,10 @@ class TracerlEventHandler(BaseEventHandler):
         return "TracerlEventHandler"
 
     def handle(self, event: Any, **kwargs: Any) -> None:
-        """Record the LLM-call events; ignore the others (one dict lookup)."""
-        entry = _HANDLERS.get(type(event))
-        if entry is None:
-            return
-        try:
-            entry[1](_RECORDER, event)
-        except Exception as exc:  # a tracerl bug must never reach the agent
-            _internal_error(entry[0], exc)
+        """Record the LLM-call events (each hook firewalled); ignore the others (one dict lookup)."""
+        hook = _HANDLERS.get(type(event))
+        if hook is not None:
+            hook(event)
 
 
 class TracerlSpanHandler(BaseSpanHandler[SimpleSpan]):
@@ -730,6 +692,7 @@ class TracerlSpanHandler(BaseSpanHandler[SimpleSpan]):
         """Class name (used to find an attached handler even across module reloads)."""
         return "TracerlSpanHandler"
 
+    @firewall("llama_index.span_enter")
     def new_span(
         self,
         id_: str,
@@ -740,22 +703,18 @@ class TracerlSpanHandler(BaseSpanHandler[SimpleSpan]):
         **kwargs: Any,
     ) -> SimpleSpan | None:
         """Remember the span's parent, agent name and instance; keep no span object."""
-        try:
-            _RECORDER.span_enter(id_, bound_args, instance, parent_span_id)
-        except Exception as exc:  # a tracerl bug must never reach the agent
-            _internal_error("llama_index.span_enter", exc)
+        _RECORDER.span_enter(id_, bound_args, instance, parent_span_id)
         return None
 
+    @firewall("llama_index.span_exit")
     def prepare_to_exit_span(
         self, id_: str, bound_args: Any, instance: Any | None = None, result: Any | None = None, **kwargs: Any
     ) -> SimpleSpan | None:
         """Forget the span."""
-        try:
-            _RECORDER.span_exit(id_)
-        except Exception as exc:
-            _internal_error("llama_index.span_exit", exc)
+        _RECORDER.span_exit(id_)
         return None
 
+    @firewall("llama_index.span_drop")
     def prepare_to_drop_span(
         self,
         id_: str,
@@ -765,10 +724,7 @@ class TracerlSpanHandler(BaseSpanHandler[SimpleSpan]):
         **kwargs: Any,
     ) -> SimpleSpan | None:
         """Forget the span; if it is an LLM call in flight, record the call with ``err``."""
-        try:
-            _RECORDER.span_drop(id_, err)
-        except Exception as exc:
-            _internal_error("llama_index.span_drop", exc)
+        _RECORDER.span_drop(id_, err)
         return None
 
     # The dispatcher calls the three methods below for every span in the process. BaseSpanHandler's
@@ -784,19 +740,13 @@ class TracerlSpanHandler(BaseSpanHandler[SimpleSpan]):
         **kwargs: Any,
     ) -> None:
         """A span starts: see :meth:`new_span`."""
-        try:
-            _RECORDER.span_enter(id_, bound_args, instance, parent_id)
-        except Exception as exc:  # a tracerl bug must never reach the agent
-            _internal_error("llama_index.span_enter", exc)
+        self.new_span(id_, bound_args, instance, parent_id)
 
     def span_exit(
         self, id_: str, bound_args: Any, instance: Any | None = None, result: Any | None = None, **kwargs: Any
     ) -> None:
         """A span ends: see :meth:`prepare_to_exit_span`."""
-        try:
-            _RECORDER.span_exit(id_)
-        except Exception as exc:
-            _internal_error("llama_index.span_exit", exc)
+        self.prepare_to_exit_span(id_, bound_args, instance)
 
     def span_drop(
         self,
@@ -809,10 +759,10 @@ class TracerlSpanHandler(BaseSpanHandler[SimpleSpan]):
         """A span raised: see :meth:`prepare_to_drop_span`."""
         self.prepare_to_drop_span(id_, bound_args, instance, err)
 
+    @firewall("llama_index.close")
     def close(self) -> None:
         """Forget all state (called by ``Dispatcher.shutdown()``)."""
-        with capture_internal_exceptions("llama_index.close"):
-            _RECORDER.clear()
+        _RECORDER.clear()
 
 
 def _ours(handler: Any, cls: type) -> bool:
@@ -822,7 +772,31 @@ def _ours(handler: Any, cls: type) -> bool:
     )
 
 
-_install_lock = threading.Lock()
+class LlamaIndexIntegration(Integration):
+    """Attaches a :class:`TracerlEventHandler` and a :class:`TracerlSpanHandler` to the root dispatcher.
+
+    Example:
+        >>> LlamaIndexIntegration.install(); LlamaIndexIntegration.uninstall()
+    """
+
+    identifier = "llama_index"
+
+    @classmethod
+    def setup_once(cls) -> None:
+        """Add the two handlers to LlamaIndex's root dispatcher, unless they are there already."""
+        d = get_dispatcher()
+        if not any(_ours(h, TracerlEventHandler) for h in d.event_handlers):
+            d.add_event_handler(TracerlEventHandler())
+        if not any(_ours(h, TracerlSpanHandler) for h in d.span_handlers):
+            d.add_span_handler(TracerlSpanHandler())
+
+    @classmethod
+    def teardown(cls) -> None:
+        """Remove tracerl's handlers from the root dispatcher and forget the calls in flight."""
+        d = get_dispatcher()
+        d.event_handlers = [h for h in d.event_handlers if not _ours(h, TracerlEventHandler)]
+        d.span_handlers = [h for h in d.span_handlers if not _ours(h, TracerlSpanHandler)]
+        _RECORDER.clear()
 
 
 def instrument_llama_index() -> None:
@@ -837,12 +811,7 @@ def instrument_llama_index() -> None:
         >>> instrument_llama_index()  # no second pair of handlers
         >>> uninstrument_llama_index()
     """
-    with _install_lock:
-        d = get_dispatcher()
-        if not any(_ours(h, TracerlEventHandler) for h in d.event_handlers):
-            d.add_event_handler(TracerlEventHandler())
-        if not any(_ours(h, TracerlSpanHandler) for h in d.span_handlers):
-            d.add_span_handler(TracerlSpanHandler())
+    LlamaIndexIntegration.install()
 
 
 def uninstrument_llama_index() -> None:
@@ -853,8 +822,4 @@ def uninstrument_llama_index() -> None:
     Example:
         >>> uninstrument_llama_index()
     """
-    with _install_lock:
-        d = get_dispatcher()
-        d.event_handlers = [h for h in d.event_handlers if not _ours(h, TracerlEventHandler)]
-        d.span_handlers = [h for h in d.span_handlers if not _ours(h, TracerlSpanHandler)]
-        _RECORDER.clear()
+    LlamaIndexIntegration.uninstall()

@@ -28,16 +28,17 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from sdk._internal import MissingDependency, capture_internal_exceptions, count, warn_once
-from sdk.capture import CallRecord, Session, capture_target, record_call
+from sdk import capture
+from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 
 try:
     import openai
 except ImportError as exc:  # pragma: no cover - exercised in the missing-dependency test
-    raise MissingDependency("openai", "openai") from exc
+    raise capture.MissingDependency("openai", "openai") from exc
 
 __all__ = [
     "AsyncRecordingTransport",
+    "OpenAIIntegration",
     "RecordingTransport",
     "instrument_openai",
     "parse_exchange",
@@ -46,13 +47,14 @@ __all__ = [
     "wrap_openai",
 ]
 
-RecordSink = Callable[[CallRecord, "Session | None"], None]
+RecordSink = Callable[[CallRecord, "capture.Session | None"], None]
 _ENDPOINTS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
 _OPENAI_MAJOR = int(openai.__version__.split(".")[0])
 
 
 def _httpx_module() -> ModuleType:
-    # openai 3 moved to httpx2 (frameworks.md §6.3); build the transport on the client's own module.
+    # openai 3.0 made httpx2 its HTTP client (httpx is no longer installed with it); build the transport
+    # on the client's own module.
     return importlib.import_module("httpx2" if _OPENAI_MAJOR >= 3 else "httpx")
 
 
@@ -83,20 +85,6 @@ def _clean_message(msg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _clean_logprobs(content: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    if content is None:
-        return None
-    out = []
-    for e in content:
-        item = {"token": e.get("token"), "logprob": e.get("logprob")}
-        if e.get("top_logprobs"):
-            item["top_logprobs"] = [
-                {"token": t.get("token"), "logprob": t.get("logprob")} for t in e["top_logprobs"]
-            ]
-        out.append(item)
-    return out
-
-
 def _chat_request(
     body: dict[str, Any],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any]]:
@@ -112,7 +100,7 @@ def _chat_response(body: dict[str, Any], record: CallRecord) -> None:
         first = choices[0]
         record.response_message = _clean_message(first.get("message") or {})
         record.finish_reason = first.get("finish_reason")
-        record.logprobs = _clean_logprobs((first.get("logprobs") or {}).get("content"))
+        record.logprobs = capture.openai_logprobs((first.get("logprobs") or {}).get("content"))
         record.completion_token_ids = first.get("token_ids")
         if len(choices) > 1:
             record.extra = {**(record.extra or {}), "other_choices": choices[1:]}
@@ -195,11 +183,7 @@ def _responses_request(
             role = item.get("role", "user")
             messages.append({"role": "system" if role == "developer" else role, "content": content})
         elif kind == "function_call":
-            call = {
-                "id": item.get("call_id"),
-                "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""},
-            }
+            call = capture.tool_call(item.get("call_id"), item.get("name"), item.get("arguments") or "")
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and last.get("tool_calls") is not None:
                 last["tool_calls"].append(call)
@@ -244,11 +228,7 @@ def _responses_response(body: dict[str, Any], record: CallRecord) -> None:
                     logprobs.extend(part.get("logprobs") or [])
         elif kind == "function_call":
             calls.append(
-                {
-                    "id": item.get("call_id"),
-                    "type": "function",
-                    "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""},
-                }
+                capture.tool_call(item.get("call_id"), item.get("name"), item.get("arguments") or "")
             )
         elif kind == "reasoning":
             reasoning.extend(s.get("text", "") for s in item.get("summary") or [])
@@ -260,14 +240,15 @@ def _responses_response(body: dict[str, Any], record: CallRecord) -> None:
     record.response_message = message
     status = body.get("status")
     record.finish_reason = "tool_calls" if calls else ("length" if status == "incomplete" else "stop")
-    record.logprobs = _clean_logprobs(logprobs) if logprobs else None
+    record.logprobs = capture.openai_logprobs(logprobs) if logprobs else None
     usage = body.get("usage")
     if usage:
+        details = {k: v for k, v in usage.items() if k.endswith("_details")}  # Responses names, kept
         record.usage = {
-            "prompt_tokens": usage.get("input_tokens"),
-            "completion_tokens": usage.get("output_tokens"),
-            "total_tokens": usage.get("total_tokens"),
-            **{k: v for k, v in usage.items() if k.endswith("_details")},
+            **capture.openai_usage(
+                usage.get("input_tokens"), usage.get("output_tokens"), usage.get("total_tokens")
+            ),
+            **details,
         }
     if body.get("error"):
         record.error = {
@@ -288,7 +269,7 @@ def _sse_events(raw: bytes) -> list[dict[str, Any]]:
         try:
             ev = json.loads(data)
         except ValueError:
-            count("stream_chunks_unparsed")
+            capture.count("stream_chunks_unparsed")
             continue
         if isinstance(ev, dict):
             events.append(ev)
@@ -349,46 +330,54 @@ def parse_exchange(
         record.started_at = started_at
     record.ended_at = ended_at if ended_at is not None else time.time()
     if status >= 400:
-        err: dict[str, Any] = {"type": "http_error", "message": None, "status": status}
-        try:
-            payload = json.loads(response_body)
-            e = payload.get("error", payload) if isinstance(payload, dict) else {}
-            if isinstance(e, dict):
-                err.update(type=e.get("type") or err["type"], message=e.get("message"), code=e.get("code"))
-            else:
-                err["message"] = str(e)
-        except ValueError:
-            err["message"] = response_body[:2000].decode("utf-8", "replace")
-        record.error = err
-        return record
-    if "text/event-stream" in content_type:
-        events = _sse_events(response_body)
-        if endpoint == "responses":
-            final = next(
-                (
-                    e["response"]
-                    for e in reversed(events)
-                    if e.get("type") in ("response.completed", "response.failed", "response.incomplete")
-                ),
-                None,
-            )
-            if final is None:
-                record.error = {
-                    "type": "incomplete_stream",
-                    "message": "stream ended before response.completed",
-                    "status": status,
-                }
-                return record
-            _responses_response(final, record)
-        else:
-            _chat_response(_assemble_chat_stream(events), record)
-        return record
-    body = json.loads(response_body) if response_body else {}
-    if endpoint == "responses":
-        _responses_response(body, record)
+        record.error = _http_error(status, response_body)
+    elif "text/event-stream" in content_type:
+        _stream_response(endpoint, _sse_events(response_body), status, record)
     else:
-        _chat_response(body, record)
+        body = json.loads(response_body) if response_body else {}
+        if endpoint == "responses":
+            _responses_response(body, record)
+        else:
+            _chat_response(body, record)
     return record
+
+
+def _http_error(status: int, body: bytes) -> dict[str, Any]:
+    """The ``error`` of a call the server refused: its error object, else the start of its body."""
+    error: dict[str, Any] = {"type": "http_error", "message": None, "status": status}
+    try:
+        payload = json.loads(body)
+        e = payload.get("error", payload) if isinstance(payload, dict) else {}
+        if isinstance(e, dict):
+            error.update(type=e.get("type") or error["type"], message=e.get("message"), code=e.get("code"))
+        else:
+            error["message"] = str(e)
+    except ValueError:
+        error["message"] = body[: capture.MAX_ERROR_MESSAGE].decode("utf-8", "replace")
+    return error
+
+
+def _stream_response(endpoint: str, events: list[dict[str, Any]], status: int, record: CallRecord) -> None:
+    """Fill ``record`` from a streamed response's events."""
+    if endpoint != "responses":
+        _chat_response(_assemble_chat_stream(events), record)
+        return
+    final = next(
+        (
+            e["response"]
+            for e in reversed(events)
+            if e.get("type") in ("response.completed", "response.failed", "response.incomplete")
+        ),
+        None,
+    )
+    if final is None:
+        record.error = {
+            "type": "incomplete_stream",
+            "message": "stream ended before response.completed",
+            "status": status,
+        }
+        return
+    _responses_response(final, record)
 
 
 def _decode_body(raw: bytes, encoding: str) -> bytes | None:
@@ -416,7 +405,7 @@ class _Exchange:
     __slots__ = ("endpoint", "body", "session", "started_at", "status", "headers", "chunks", "done", "sink")
 
     def __init__(
-        self, endpoint: str, body: dict[str, Any], session: Session | None, sink: RecordSink
+        self, endpoint: str, body: dict[str, Any], session: capture.Session | None, sink: RecordSink
     ) -> None:
         self.endpoint = endpoint
         self.body = body
@@ -429,40 +418,45 @@ class _Exchange:
         self.done = False
 
     def finish(self, error: BaseException | None = None) -> None:
+        """Record the exchange once: when its body is closed, or with the error that ended it."""
         if self.done:
             return
         self.done = True
-        with capture_internal_exceptions("openai.finish"):
-            ended = time.time()
-            if error is not None:
-                record = parse_exchange(
-                    self.endpoint, self.body, 599, b"", started_at=self.started_at, ended_at=ended
+        self._record(error)
+
+    @firewall("openai.finish")
+    def _record(self, error: BaseException | None) -> None:
+        ended = time.time()
+        if error is not None:
+            record = parse_exchange(
+                self.endpoint, self.body, 599, b"", started_at=self.started_at, ended_at=ended
+            )
+            record.error = capture.call_error(error)
+        else:
+            headers = self.headers
+            raw = b"".join(self.chunks)
+            decoded = _decode_body(raw, headers.get("content-encoding", ""))
+            if decoded is None:
+                capture.warn_once(
+                    "encoding",
+                    "cannot decode a %s response body; the call is recorded without it",
+                    headers.get("content-encoding"),
                 )
-                record.error = {"type": type(error).__name__, "message": str(error)[:2000], "status": None}
-            else:
-                headers = self.headers
-                raw = b"".join(self.chunks)
-                decoded = _decode_body(raw, headers.get("content-encoding", ""))
-                if decoded is None:
-                    warn_once(
-                        "encoding",
-                        "cannot decode a %s response body; the call is recorded without it",
-                        headers.get("content-encoding"),
-                    )
-                    decoded = b""
-                record = parse_exchange(
-                    self.endpoint,
-                    self.body,
-                    self.status,
-                    decoded,
-                    content_type=headers.get("content-type", "application/json"),
-                    started_at=self.started_at,
-                    ended_at=ended,
-                    request_id=headers.get("x-request-id"),
-                )
-            self.sink(record, self.session)
+                decoded = b""
+            record = parse_exchange(
+                self.endpoint,
+                self.body,
+                self.status,
+                decoded,
+                content_type=headers.get("content-type", "application/json"),
+                started_at=self.started_at,
+                ended_at=ended,
+                request_id=headers.get("x-request-id"),
+            )
+        self.sink(record, self.session)
 
 
+@firewall("openai.begin")
 def _begin(request: Any, sink: RecordSink) -> _Exchange | None:
     """Return an exchange to record, or ``None`` for requests that are not model calls."""
     if request.method != "POST":
@@ -474,11 +468,17 @@ def _begin(request: Any, sink: RecordSink) -> _Exchange | None:
     try:
         body = json.loads(request.content)
     except Exception:
-        count("requests_not_recorded")
+        capture.count("requests_not_recorded")
         return None
     if not isinstance(body, dict):
         return None
     return _Exchange(endpoint, body, capture_target(), sink)
+
+
+def _teed(hx: ModuleType, resp: Any, stream: Any, ex: _Exchange) -> Any:
+    """``resp`` with its body read through ``stream``, which records the exchange when closed."""
+    ex.status, ex.headers = resp.status_code, resp.headers
+    return hx.Response(resp.status_code, headers=resp.headers, stream=stream, extensions=resp.extensions)
 
 
 @functools.cache
@@ -523,9 +523,7 @@ def _transport_classes(module_name: str) -> tuple[type, type]:
             self.sink = sink or record_call
 
         def handle_request(self, request: Any) -> Any:
-            ex = None
-            with capture_internal_exceptions("openai.begin"):
-                ex = _begin(request, self.sink)
+            ex = _begin(request, self.sink)
             if ex is None:
                 return self.inner.handle_request(request)
             try:
@@ -533,13 +531,7 @@ def _transport_classes(module_name: str) -> tuple[type, type]:
             except BaseException as exc:
                 ex.finish(exc)
                 raise
-            ex.status, ex.headers = resp.status_code, resp.headers
-            return hx.Response(
-                resp.status_code,
-                headers=resp.headers,
-                stream=_TeeStream(resp.stream, ex),
-                extensions=resp.extensions,
-            )
+            return _teed(hx, resp, _TeeStream(resp.stream, ex), ex)
 
         def close(self) -> None:
             self.inner.close()
@@ -552,9 +544,7 @@ def _transport_classes(module_name: str) -> tuple[type, type]:
             self.sink = sink or record_call
 
         async def handle_async_request(self, request: Any) -> Any:
-            ex = None
-            with capture_internal_exceptions("openai.begin"):
-                ex = _begin(request, self.sink)
+            ex = _begin(request, self.sink)
             if ex is None:
                 return await self.inner.handle_async_request(request)
             try:
@@ -562,13 +552,7 @@ def _transport_classes(module_name: str) -> tuple[type, type]:
             except BaseException as exc:
                 ex.finish(exc)
                 raise
-            ex.status, ex.headers = resp.status_code, resp.headers
-            return hx.Response(
-                resp.status_code,
-                headers=resp.headers,
-                stream=_AsyncTeeStream(resp.stream, ex),
-                extensions=resp.extensions,
-            )
+            return _teed(hx, resp, _AsyncTeeStream(resp.stream, ex), ex)
 
         async def aclose(self) -> None:
             await self.inner.aclose()
@@ -620,6 +604,7 @@ def _is_recording(transport: Any) -> bool:
     return type(transport).__name__ in ("_RecordingTransport", "_AsyncRecordingTransport")
 
 
+@firewall("wrap_openai")
 def _wrap_http_client(http: Any, is_async: bool, sink: RecordSink | None) -> None:
     module = type(http).__mro__[-2].__module__.split(".")[0]  # the httpx flavour this client is built on
     for klass in type(http).__mro__:
@@ -642,12 +627,24 @@ def wrap_openai(client: Any, *, sink: RecordSink | None = None) -> Any:
         >>> from openai import OpenAI
         >>> client = wrap_openai(OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x"))
     """
-    with capture_internal_exceptions("wrap_openai"):
-        _wrap_http_client(client._client, isinstance(client, openai.AsyncOpenAI), sink)
+    _wrap_http_client(client._client, isinstance(client, openai.AsyncOpenAI), sink)
     return client
 
 
-_originals: dict[type, Any] = {}
+class OpenAIIntegration(Integration):
+    """Wraps every ``OpenAI`` / ``AsyncOpenAI`` client created while installed (see :func:`wrap_openai`).
+
+    Example:
+        >>> OpenAIIntegration.install(); OpenAIIntegration.uninstall()
+    """
+
+    identifier = "openai"
+
+    @classmethod
+    def setup_once(cls) -> None:
+        """Make both client classes wrap each client they build."""
+        for client_class in (openai.OpenAI, openai.AsyncOpenAI):
+            cls.patch_init(client_class, wrap_openai)
 
 
 def instrument_openai() -> None:
@@ -659,18 +656,7 @@ def instrument_openai() -> None:
     Example:
         >>> instrument_openai(); uninstrument_openai()
     """
-    for cls in (openai.OpenAI, openai.AsyncOpenAI):
-        if cls in _originals:
-            continue
-        original = cls.__init__
-
-        @functools.wraps(original)
-        def __init__(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> None:
-            __original(self, *args, **kwargs)
-            wrap_openai(self)
-
-        _originals[cls] = original
-        cls.__init__ = __init__  # type: ignore[method-assign]
+    OpenAIIntegration.install()
 
 
 def uninstrument_openai() -> None:
@@ -679,6 +665,4 @@ def uninstrument_openai() -> None:
     Example:
         >>> uninstrument_openai()
     """
-    for cls, original in list(_originals.items()):
-        cls.__init__ = original  # type: ignore[method-assign]
-        del _originals[cls]
+    OpenAIIntegration.uninstall()

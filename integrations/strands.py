@@ -47,24 +47,16 @@ sees it.
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import mimetypes
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from typing import Any
+from typing import Any, cast
 
-from sdk.capture import (
-    CallRecord,
-    MissingDependency,
-    Session,
-    capture_internal_exceptions,
-    capture_target,
-    count,
-    record_call,
-)
+from sdk import capture
+from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 
 try:
     from strands.agent.agent import Agent as _Agent
@@ -78,7 +70,7 @@ try:
         HookRegistry,
     )
 except ImportError as exc:  # pragma: no cover - exercised in the missing-dependency test
-    raise MissingDependency("strands-agents", "strands") from exc
+    raise capture.MissingDependency("strands-agents", "strands") from exc
 
 try:  # HookOrder arrived with the ordered registry; older releases run callbacks in registration order.
     from strands.hooks import HookOrder
@@ -94,6 +86,7 @@ except ImportError:  # pragma: no cover - depends on the installed strands
     _InvokeModelStage = None
 
 __all__ = [
+    "StrandsIntegration",
     "TracerlHookProvider",
     "instrument_strands",
     "to_openai_messages",
@@ -172,16 +165,9 @@ def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]] | None:
 
 
 def _tool_call(tool_use: dict[str, Any]) -> dict[str, Any]:
-    args = tool_use.get("input")
     # Same serialisation as OpenAIModel.format_request_message_tool_call, so the two views of a call match.
-    arguments = (
-        args if isinstance(args, str) else json.dumps(args if args is not None else {}, ensure_ascii=False)
-    )
-    return {
-        "id": tool_use.get("toolUseId"),
-        "type": "function",
-        "function": {"name": tool_use.get("name"), "arguments": arguments},
-    }
+    arguments = capture.json_arguments(tool_use.get("input"), ensure_ascii=False)
+    return capture.tool_call(tool_use.get("toolUseId"), tool_use.get("name"), arguments)
 
 
 def _tool_messages(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -203,7 +189,7 @@ def _tool_messages(result: dict[str, Any]) -> list[dict[str, Any]]:
         else:
             part = _media_part(block)
             if part is None:
-                count("strands_blocks_dropped")
+                capture.count("strands_blocks_dropped")
             elif part["type"] == "image_url":
                 images.append(part)
             else:
@@ -232,7 +218,7 @@ def _convert(message: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for block in blocks or ():
         if not isinstance(block, dict):
-            count("strands_blocks_dropped")
+            capture.count("strands_blocks_dropped")
         elif "text" in block:
             parts.append({"type": "text", "text": block["text"]})
         elif "toolUse" in block:
@@ -256,7 +242,7 @@ def _convert(message: dict[str, Any]) -> list[dict[str, Any]]:
         else:
             part = _media_part(block)
             if part is None:
-                count("strands_blocks_dropped")
+                capture.count("strands_blocks_dropped")
             else:
                 parts.append(part)
     if role == "assistant":
@@ -386,33 +372,26 @@ def _tool_choice(choice: Any) -> Any:
 def _usage(usage: Any) -> dict[str, Any] | None:
     if not isinstance(usage, dict) or not usage:
         return None
-    out: dict[str, Any] = {
-        "prompt_tokens": usage.get("inputTokens"),
-        "completion_tokens": usage.get("outputTokens"),
-        "total_tokens": usage.get("totalTokens"),
-    }
-    details = {}
-    if usage.get("cacheReadInputTokens") is not None:
-        details["cached_tokens"] = usage["cacheReadInputTokens"]
-    if usage.get("cacheWriteInputTokens") is not None:
-        details["cache_write_tokens"] = usage["cacheWriteInputTokens"]
-    if details:
-        out["prompt_tokens_details"] = details
-    return out
+    return capture.openai_usage(
+        usage.get("inputTokens"),
+        usage.get("outputTokens"),
+        usage.get("totalTokens"),
+        cached_tokens=usage.get("cacheReadInputTokens"),
+        cache_write_tokens=usage.get("cacheWriteInputTokens"),
+    )
 
 
-def _error(exc: BaseException) -> dict[str, Any]:
-    status = None
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status behind ``exc``, which may be wrapped (ModelThrottledException from RateLimitError)."""
     e: BaseException | None = exc
-    for _ in range(4):  # Strands wraps openai errors (ModelThrottledException from RateLimitError)
+    for _ in range(4):
         if e is None:
             break
         status = getattr(e, "status_code", None) or getattr(e, "status", None)
         if isinstance(status, int):
-            break
-        status = None
+            return status
         e = e.__cause__ or e.__context__
-    return {"type": type(exc).__name__, "message": str(exc)[:2000], "status": status}
+    return None
 
 
 # Config keys that are Strands settings or metadata, not request parameters.
@@ -461,7 +440,7 @@ class _Call:
         "agent",
     )
 
-    def __init__(self, session: Session | None, agent: str | None) -> None:
+    def __init__(self, session: capture.Session | None, agent: str | None) -> None:
         self.session = session
         self.agent = agent
         self.started_at = time.time()
@@ -482,6 +461,30 @@ class _Call:
         choice = _tool_choice(tool_choice)
         if choice is not None:
             self.params["tool_choice"] = choice
+
+    def snapshot_agent(self, agent: Any) -> None:
+        """Snapshot the request from the agent itself (when no middleware saw the model input)."""
+        self.snapshot(
+            agent.messages,
+            _system_prompt_of(agent),
+            agent.tool_registry.get_all_tool_specs(),
+            None,
+            agent.model,
+        )
+
+    def to_record(self, ended: float) -> CallRecord:
+        """The call's record, before its response."""
+        return CallRecord(
+            framework="strands",
+            model=self.model,
+            messages=self.messages or [],
+            tools=self.tools,
+            params=self.params,
+            started_at=self.started_at,
+            ended_at=ended,
+            stream=self.stream,
+            agent=self.agent,
+        )
 
 
 class _Tools:
@@ -534,6 +537,7 @@ class TracerlHookProvider(HookProvider):
         self._tools: OrderedDict[tuple[int, int], _Tools] = OrderedDict()
         self._equipped: weakref.WeakSet[Any] = weakref.WeakSet()
 
+    @firewall("strands.register_hooks")
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         """Register the model-call and tool-call callbacks (Strands calls this when the provider is added).
 
@@ -544,22 +548,21 @@ class TracerlHookProvider(HookProvider):
         Example:
             >>> agent.hooks.add_hook(TracerlHookProvider())  # doctest: +SKIP
         """
-        with capture_internal_exceptions("strands.register_hooks"):
-            with _registries_lock:
-                if registry in _registries:
-                    return
-                _registries.add(registry)
-            for event_type, callback, order in (
-                (BeforeModelCallEvent, self._before_model_call, _ORDER_LAST),
-                (AfterModelCallEvent, self._after_model_call, _ORDER_FIRST),
-                (BeforeToolCallEvent, self._before_tool_call, _ORDER_LAST),
-                (AfterToolCallEvent, self._after_tool_call, _ORDER_FIRST),
-                (AfterInvocationEvent, self._after_invocation, _ORDER_FIRST),
-            ):
-                if order is None:
-                    registry.add_callback(event_type, callback)
-                else:
-                    registry.add_callback(event_type, callback, order=order)
+        with _registries_lock:
+            if registry in _registries:
+                return
+            _registries.add(registry)
+        for event_type, callback, order in (
+            (BeforeModelCallEvent, self._before_model_call, _ORDER_LAST),
+            (AfterModelCallEvent, self._after_model_call, _ORDER_FIRST),
+            (BeforeToolCallEvent, self._before_tool_call, _ORDER_LAST),
+            (AfterToolCallEvent, self._after_tool_call, _ORDER_FIRST),
+            (AfterInvocationEvent, self._after_invocation, _ORDER_FIRST),
+        ):
+            if order is None:
+                registry.add_callback(event_type, callback)
+            else:
+                registry.add_callback(event_type, callback, order=order)
 
     # -- model calls ------------------------------------------------------------------------------
 
@@ -580,102 +583,82 @@ class TracerlHookProvider(HookProvider):
                 self._equipped.add(agent)
         return True
 
+    @firewall("strands.before_model_call")
     def _before_model_call(self, event: BeforeModelCallEvent) -> None:
-        with capture_internal_exceptions("strands.before_model_call"):
-            if not self.active or getattr(event, "cancel", False):  # an earlier hook cancelled the call
-                return
-            agent = event.agent
-            call = _Call(capture_target(), getattr(agent, "name", None))
-            key = (id(agent), id(event.invocation_state))
-            if not (self.use_middleware and self._equip(agent)):
-                call.snapshot(
-                    agent.messages,
-                    _system_prompt_of(agent),
-                    agent.tool_registry.get_all_tool_specs(),
-                    None,
-                    agent.model,
-                )
-            with self._lock:
-                tools = self._tools.pop(key, None)
-                if tools is not None and tools.done:
-                    call.tool_runs = tools.done
-                self._calls[key] = call
-                self._calls.move_to_end(key)
-                while len(self._calls) > _MAX_INFLIGHT:
-                    self._calls.popitem(last=False)
+        if not self.active or getattr(event, "cancel", False):  # an earlier hook cancelled the call
+            return
+        agent = event.agent
+        call = _Call(capture_target(), getattr(agent, "name", None))
+        key = (id(agent), id(event.invocation_state))
+        if not (self.use_middleware and self._equip(agent)):
+            call.snapshot_agent(agent)
+        with self._lock:
+            tools = self._tools.pop(key, None)
+            if tools is not None and tools.done:
+                call.tool_runs = tools.done
+            self._calls[key] = call
+            self._calls.move_to_end(key)
+            while len(self._calls) > _MAX_INFLIGHT:
+                self._calls.popitem(last=False)
 
     def _on_model_input(self, context: Any) -> Any:
         # InvokeModelStage.Input handler: must hand the context back unchanged, whatever happens here.
-        with capture_internal_exceptions("strands.model_input"):
-            with self._lock:
-                call = self._calls.get((id(context.agent), id(context.invocation_state)))
-            if call is not None:
-                call.snapshot(
-                    context.messages,
-                    context.system_prompt,
-                    context.tool_specs,
-                    context.tool_choice,
-                    context.model,
-                )
+        self._snapshot_model_input(context)
         return context
 
-    def _after_model_call(self, event: AfterModelCallEvent) -> None:
-        with capture_internal_exceptions("strands.after_model_call"):
-            agent = event.agent
-            with self._lock:
-                call = self._calls.pop((id(agent), id(event.invocation_state)), None)
-            if call is None:
-                return  # its Before was not seen (provider added mid-call, or the call was cancelled)
-            ended = time.time()
-            response = event.stop_response
-            if call.messages is None:
-                if event.exception is None:
-                    return  # the model was never invoked (cancelled / short-circuited before the input stage)
-                # Failed before the input stage ran: the history still holds this call's request.
-                call.snapshot(
-                    agent.messages,
-                    _system_prompt_of(agent),
-                    agent.tool_registry.get_all_tool_specs(),
-                    None,
-                    agent.model,
-                )
-            record = CallRecord(
-                framework="strands",
-                model=call.model,
-                messages=call.messages or [],
-                tools=call.tools,
-                params=call.params,
-                started_at=call.started_at,
-                ended_at=ended,
-                stream=call.stream,
-                agent=call.agent,
+    @firewall("strands.model_input")
+    def _snapshot_model_input(self, context: Any) -> None:
+        with self._lock:
+            call = self._calls.get((id(context.agent), id(context.invocation_state)))
+        if call is not None:
+            call.snapshot(
+                context.messages,
+                context.system_prompt,
+                context.tool_specs,
+                context.tool_choice,
+                context.model,
             )
-            extra: dict[str, Any] = {}
-            if response is not None:
-                message = response.message or {}
-                record.response_message = to_openai_response(message)
-                stop = str(response.stop_reason) if response.stop_reason is not None else None
-                record.finish_reason = _FINISH_REASONS.get(stop or "", stop)
-                meta = message.get("metadata") or {}
-                record.usage = _usage(meta.get("usage"))
-                extra["stop_reason"] = stop
-                if meta.get("metrics"):
-                    extra["metrics"] = dict(meta["metrics"])
-            if event.exception is not None:
-                record.error = _error(event.exception)
-            if call.tool_runs:
-                extra["tool_executions"] = call.tool_runs
-            record.extra = extra or None
-            record_call(record, call.session)
 
+    @firewall("strands.after_model_call")
+    def _after_model_call(self, event: AfterModelCallEvent) -> None:
+        agent = event.agent
+        with self._lock:
+            call = self._calls.pop((id(agent), id(event.invocation_state)), None)
+        if call is None:
+            return  # its Before was not seen (provider added mid-call, or the call was cancelled)
+        ended = time.time()
+        if call.messages is None:
+            if event.exception is None:
+                return  # the model was never invoked (cancelled / short-circuited before the input stage)
+            call.snapshot_agent(agent)  # failed before the input stage ran: the history holds the request
+        record = call.to_record(ended)
+        extra: dict[str, Any] = {}
+        response = event.stop_response
+        if response is not None:
+            message = response.message or {}
+            record.response_message = to_openai_response(message)
+            stop = str(response.stop_reason) if response.stop_reason is not None else None
+            record.finish_reason = _FINISH_REASONS.get(stop or "", stop)
+            meta = message.get("metadata") or {}
+            record.usage = _usage(meta.get("usage"))
+            extra["stop_reason"] = stop
+            if meta.get("metrics"):
+                extra["metrics"] = dict(meta["metrics"])
+        if event.exception is not None:
+            record.error = capture.call_error(event.exception, status=_status(event.exception))
+        if call.tool_runs:
+            extra["tool_executions"] = call.tool_runs
+        record.extra = extra or None
+        record_call(record, call.session)
+
+    @firewall("strands.after_invocation")
     def _after_invocation(self, event: AfterInvocationEvent) -> None:
         # Drop what an interrupted or cancelled invocation left behind (Before without After, tool runs
         # that no model call consumed); the LRU bound is only the safety net.
-        with capture_internal_exceptions("strands.after_invocation"):
-            key = (id(event.agent), id(event.invocation_state))
-            with self._lock:
-                self._calls.pop(key, None)
-                self._tools.pop(key, None)
+        key = (id(event.agent), id(event.invocation_state))
+        with self._lock:
+            self._calls.pop(key, None)
+            self._tools.pop(key, None)
 
     # -- tool calls -------------------------------------------------------------------------------
 
@@ -688,40 +671,40 @@ class TracerlHookProvider(HookProvider):
                 self._tools.popitem(last=False)
         return tools
 
+    @firewall("strands.before_tool_call")
     def _before_tool_call(self, event: BeforeToolCallEvent) -> None:
-        with capture_internal_exceptions("strands.before_tool_call"):
-            if not self.active:
-                return
-            with self._lock:
-                self._tools_for(event).started[str(event.tool_use.get("toolUseId"))] = time.time()
+        if not self.active:
+            return
+        with self._lock:
+            self._tools_for(event).started[str(event.tool_use.get("toolUseId"))] = time.time()
 
+    @firewall("strands.after_tool_call")
     def _after_tool_call(self, event: AfterToolCallEvent) -> None:
-        with capture_internal_exceptions("strands.after_tool_call"):
-            if not self.active:
-                return
-            use, result = event.tool_use, event.result or {}
-            tool_id = str(use.get("toolUseId"))
-            run: dict[str, Any] = {
-                "tool_call_id": use.get("toolUseId"),
-                "name": use.get("name"),
-                "status": result.get("status"),
-                "duration_s": getattr(event, "duration", None),
+        if not self.active:
+            return
+        use, result = event.tool_use, event.result or {}
+        tool_id = str(use.get("toolUseId"))
+        run: dict[str, Any] = {
+            "tool_call_id": use.get("toolUseId"),
+            "name": use.get("name"),
+            "status": result.get("status"),
+            "duration_s": getattr(event, "duration", None),
+        }
+        if event.exception is not None:
+            run["error"] = {
+                "type": type(event.exception).__name__,
+                "message": str(event.exception)[: capture.MAX_ERROR_MESSAGE],
             }
-            if event.exception is not None:
-                run["error"] = {
-                    "type": type(event.exception).__name__,
-                    "message": str(event.exception)[:2000],
-                }
-            cancelled = getattr(event, "cancel_message", None)
-            if cancelled is not None:
-                run["cancelled"] = cancelled
-            with self._lock:
-                tools = self._tools_for(event)
-                started = tools.started.pop(tool_id, None)
-                run["started_at"] = started
-                if run["duration_s"] is None and started is not None and cancelled is None:
-                    run["duration_s"] = time.time() - started
-                tools.done.append(run)
+        cancelled = getattr(event, "cancel_message", None)
+        if cancelled is not None:
+            run["cancelled"] = cancelled
+        with self._lock:
+            tools = self._tools_for(event)
+            started = tools.started.pop(tool_id, None)
+            run["started_at"] = started
+            if run["duration_s"] is None and started is not None and cancelled is None:
+                run["duration_s"] = time.time() - started
+            tools.done.append(run)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -729,8 +712,42 @@ class TracerlHookProvider(HookProvider):
 # ---------------------------------------------------------------------------------------------
 
 _global_provider: TracerlHookProvider | None = None
-_original_init: Any = None
-_instrument_lock = threading.Lock()
+
+
+@firewall("strands.instrument")
+def _add_global_provider(agent: Any) -> None:
+    provider = _global_provider
+    if provider is not None and provider.active:
+        agent.hooks.add_hook(provider)
+
+
+class StrandsIntegration(Integration):
+    """Adds one shared :class:`TracerlHookProvider` to every ``strands.Agent`` created while installed.
+
+    Example:
+        >>> StrandsIntegration.install(); StrandsIntegration.uninstall()
+    """
+
+    identifier = "strands"
+
+    @classmethod
+    def setup_once(cls) -> None:
+        """Switch the shared provider on and patch ``Agent.__init__`` to add it to each new agent.
+
+        Strands has no process-wide hook registry, hence the patch; agents that already have a tracerl
+        provider are left alone (see :meth:`TracerlHookProvider.register_hooks`).
+        """
+        global _global_provider
+        if _global_provider is None:
+            _global_provider = TracerlHookProvider()
+        _global_provider.active = True
+        cls.patch_init(_Agent, _add_global_provider)
+
+    @classmethod
+    def teardown(cls) -> None:
+        """Switch the shared provider off, also in the agents it was added to."""
+        if _global_provider is not None:
+            _global_provider.active = False
 
 
 def instrument_strands() -> TracerlHookProvider:
@@ -749,27 +766,9 @@ def instrument_strands() -> TracerlHookProvider:
         True
         >>> uninstrument_strands()
     """
-    global _global_provider, _original_init
-    with _instrument_lock:
-        if _global_provider is None:
-            _global_provider = TracerlHookProvider()
-        provider = _global_provider
-        provider.active = True
-        if _original_init is not None:
-            return provider
-        original = _Agent.__init__
-
-        @functools.wraps(original)
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            original(self, *args, **kwargs)
-            with capture_internal_exceptions("strands.instrument"):
-                current = _global_provider
-                if current is not None and current.active:
-                    self.hooks.add_hook(current)
-
-        _original_init = original
-        _Agent.__init__ = __init__  # type: ignore[method-assign]
-        return provider
+    with StrandsIntegration.lock:
+        StrandsIntegration.install()
+        return cast("TracerlHookProvider", _global_provider)
 
 
 def uninstrument_strands() -> None:
@@ -781,10 +780,4 @@ def uninstrument_strands() -> None:
     Example:
         >>> uninstrument_strands()
     """
-    global _original_init
-    with _instrument_lock:
-        if _global_provider is not None:
-            _global_provider.active = False
-        if _original_init is not None:
-            _Agent.__init__ = _original_init  # type: ignore[method-assign]
-            _original_init = None
+    StrandsIntegration.uninstall()

@@ -1,7 +1,15 @@
-"""The recording path integrations use: build a :class:`CallRecord`, hand it to :func:`record_call`.
+"""What an integration needs: the recording path, one install scheme, and the OpenAI-format helpers.
 
-Resolve the owning session when the call *starts* (:func:`capture_target`) and pass it to
-:func:`record_call` when it ends: framework callbacks may fire in another context than the call.
+- **Recording.** Build a :class:`CallRecord`, hand it to :func:`record_call`. Resolve the owning session
+  when the call *starts* (:func:`capture_target`) and pass it to :func:`record_call` when it ends:
+  framework callbacks may fire in another context than the call.
+- **Installing.** An :class:`Integration` says how to hook into its framework (``setup_once``) and how
+  to let go (``teardown``); ``install()`` / ``uninstall()`` run them once, under one lock.
+- **Firewall.** Every framework hook is decorated with :func:`firewall`: a tracerl failure inside it
+  is counted and reported once, and the user's call proceeds.
+- **OpenAI format.** What every integration converts its framework's objects into:
+  :func:`openai_logprobs`, :func:`openai_usage`, :func:`tool_call` / :func:`json_arguments` and
+  :func:`call_error`.
 
 Example:
     >>> from sdk import session
@@ -14,24 +22,45 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import json
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, TypeVar
+
 from sdk._internal import MissingDependency, capture_internal_exceptions, count, logger, warn_once
 from sdk._records import CallRecord, new_id
 from sdk._session import Session, current_session
 from sdk._tracer import tracer
 
 __all__ = [
+    "MAX_ERROR_MESSAGE",
     "CallRecord",
+    "Integration",
     "MissingDependency",
     "Session",
+    "call_error",
     "capture_internal_exceptions",
     "capture_target",
     "count",
     "current_session",
+    "firewall",
+    "json_arguments",
     "logger",
     "new_id",
+    "openai_logprobs",
+    "openai_usage",
     "record_call",
+    "tool_call",
     "warn_once",
 ]
+
+_Hook = TypeVar("_Hook", bound=Callable[..., Any])
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording
+# ---------------------------------------------------------------------------------------------
 
 
 def capture_target() -> Session | None:
@@ -59,3 +88,280 @@ def record_call(record: CallRecord, session: Session | None = None) -> None:
         >>> record_call(CallRecord(framework="custom", messages=[{"role": "user", "content": "hi"}]))
     """
     tracer.record_call(record, session)
+
+
+# ---------------------------------------------------------------------------------------------
+# Installing, and the firewall around hooks
+# ---------------------------------------------------------------------------------------------
+
+# One lock and one registry for every integration, as in sentry-python's ``setup_integrations``; with
+# each installed integration, the undos of the patches its setup made.
+_install_lock = threading.RLock()
+_installed: dict[str, list[Callable[[], None]]] = {}
+
+
+class Integration:
+    """One framework integration, hooked into its framework at most once per process at a time.
+
+    A subclass names itself (``identifier``) and says how to hook in (``setup_once``: register a
+    handler, or patch a class with :meth:`patch_init`) and how to let go of what is not a patch
+    (``teardown``). :meth:`install` and :meth:`uninstall` are idempotent and run under one lock shared
+    by all integrations, so installing twice, or from two threads at once, hooks in once. The model is
+    sentry-python's ``Integration.setup_once``, with an undo added.
+
+    Example:
+        >>> class Custom(Integration):
+        ...     identifier = "custom"
+        ...     @classmethod
+        ...     def setup_once(cls) -> None:
+        ...         print("hooked in")
+        ...     @classmethod
+        ...     def teardown(cls) -> None:
+        ...         print("let go")
+        >>> Custom.install(); Custom.install(); Custom.uninstall(); Custom.uninstall()
+        hooked in
+        let go
+    """
+
+    identifier: ClassVar[str]
+    lock: ClassVar[threading.RLock] = _install_lock
+    """Held while any integration installs or uninstalls; hold it to change settings atomically."""
+
+    @classmethod
+    def setup_once(cls) -> None:
+        """Hook into the framework. Runs under :attr:`lock`, never twice without an uninstall between."""
+        raise NotImplementedError
+
+    @classmethod
+    def teardown(cls) -> None:
+        """Undo what :meth:`setup_once` did besides :meth:`patch_init` (whose patches undo themselves)."""
+
+    @classmethod
+    def install(cls) -> None:
+        """Hook into the framework, unless this integration is installed already.
+
+        Example:
+            >>> MyIntegration.install()  # doctest: +SKIP
+        """
+        with cls.lock:
+            if cls.identifier in _installed:
+                return
+            _installed[cls.identifier] = []
+            try:
+                cls.setup_once()
+            except BaseException:
+                cls._undo_patches()
+                raise
+
+    @classmethod
+    def uninstall(cls) -> None:
+        """Let go of the framework, if this integration is installed.
+
+        Example:
+            >>> MyIntegration.uninstall()  # doctest: +SKIP
+        """
+        with cls.lock:
+            if cls.identifier in _installed:
+                cls.teardown()
+                cls._undo_patches()
+
+    @classmethod
+    def installed(cls) -> bool:
+        """Whether this integration is installed.
+
+        Example:
+            >>> MyIntegration.installed()  # doctest: +SKIP
+            False
+        """
+        return cls.identifier in _installed
+
+    @classmethod
+    def patch_init(cls, target: type, after: Callable[[Any], None]) -> None:
+        """From :meth:`setup_once`: make every ``target(...)`` call ``after(instance)`` once it is built.
+
+        For frameworks with no process-wide hook: patch the class whose instances the integration must
+        equip. :meth:`uninstall` restores the original ``__init__``. ``after`` runs on the user's call
+        path: decorate it with :func:`firewall`.
+
+        Args:
+            target: The class to patch (``target.__init__`` is replaced).
+            after: Called with each new instance, after the original ``__init__`` returned.
+
+        Example:
+            >>> class Client:
+            ...     pass
+            >>> class ClientIntegration(Integration):
+            ...     identifier = "client"
+            ...     @classmethod
+            ...     def setup_once(cls) -> None:
+            ...         cls.patch_init(Client, lambda client: print("equipped"))
+            >>> ClientIntegration.install(); _ = Client()
+            equipped
+            >>> ClientIntegration.uninstall(); _ = Client()
+        """
+        original = target.__init__
+
+        @functools.wraps(original)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            after(self)
+
+        def restore() -> None:
+            target.__init__ = original  # type: ignore[misc]
+
+        target.__init__ = __init__  # type: ignore[misc]
+        _installed[cls.identifier].append(restore)
+
+    @classmethod
+    def _undo_patches(cls) -> None:
+        for restore in reversed(_installed.pop(cls.identifier, [])):
+            restore()
+
+
+def firewall(where: str) -> Callable[[_Hook], _Hook]:
+    """Run a framework hook behind the internal-error firewall: its failures never reach the agent.
+
+    An exception inside the hook is counted in ``sdk.stats()["internal_errors"]``, reported once per
+    ``where``, and the hook returns ``None``. Call the user's own code outside a firewalled hook, so that
+    its exceptions pass untouched. A plain ``try`` costs nothing until it raises, so this is cheap
+    enough for hooks that run on every streamed token.
+
+    Args:
+        where: Names the hook in the report, e.g. ``"langchain.on_llm_end"``.
+
+    Example:
+        >>> @firewall("custom.on_end")
+        ... def on_end(event: dict) -> None:
+        ...     record_call(CallRecord(framework="custom", messages=event["messages"]))
+        >>> on_end({})  # a KeyError inside: counted, reported once, not raised (outside tests)
+    """
+
+    def decorate(hook: _Hook) -> _Hook:
+        @functools.wraps(hook)
+        def firewalled(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return hook(*args, **kwargs)
+            except Exception as exc:
+                with capture_internal_exceptions(where):
+                    raise exc
+                return None
+
+        return firewalled  # type: ignore[return-value]
+
+    return decorate
+
+
+# ---------------------------------------------------------------------------------------------
+# The OpenAI format every integration converts into
+# ---------------------------------------------------------------------------------------------
+
+MAX_ERROR_MESSAGE = 2000
+"""Characters of an error message kept in a record."""
+
+
+def _field(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+
+def openai_logprobs(content: Iterable[Any] | None) -> list[dict[str, Any]] | None:
+    """Token logprobs in the shape of OpenAI's ``choices[0].logprobs.content``, and nothing else.
+
+    Each entry keeps ``token``, ``logprob`` and, when present, ``top_logprobs`` (each ``token`` and
+    ``logprob``); other fields (``bytes``) are dropped. Entries may be dicts or objects (the openai
+    client's models). ``None`` stays ``None``.
+
+    Example:
+        >>> openai_logprobs([{"token": "4", "logprob": -0.1, "bytes": [52],
+        ...                   "top_logprobs": [{"token": "4", "logprob": -0.1, "bytes": [52]}]}])
+        [{'token': '4', 'logprob': -0.1, 'top_logprobs': [{'token': '4', 'logprob': -0.1}]}]
+    """
+    if content is None:
+        return None
+    out = []
+    for entry in content:
+        item = {"token": _field(entry, "token"), "logprob": _field(entry, "logprob")}
+        top = _field(entry, "top_logprobs")
+        if top:
+            item["top_logprobs"] = [
+                {"token": _field(t, "token"), "logprob": _field(t, "logprob")} for t in top
+            ]
+        out.append(item)
+    return out
+
+
+def openai_usage(
+    prompt_tokens: Any,
+    completion_tokens: Any,
+    total_tokens: Any,
+    *,
+    cached_tokens: Any = None,
+    cache_write_tokens: Any = None,
+    reasoning_tokens: Any = None,
+) -> dict[str, Any]:
+    """Token usage under OpenAI chat-completions names, from any framework's counts.
+
+    The details (``prompt_tokens_details``, ``completion_tokens_details``) appear only for the counts
+    given.
+
+    Example:
+        >>> openai_usage(10, 2, 12, cached_tokens=8)["prompt_tokens_details"]
+        {'cached_tokens': 8}
+    """
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": total_tokens,
+    }
+    prompt_details = {}
+    if cached_tokens is not None:
+        prompt_details["cached_tokens"] = cached_tokens
+    if cache_write_tokens is not None:
+        prompt_details["cache_write_tokens"] = cache_write_tokens
+    if prompt_details:
+        usage["prompt_tokens_details"] = prompt_details
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return usage
+
+
+def tool_call(call_id: Any, name: Any, arguments: str) -> dict[str, Any]:
+    """One entry of an assistant message's ``tool_calls``, with the arguments as a JSON string.
+
+    Example:
+        >>> tool_call("c1", "add", json_arguments({"a": 1}))
+        {'id': 'c1', 'type': 'function', 'function': {'name': 'add', 'arguments': '{"a": 1}'}}
+    """
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def json_arguments(args: Any, *, ensure_ascii: bool = True) -> str:
+    """Tool-call arguments as the string the wire carries: a string as it is, else JSON (``None``: ``{}``).
+
+    Pass the ``ensure_ascii`` the framework's own client serialises with, so the two views of a call match.
+
+    Example:
+        >>> json_arguments({"city": "Zürich"}, ensure_ascii=False), json_arguments(None)
+        ('{"city": "Zürich"}', '{}')
+    """
+    if isinstance(args, str):
+        return args
+    return json.dumps(args if args is not None else {}, ensure_ascii=ensure_ascii)
+
+
+def call_error(exc: BaseException, *, status: int | None = None, code: Any = None) -> dict[str, Any]:
+    """A record's ``error`` for a call that raised ``exc``: its type, message, HTTP status and code.
+
+    ``code`` (the server's error code) appears only when given.
+
+    Example:
+        >>> call_error(TimeoutError("read timed out"), status=504)
+        {'type': 'TimeoutError', 'message': 'read timed out', 'status': 504}
+    """
+    error: dict[str, Any] = {
+        "type": type(exc).__name__,
+        "message": str(exc)[:MAX_ERROR_MESSAGE],
+        "status": status,
+    }
+    if code is not None:
+        error["code"] = code
+    return error

@@ -1,4 +1,4 @@
-"""Fixtures for the LangChain integration tests: a store, a ChatOpenAI factory, strict hygiene checks.
+"""Fixtures for the LangChain integration tests: a ChatOpenAI factory, strict hygiene checks.
 
 No ``__init__.py`` in this directory on purpose: with pytest's default import mode a package here would
 be importable as ``langchain`` or ``integrations.langchain`` and shadow the real ones. Each test module
@@ -16,16 +16,6 @@ import pytest
 import sdk
 from sdk.store import StoreReader
 from sdk.testing import ScriptedOpenAIServer
-
-
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A fresh store for this test; SDK internal errors re-raise inside the firewall."""
-    monkeypatch.setenv("TRACERL_RAISE_INTERNAL", "1")
-    path = tmp_path / "store"
-    sdk.configure(store=path, implicit_sessions="process", fsync="never")
-    yield path
-    sdk.shutdown()
 
 
 @pytest.fixture

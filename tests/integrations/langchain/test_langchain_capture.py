@@ -287,7 +287,7 @@ def test_async_node_calling_the_model_without_config(store: Any, read_calls: Rea
         await run(with_config)
 
     asyncio.run(main())
-    # Python 3.10 cannot carry the node's config into the nested call implicitly (frameworks.md §3.5).
+    # Python 3.10's asyncio cannot carry the node's config into the nested call implicitly.
     assert len(read_calls("without_config")) == (0 if PY310 else 1)
     assert len(read_calls("with_config")) == 1
 
@@ -456,7 +456,7 @@ def test_instrument_is_idempotent(store: Any, read_calls: Reader, make_llm: Any)
 def test_with_config_callbacks_are_lost_inside_create_agent(
     store: Any, read_calls: Reader, make_llm: Any, openai_server: Any
 ) -> None:
-    # A LangChain limitation, documented (frameworks.md §3.2): create_agent re-binds tools on the raw
+    # A LangChain limitation: create_agent re-binds tools on the raw
     # model, dropping a config bound with with_config(). Attach per call, per object or globally instead.
     script_two_tool_calls(openai_server)
     agent = create_agent(make_llm().with_config(callbacks=[TracerlCallbackHandler()]), tools=[add])

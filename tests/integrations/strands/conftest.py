@@ -1,4 +1,4 @@
-"""Fixtures for the Strands integration tests: a per-test store, strict internal errors, clean globals.
+"""Fixtures for the Strands integration tests: clean globals (the store is in ../conftest.py).
 
 No ``__init__.py`` here on purpose: with pytest's default import mode a package in this directory would be
 importable as ``strands`` and shadow the real one. Each test module starts with
@@ -8,21 +8,8 @@ importable as ``strands`` and shadow the real one. Each test module starts with
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-import sdk
-
-
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A fresh store for this test; SDK internal errors raise instead of being swallowed."""
-    monkeypatch.setenv("TRACERL_RAISE_INTERNAL", "1")
-    path = tmp_path / "store"
-    sdk.configure(store=path, implicit_sessions="process", fsync="never")
-    yield path
-    sdk.shutdown()
 
 
 @pytest.fixture(autouse=True)

@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         sock = server_config.bind_socket()
     except SystemExit:
         return fail(f"cannot listen on {args.host}:{args.port}")
+    # Listening before the workers start: clients that connect now wait in the backlog, not refused.
+    sock.listen(server_config.backlog)
     port = sock.getsockname()[1]
     print(
         f"tracerl gateway listening on http://{args.host}:{port}/v1 "

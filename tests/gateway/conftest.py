@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
-pytest.importorskip("httpx")
-pytest.importorskip("openai")
-
-from gateway_helpers import Gateway, start_gateway
-
 from sdk.testing import ScriptedOpenAIServer
+
+
+def _need_gateway_deps() -> None:
+    for module in ("fastapi", "uvicorn", "httpx", "openai"):
+        pytest.importorskip(module)
 
 
 @pytest.fixture(scope="session")
@@ -25,15 +23,13 @@ def upstream() -> Iterator[ScriptedOpenAIServer]:
 
 
 @pytest.fixture(scope="session")
-def gateway(upstream: ScriptedOpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def gateway(upstream: ScriptedOpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One gateway with two workers for the whole run: a session's calls land on both workers."""
+    _need_gateway_deps()
+    from gateway_helpers import start_gateway
+
     gw = start_gateway(upstream.base_url, tmp_path_factory.mktemp("gateway") / "store", workers=2)
     try:
         yield gw
     finally:
         gw.stop()
-
-
-@pytest.fixture
-def fresh_store(tmp_path: Path) -> Path:
-    return tmp_path / "store"

@@ -14,15 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("openai")
+pytest.importorskip("polars")
+
 from gateway_helpers import Gateway, new_id, normalise_messages, normalise_tools
 
 import sdk
+from sdk.episodes import build_episodes
 from sdk.store import read_sessions
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse
-
-pytest.importorskip("polars")
-
-from sdk.episodes import build_episodes
 
 
 def _has(module: str) -> bool:

@@ -131,7 +131,7 @@ def test_grpc_export_reaches_a_grpc_collector(tmp_path: Path) -> None:
     got: list[Any] = []
 
     class Collector(trace_service_pb2_grpc.TraceServiceServicer):
-        def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - the gRPC method name
+        def Export(self, request: Any, context: Any) -> Any:
             got.append(request)
             return trace_service_pb2.ExportTraceServiceResponse()
 

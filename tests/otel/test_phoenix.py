@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("opentelemetry.sdk")
 pytest.importorskip("phoenix.client")
 
-from conftest import make_store
+from otel_helpers import make_store
 
 from sdk.otel import export_otlp
 

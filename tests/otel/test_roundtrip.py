@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from conftest import TOOLS, episodes_of, make_store, text_level
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otel_helpers import TOOLS, episodes_of, make_store, text_level
 
 from sdk.otel import (
     IngestSummary,

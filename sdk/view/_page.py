@@ -227,6 +227,8 @@ if (fromHash) {
   const i = filtered.findIndex(e => e.id === fromHash);
   if (i >= 0) { page = Math.floor(i / PAGE_SIZE); renderList(); select(filtered[i]); }
 }
+// Time from navigation to the first page drawn (read by tests/bench/view.py).
+document.documentElement.dataset.readyMs = Math.round(performance.now());
 </script>
 </body>
 </html>

@@ -99,6 +99,11 @@ def test_token_data_only_when_asked(tmp_path: Path) -> None:
 def test_round_trip_through_the_otlp_http_receiver(tmp_path: Path, receiver: Any) -> None:
     store = make_store(tmp_path / "store")
     r, received = receiver
+    import httpx
+
+    # Bad input gets the OTLP answer (400) and the receiver goes on.
+    bad = httpx.post(r.url, content=b"\xff not protobuf", headers={"content-type": "application/x-protobuf"})
+    assert bad.status_code == 400
     summary = export_otlp(store, r.url, protocol="http")
     assert summary.failed_spans == 0 and summary.episodes == 4
     log = r.stop()

@@ -2,7 +2,8 @@
 
 Phoenix is a server application with a large dependency tree (and, up to 20.x on Python 3.11, an import
 bug fixed later), so it may live in its own environment: set ``TRACERL_PHOENIX_PYTHON`` to that
-environment's interpreter; otherwise this interpreter is used when it can import Phoenix. The client
+environment's interpreter; otherwise ``.venv-phoenix`` (made by ``tests/setup.sh``), else this interpreter
+when it can import Phoenix. The client
 (``arize-phoenix-client``) is a dev dependency.
 """
 
@@ -28,7 +29,9 @@ from sdk.otel import export_otlp
 
 
 def _phoenix_python() -> str | None:
-    candidate = os.environ.get("TRACERL_PHOENIX_PYTHON") or sys.executable
+    # tests/setup.sh installs Phoenix into .venv-phoenix at the repo root.
+    local = Path(__file__).resolve().parents[2] / ".venv-phoenix" / "bin" / "python"
+    candidate = os.environ.get("TRACERL_PHOENIX_PYTHON") or (str(local) if local.exists() else sys.executable)
     probe = subprocess.run(
         [candidate, "-c", "import phoenix.server.main"], capture_output=True, text=True, timeout=120
     )

@@ -443,6 +443,13 @@ class _Progress:
             self.bar.update(1)
             self.bar.set_postfix_str(f"success {100 * self.ok / self.n:.0f}%", refresh=False)
 
+    def say(self, message: str) -> None:
+        """One line on stderr that does not break the bar."""
+        if self.bar is not None:
+            self.bar.write(message, file=sys.stderr)
+        else:
+            print(message, file=sys.stderr)
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
@@ -586,7 +593,7 @@ async def _run_all(
 
     async def one(task: dict[str, Any], k: int) -> None:
         async with sem:
-            row = await _one_sample(fn, score, task, k, timeout, metadata, threshold, warned)
+            row = await _one_sample(fn, score, task, k, timeout, metadata, threshold, warned, bar)
             # No await between the session's end and this line: a cancelled sample has no line.
             _append(results, row)
             out.append(row)
@@ -604,6 +611,7 @@ async def _one_sample(
     metadata: dict[str, Any],
     threshold: float,
     warned: set[str],
+    bar: _Progress,
 ) -> dict[str, Any]:
     import sdk
 
@@ -641,11 +649,10 @@ async def _one_sample(
                     row["error"] = f"reward function failed: {type(exc).__name__}: {exc}"
                     if "reward" not in warned:
                         warned.add("reward")
-                        print(
+                        bar.say(
                             f"error: the reward function failed on task {task['id']!r} sample {k}: "
                             f"{type(exc).__name__}: {exc} (counted as reward_error; further failures only "
-                            "counted)",
-                            file=sys.stderr,
+                            "counted)"
                         )
             named = {n: v for n, v, call_id in s.rewards if call_id is None}
             row["rewards"] = named
@@ -660,10 +667,9 @@ async def _one_sample(
         if "agent" not in warned:
             warned.add("agent")
             tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            print(
+            bar.say(
                 f"warning: the agent raised on task {task['id']!r} sample {k}: {tb} (counted as error; "
-                "further errors only counted)",
-                file=sys.stderr,
+                "further errors only counted)"
             )
     row["success"] = row["reward"] is not None and row["reward"] >= threshold
     row["seconds"] = round(time.monotonic() - t0, 3)

@@ -483,6 +483,9 @@ def run_loop(
         for tid in {str(r["task_id"]) for r in read_results(run.out / "rollouts" / f"round-{rnd}.jsonl")}:
             uses[tid] += 1
 
+    if first > cfg.rounds:
+        say(f"all {cfg.rounds} rounds are done (raise rounds to continue)", flush=True)
+        return {"rows": rows, "checkpoint": checkpoint, "out": str(run.out)}
     policy = make_policy(cfg.policy, checkpoint, log_dir=str(run.out))
     policy.start()
     export_env(policy)

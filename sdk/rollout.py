@@ -11,6 +11,13 @@ the (task, sample) pairs already there, so an interrupted run (Ctrl-C, a crash, 
 it stopped. Agent exceptions and timeouts end the sample's session with an error (recorded in the store)
 and are counted; they never stop the run. ``--split eval`` is the same runner used for evaluation.
 
+On a Ray cluster (``--ray ADDRESS``, e.g. ``--ray auto`` on a cluster node or ``--ray ray://head:10001``)
+every (task, sample) is a Ray task, at most ``--concurrency`` at once; each worker process writes its own
+store segments (to a shared directory, or an ``s3://`` store whose segments every worker ships) and flushes
+them before its sample counts as done. The results file stays with this process, so re-running skips what is
+done, as locally. The agent's code must be importable on the workers (installed there, or shipped with
+``--ray-working-dir .``); ``TRACERL_*`` environment variables are passed on to them.
+
 Usage::
 
     python -m sdk.rollout my_agent:solve tasks.jsonl --samples 8 --concurrency 16 --timeout 120
@@ -371,7 +378,7 @@ def _json_safe(value: Any, limit: int = 2000) -> Any:
 
 
 def _recover_from_store(
-    store: Path, key: str, split: str, done: set[tuple[str, int]], tasks: dict[str, dict[str, Any]]
+    store: str | Path, key: str, split: str, done: set[tuple[str, int]], tasks: dict[str, dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """Result lines for samples whose session ended in the store but whose line was not written.
 
@@ -381,10 +388,14 @@ def _recover_from_store(
     """
     from sdk.store import StoreReader
 
-    if not store.is_dir():
+    if isinstance(store, Path) and not store.is_dir():
+        return []
+    try:
+        reader = StoreReader(store)
+    except FileNotFoundError:  # an object-store store nothing was shipped to yet
         return []
     out: list[dict[str, Any]] = []
-    for s in StoreReader(store).sessions():
+    for s in reader.sessions():
         md = s.metadata or {}
         if md.get("rollout") != key or md.get("split") != split or s.sample is None:
             continue
@@ -470,6 +481,8 @@ def run_rollout(
     success_threshold: float = 1.0,
     progress: bool = False,
     metadata: dict[str, Any] | None = None,
+    ray: str | None = None,
+    ray_runtime_env: dict[str, Any] | None = None,
 ) -> RolloutSummary:
     """Run ``agent`` ``samples`` times on every task, each run in its own session; resumable.
 
@@ -490,6 +503,11 @@ def run_rollout(
         success_threshold: A sample succeeds when its reward is at least this.
         progress: Show a progress bar on stderr.
         metadata: Extra session metadata.
+        ray: Run the samples as tasks on the Ray cluster at this address (``ray.init(address=...)``);
+            ``concurrency`` bounds the tasks in flight. The store must be reachable from the workers (a
+            shared directory or an object-store URI).
+        ray_runtime_env: Ray runtime environment for the workers (e.g. ``{"working_dir": "."}``); the
+            ``TRACERL_*`` environment variables of this process are added to its ``env_vars``.
 
     Returns:
         A :class:`RolloutSummary` over the whole results file.
@@ -522,7 +540,8 @@ def run_rollout(
     by_id = {t["id"]: t for t in task_list}
     rows = read_results(results_path)
     done = {(str(r["task_id"]), int(r["sample"])) for r in rows}
-    recovered = _recover_from_store(store_path, key, split, done, by_id) if results_path.exists() else []
+    location = _store_location()
+    recovered = _recover_from_store(location, key, split, done, by_id) if results_path.exists() else []
     for r in recovered:
         r["success"] = r["reward"] is not None and r["reward"] >= success_threshold
         rows.append(r)
@@ -535,11 +554,23 @@ def run_rollout(
     interrupted = False
     new_rows: list[dict[str, Any]] = []
     try:
-        asyncio.run(
-            _run_all(
-                fn, score, jobs, concurrency, timeout, extra, success_threshold, results_path, new_rows, bar
+        if ray is not None:
+            _run_on_ray(
+                ray,
+                ray_runtime_env,
+                (agent, reward_fn, timeout, extra, success_threshold, location),
+                jobs,
+                concurrency,
+                results_path,
+                new_rows,
+                bar,
             )
-        )
+        else:
+            asyncio.run(
+                _run_all(
+                    fn, score, jobs, concurrency, timeout, extra, success_threshold, results_path, new_rows, bar
+                )
+            )
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -564,6 +595,88 @@ def _current_store() -> Path:
     from sdk._tracer import tracer
 
     return Path(tracer.config.store)
+
+
+def _store_location() -> str | Path:
+    """The store as other processes name it: its object-store URI, or its absolute directory."""
+    from sdk._tracer import tracer
+
+    return tracer.config.store_uri or Path(tracer.config.store).resolve()
+
+
+def _run_on_ray(
+    address: str,
+    runtime_env: dict[str, Any] | None,
+    spec: tuple[Any, ...],
+    jobs: list[tuple[dict[str, Any], int]],
+    concurrency: int,
+    results: Path,
+    out: list[dict[str, Any]],
+    bar: _Progress,
+) -> None:
+    """Run ``jobs`` as Ray tasks, at most ``concurrency`` in flight; append each row as its task ends."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise RolloutError("--ray needs Ray: pip install 'tracerl[ray]'") from exc
+    env = dict(runtime_env or {})
+    env_vars = {k: v for k, v in os.environ.items() if k.startswith("TRACERL_") and k != "TRACERL_STORE"}
+    env["env_vars"] = {**env_vars, **env.get("env_vars", {})}
+    started_here = not ray.is_initialized()
+    if started_here:
+        try:
+            ray.init(address=address, runtime_env=env, log_to_driver=False, configure_logging=False)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise RolloutError(f"cannot connect to the Ray cluster at {address!r}: {exc}") from exc
+    remote = ray.remote(num_cpus=1, max_retries=0)(_ray_sample)
+    pending: dict[Any, tuple[str, int]] = {}
+    todo = list(jobs)
+    try:
+        while todo or pending:
+            while todo and len(pending) < concurrency:
+                task, k = todo.pop(0)
+                pending[remote.remote(spec, task, k)] = (task["id"], k)
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                tid, k = pending.pop(ref)
+                try:
+                    row = ray.get(ref)
+                except Exception as exc:  # the worker died: the sample has no result line and runs again
+                    cause = [ln for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+                    print(
+                        f"warning: the Ray task of task {tid!r} sample {k} failed: {cause[-1][:300]} "
+                        "(re-run to retry it)",
+                        file=sys.stderr,
+                    )
+                    continue
+                _append(results, row)
+                out.append(row)
+                bar.update(bool(row["success"]))
+    except KeyboardInterrupt:
+        for ref in pending:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        raise
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _ray_sample(spec: tuple[Any, ...], task: dict[str, Any], k: int) -> dict[str, Any]:
+    """One (task, sample) in a Ray worker: the same sample as locally, in this worker's store segments."""
+    import sdk
+    from sdk._tracer import tracer
+
+    agent, reward_fn, timeout, metadata, threshold, store = spec
+    current = tracer.config.store_uri or Path(tracer.config.store).resolve()
+    if str(current) != str(store):
+        sdk.configure(store=str(store))
+    fn = load_function(agent, "agent")
+    score = load_function(reward_fn, "reward function") if reward_fn is not None else None
+    quiet = _Progress(False, 0, 0)  # warnings go to the worker log
+    row = asyncio.run(_one_sample(fn, score, task, k, timeout, metadata, threshold, set(), quiet))
+    sdk.flush()  # in the store (and shipped to an object store) before the sample counts as done
+    return row
 
 
 def _append(path: Path, row: dict[str, Any]) -> None:
@@ -758,6 +871,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--id-field", default="id", help="task id field (default id, else task_id)")
     p.add_argument("--success-threshold", type=float, default=1.0, help="reward counted as success")
+    p.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="run the samples as Ray tasks on this cluster (auto, ray://head:10001, host:6379)",
+    )
+    p.add_argument(
+        "--ray-working-dir",
+        default=None,
+        metavar="DIR",
+        help="directory shipped to the Ray workers (runtime_env working_dir), e.g. . for the agent's code",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -796,6 +921,8 @@ def main(argv: list[str] | None = None) -> int:
             id_field=args.id_field,
             success_threshold=args.success_threshold,
             progress=not args.no_progress and not args.json,
+            ray=args.ray,
+            ray_runtime_env={"working_dir": args.ray_working_dir} if args.ray_working_dir else None,
         )
     except (RolloutError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

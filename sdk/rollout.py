@@ -568,7 +568,16 @@ def run_rollout(
         else:
             asyncio.run(
                 _run_all(
-                    fn, score, jobs, concurrency, timeout, extra, success_threshold, results_path, new_rows, bar
+                    fn,
+                    score,
+                    jobs,
+                    concurrency,
+                    timeout,
+                    extra,
+                    success_threshold,
+                    results_path,
+                    new_rows,
+                    bar,
                 )
             )
     except KeyboardInterrupt:

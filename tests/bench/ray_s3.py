@@ -58,15 +58,17 @@ def bench_rollout(units: int, concurrency: int) -> dict:
 
 def bench_s3_export(calls: int, repeat: int) -> dict:
     import fsspec
+    from export import make_store  # tests/bench/export.py
     from moto.server import ThreadedMotoServer
 
-    from export import make_store  # tests/bench/export.py
     from sdk.episodes import export
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    os.environ.update(AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x", AWS_ENDPOINT_URL=f"http://{host}:{port}")
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x", AWS_ENDPOINT_URL=f"http://{host}:{port}"
+    )
     tmp = Path(tempfile.mkdtemp())
     os.environ["TRACERL_SPOOL"] = str(tmp / "cache")
     try:

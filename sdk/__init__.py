@@ -41,6 +41,7 @@ def configure(
     segment_max_bytes: int | None = None,
     spill_max_bytes: int | None = None,
     enabled: bool | None = None,
+    ship_interval: float | None = None,
 ) -> Config:
     """Configure capture. Optional: defaults come from ``TRACERL_*`` environment variables.
 
@@ -48,7 +49,9 @@ def configure(
     than on the agent's call path).
 
     Args:
-        store: Store directory (default ``$TRACERL_STORE`` or ``./.tracerl``); created if missing.
+        store: Store directory (default ``$TRACERL_STORE`` or ``./.tracerl``); created if missing. An
+            object-store URI (``s3://bucket/prefix``, via fsspec) keeps crash-safe local segments on this
+            host and ships them there (see ``sdk.store``).
         fsync: ``never`` (default; survives ``kill -9``), ``interval`` or ``always`` (survive OS crashes).
         fsync_interval: Seconds between fsyncs with ``fsync="interval"``.
         implicit_sessions: ``process`` (default) records calls outside any session in one implicit
@@ -56,6 +59,7 @@ def configure(
         segment_max_bytes: Rotate segment files past this size.
         spill_max_bytes: Memory for events that could not be written, before dropping (counted).
         enabled: ``False`` turns capture off.
+        ship_interval: Seconds between uploads of the growing segment to an object-store ``store``.
 
     Returns:
         The resolved :class:`Config`.
@@ -73,6 +77,7 @@ def configure(
         segment_max_bytes=segment_max_bytes,
         spill_max_bytes=spill_max_bytes,
         enabled=enabled,
+        ship_interval=ship_interval,
     )
 
 

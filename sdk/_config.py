@@ -7,10 +7,20 @@ import os
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["ENV_DISABLED", "ENV_FSYNC", "ENV_IMPLICIT", "ENV_STORE", "Config", "validate_store_path"]
+__all__ = [
+    "ENV_DISABLED",
+    "ENV_FSYNC",
+    "ENV_IMPLICIT",
+    "ENV_SHIP_INTERVAL",
+    "ENV_STORE",
+    "Config",
+    "validate_store_path",
+]
 
 ENV_STORE = "TRACERL_STORE"
-"""Store directory (default ``./.tracerl``)."""
+"""Store directory (default ``./.tracerl``) or object-store URI (``s3://bucket/prefix``)."""
+ENV_SHIP_INTERVAL = "TRACERL_SHIP_INTERVAL"
+"""Seconds between uploads of the growing segment to an object-store store (default 5)."""
 ENV_FSYNC = "TRACERL_FSYNC"
 """fsync policy: ``never`` (default), ``interval`` or ``always``."""
 ENV_IMPLICIT = "TRACERL_IMPLICIT_SESSIONS"
@@ -27,7 +37,9 @@ class Config:
     """Resolved tracerl configuration.
 
     Attributes:
-        store: Directory of the event-log store.
+        store: Directory of the event-log store (for an object-store store: this host's local segments).
+        store_uri: The object-store URI (``s3://bucket/prefix``) segments are shipped to, or ``None``.
+        ship_interval: Seconds between uploads of the growing segment to ``store_uri``.
         fsync: ``never`` relies on the OS page cache (survives ``kill -9``, not a power cut);
             ``interval`` fsyncs every ``fsync_interval`` seconds; ``always`` after every event.
         fsync_interval: Seconds between fsyncs under the ``interval`` policy.
@@ -44,6 +56,8 @@ class Config:
     """
 
     store: Path = Path(".tracerl")
+    store_uri: str | None = None
+    ship_interval: float = 5.0
     fsync: FsyncPolicy = "never"
     fsync_interval: float = 1.0
     implicit_sessions: ImplicitSessions = "process"
@@ -60,8 +74,20 @@ class Config:
             fsync = "never"
         if implicit not in ("process", "off"):
             implicit = "process"
+        store = os.environ.get(ENV_STORE) or ".tracerl"
+        uri = None
+        if "://" in store and not store.startswith("file://"):
+            from sdk.store._remote import spool_dir
+
+            uri, store = store, str(spool_dir(store))
+        try:
+            interval = float(os.environ.get(ENV_SHIP_INTERVAL) or 5.0)
+        except ValueError:
+            interval = 5.0
         return cls(
-            store=Path(os.environ.get(ENV_STORE) or ".tracerl"),
+            store=Path(store),
+            store_uri=uri,
+            ship_interval=interval if interval > 0 else 5.0,
             fsync=fsync,  # type: ignore[arg-type]
             implicit_sessions=implicit,  # type: ignore[arg-type]
             enabled=os.environ.get(ENV_DISABLED, "") in ("", "0", "false"),

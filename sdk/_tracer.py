@@ -35,6 +35,7 @@ class Tracer:
         self.config = Config.from_env()
         self._lock = threading.RLock()
         self._writer: SegmentWriter | None = None
+        self._shipper: Any = None  # a SegmentShipper when the store is an object-store URI
         self._implicit: Session | None = None
         self._implicit_pid = -1
         self._atexit = False
@@ -44,7 +45,14 @@ class Tracer:
     def configure(self, **changes: Any) -> Config:
         """Apply configuration changes (validated) and return the new config."""
         if "store" in changes and changes["store"] is not None:
-            changes["store"] = validate_store_path(changes["store"])
+            from sdk.store._remote import is_store_uri, spool_dir
+
+            if is_store_uri(changes["store"]):  # local segments in the spool, shipped to the URI
+                changes["store_uri"] = changes["store"].rstrip("/")
+                changes["store"] = spool_dir(changes["store"])
+            else:
+                changes["store"] = validate_store_path(changes["store"])
+                changes["store_uri"] = ""  # kept through the None filter below, then cleared
         changes = {k: v for k, v in changes.items() if v is not None}
         if changes.get("fsync", "never") not in ("never", "interval", "always"):
             raise ValueError(f"fsync must be 'never', 'interval' or 'always', got {changes['fsync']!r}")
@@ -52,10 +60,12 @@ class Tracer:
             raise ValueError(
                 f"implicit_sessions must be 'process' or 'off', got {changes['implicit_sessions']!r}"
             )
-        for key in ("fsync_interval", "segment_max_bytes", "spill_max_bytes"):
+        for key in ("fsync_interval", "segment_max_bytes", "spill_max_bytes", "ship_interval"):
             if key in changes and not (isinstance(changes[key], (int, float)) and changes[key] > 0):
                 raise ValueError(f"{key} must be a positive number, got {changes[key]!r}")
         new = dataclasses.replace(self.config, **changes)
+        if new.store_uri == "":
+            new = dataclasses.replace(new, store_uri=None)
         if new.store.exists() is False:
             try:
                 new.store.mkdir(parents=True, exist_ok=True)
@@ -81,6 +91,11 @@ class Tracer:
                         segment_max_bytes=c.segment_max_bytes,
                         spill_max_bytes=c.spill_max_bytes,
                     )
+                    if c.store_uri:
+                        from sdk.store._remote import SegmentShipper
+
+                        self._shipper = SegmentShipper(c.store, c.store_uri, interval=c.ship_interval)
+                        self._shipper.start()
                     if not self._atexit:
                         atexit.register(self.shutdown)
                         self._atexit = True
@@ -173,7 +188,10 @@ class Tracer:
         """Write out anything held in memory and fsync; ``True`` when nothing is pending."""
         with capture_internal_exceptions("flush"):
             w = self._writer
-            return True if w is None else w.flush()
+            ok = True if w is None else w.flush()
+            if self._shipper is not None:
+                self._shipper.ship()
+            return ok
         return False
 
     def _close_locked(self) -> None:
@@ -185,6 +203,9 @@ class Tracer:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self._shipper is not None:
+            self._shipper.close()
+            self._shipper = None
 
     def shutdown(self) -> None:
         """End the implicit session, flush and close the store. Safe to call more than once."""
@@ -204,7 +225,7 @@ class Tracer:
             "calls_outside_session_skipped": 0,
         }
         out.update(counters())
-        out["store"] = str(self.config.store)
+        out["store"] = self.config.store_uri or str(self.config.store)
         w = self._writer
         out["events_pending"] = 0 if w is None else w.pending
         return out

@@ -56,3 +56,74 @@ def tiny_model_dir(tmp_path_factory):
 
     torch.set_num_threads(2)
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+# A Ray head on loopback for the `ray` tests, started once per session in its own process (ray.init with
+# the dashboard, whose Jobs API the ray backend uses). Its workers import this checkout (PYTHONPATH).
+_RAY_HEAD = r"""
+import json, os, signal, sys, threading, time
+import ray
+ctx = ray.init(num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=0,
+               _node_ip_address="127.0.0.1", _temp_dir=sys.argv[1], configure_logging=False)
+print(json.dumps({"dashboard": "http://" + ctx.dashboard_url, "gcs": ctx.address_info["gcs_address"]}), flush=True)
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *a: stop.set())
+parent = os.getppid()
+while not stop.wait(1.0) and os.getppid() == parent and sys.stdin.readable():
+    pass
+ray.shutdown()
+"""
+
+
+class RayHead:
+    """A running Ray head: ``dashboard`` (Jobs API URL) and ``gcs`` (``ray.init(address=...)``)."""
+
+    def __init__(self, dashboard: str, gcs: str) -> None:
+        self.dashboard = dashboard
+        self.gcs = gcs
+
+
+@pytest.fixture(scope="session")
+def ray_head() -> Iterator[RayHead]:
+    """One local Ray head (2 CPUs, dashboard on 127.0.0.1) for the whole session."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
+    import secrets
+
+    # Ray's token authentication, with a token of this session's own (nothing read from or written to
+    # ~/.ray); this process's Jobs API clients send it too.
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _RAY_HEAD, temp],
+        stdout=subprocess.PIPE,
+        stderr=open(Path(temp) / "head.log", "wb"),
+        stdin=subprocess.PIPE,
+        env=env,
+        cwd=str(root),
+        text=True,
+    )
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line:
+        proc.kill()
+        raise RuntimeError(f"the Ray head did not start: {(Path(temp) / 'head.log').read_text()[-2000:]}")
+    info = json.loads(line)
+    try:
+        yield RayHead(info["dashboard"], info["gcs"])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -1,9 +1,9 @@
 """Smoke test of the main job (``python -m examples.main``) with tiny settings: it runs end to end.
 
-It checks the plumbing (SFT → serve → captured sessions → export → ``sdk.train`` → reload → evaluate →
-table, ``results.json``, ``progress.png``), not that the policy improves: a 10-step SFT policy never
-succeeds, so the reward is replaced by a coin flip to give the groups reward spread and make a GRPO round
-actually train.
+It checks the plumbing (SFT → loop: serve → ``sdk.rollout`` in sessions → export → ``sdk.train`` → reload →
+validate → table, ``results.json``, ``progress.png``), not that the policy improves: a 10-step SFT policy
+never succeeds, so the reward function is replaced by a coin flip to give the groups reward spread and make
+a GRPO round actually train.
 """
 
 from __future__ import annotations
@@ -23,27 +23,37 @@ pytest.importorskip("langchain")
 def test_main_job_runs_end_to_end(
     agent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import examples.arithmetic.agent as agent_mod
+    import examples.arithmetic.task as task_mod
     from examples.main import main
 
     rng = random.Random(0)
-    monkeypatch.setattr(agent_mod, "reward", lambda task, text: float(rng.random() < 0.5))
+    monkeypatch.setattr(task_mod, "reward_fn", lambda task, answer: float(rng.random() < 0.5))
     out = tmp_path / "run"
-    result = main(
-        [
-            "--agent", agent, "--out", str(out), "--seed", "0", "--rounds", "1",
-            "--sft-steps", "10", "--sft-batch", "8", "--n-sft", "40", "--n-train", "8", "--n-eval", "4",
-            "--eval-samples", "1", "--tasks-per-round", "4", "--G", "4", "--epochs", "1", "--workers", "8",
-        ]
-    )  # fmt: skip
+    argv = [
+        "--agent", agent, "--out", str(out), "--seed", "0", "--rounds", "1",
+        "--sft-steps", "10", "--sft-batch", "8", "--n-sft", "40", "--n-train", "8", "--n-eval", "4",
+        "--eval-samples", "1", "--tasks-per-round", "4", "--G", "4", "--epochs", "1", "--workers", "8",
+    ]  # fmt: skip
+    result = main(argv)
     printed = capsys.readouterr().out
     assert printed.strip().splitlines()[-1].startswith("held-out success: ")
-    assert "round  held-out" in printed
+    assert "round  validation" in printed
     saved = json.loads((out / "results.json").read_text())
     assert saved["summary"] == json.loads(json.dumps(result["summary"], default=str))
     assert [r["round"] for r in saved["rows"]] == [0, 1]
     row = saved["rows"][1]
-    assert row["episodes"] == 16 and row["groups"] > 0 and row["steps"] > 0
+    assert row["samples"] == 16 and row["exported"] == 16 and row["groups"] > 0 and row["steps"] > 0
     assert (out / "train" / "round-1" / "final").is_dir()
     assert (out / "episodes" / "round-1.parquet").is_file()
     assert (out / "progress.png").stat().st_size > 0
+    # Every (task, sample) of the round ran once, in its own session.
+    lines = [json.loads(x) for x in (out / "rollouts" / "round-1.jsonl").read_text().splitlines()]
+    assert sorted((r["task_id"], r["sample"]) for r in lines) == sorted(
+        (f"train-{t}", k) for t in range(4) for k in range(4)
+    )
+    assert len({r["session_id"] for r in lines}) == 16
+
+    # Re-running the same command continues after the last finished round: nothing runs again.
+    main(argv)
+    assert [r["round"] for r in json.loads((out / "results.json").read_text())["rows"]] == [0, 1]
+    assert "reusing the SFT checkpoint" in capsys.readouterr().out

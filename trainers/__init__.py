@@ -39,8 +39,8 @@ __all__ = [
 #: Backend name → ``"module:Class"`` (imported lazily by :func:`get_trainer`).
 TRAINERS: dict[str, str] = {
     "trl": "trainers.trl_grpo:TRLGRPOTrainer",
-    # Remote backends (trainers/remote/): `--backend http://host:port` selects "http" (resolve_backend).
-    "http": "trainers.remote.http_client:HTTPTrainer",
+    # Remote backends (trainers/remote/): `--backend http://head:8265` selects "ray" (resolve_backend).
+    "ray": "trainers.remote.ray_jobs:RayTrainer",
     "openai": "trainers.remote.openai_ft:OpenAIFineTuneTrainer",
     "tinker": "trainers.remote.tinker_backend:TinkerTrainer",
 }
@@ -75,7 +75,7 @@ def available_trainers() -> list[str]:
 
     Example:
         >>> available_trainers()
-        ['http', 'openai', 'tinker', 'trl']
+        ['openai', 'ray', 'tinker', 'trl']
     """
     return sorted(TRAINERS)
 
@@ -107,17 +107,17 @@ def get_trainer(name: str) -> type[Trainer]:
 def resolve_backend(name_or_url: str) -> tuple[str, dict[str, Any]]:
     """Map ``--backend`` to a registered backend name plus config overrides.
 
-    ``http://host:port`` / ``https://...`` select the ``http`` backend (a tracerl training server) with
-    ``server`` set to the URL; any other value is a backend name and passes through (:func:`get_trainer`
-    checks it).
+    ``http://host:port`` / ``https://...`` select the ``ray`` backend with ``address`` set to the URL (a Ray
+    dashboard, whose Jobs API the backend uses); any other value is a backend name and passes through
+    (:func:`get_trainer` checks it).
 
     Example:
-        >>> resolve_backend("https://train.example.com/")
-        ('http', {'server': 'https://train.example.com'})
+        >>> resolve_backend("http://head:8265/")
+        ('ray', {'address': 'http://head:8265'})
         >>> resolve_backend("tinker")
         ('tinker', {})
     """
     value = name_or_url.strip()
     if value.startswith(("http://", "https://")):
-        return "http", {"server": value.rstrip("/")}
+        return "ray", {"address": value.rstrip("/")}
     return value, {}

@@ -293,11 +293,32 @@ def _read_parquet(paths: Sequence[Path]) -> list[dict[str, Any]]:
     return rows
 
 
+def _load_uri(uri: str) -> list[dict[str, Any]]:
+    """Episodes from an object-store URI: a Parquet file, or a store (``s3://bucket/prefix``)."""
+    import tempfile
+
+    import fsspec
+
+    if uri.endswith(".parquet"):
+        with tempfile.TemporaryDirectory() as tmp:
+            local = Path(tmp) / "episodes.parquet"
+            try:
+                fsspec.core.url_to_fs(uri)[0].get_file(uri, str(local))
+            except (FileNotFoundError, OSError) as exc:
+                raise UserError(f"cannot read {uri}: {exc}") from None
+            return _read_parquet([local])
+    try:
+        return _to_records(build_episodes(uri))
+    except FileNotFoundError as exc:
+        raise UserError(str(exc)) from None
+
+
 def load_episodes(data: Any) -> list[dict[str, Any]]:
     """Load episodes as a list of row dicts following the episode Parquet contract.
 
     Args:
-        data: A Parquet file, a directory of Parquet files, a tracerl store directory (episodes are built with
+        data: A Parquet file, a directory of Parquet files, a tracerl store directory or store URI
+            (``s3://bucket/prefix``; a ``.parquet`` URI is one Parquet file) (episodes are built with
             ``sdk.episodes.build_episodes``), a polars/pandas DataFrame, or an iterable of episode dicts.
 
     Returns:
@@ -310,7 +331,9 @@ def load_episodes(data: Any) -> list[dict[str, Any]]:
         >>> load_episodes([{"episode_id": "e1", "task_id": "t", "messages": [], "reward": 1.0}])[0]["task_id"]
         't'
     """
-    if isinstance(data, (str, os.PathLike)):
+    if isinstance(data, str) and "://" in data and not data.startswith("file://"):
+        rows = _load_uri(data)
+    elif isinstance(data, (str, os.PathLike)):
         path = Path(data).expanduser()
         if not path.exists():
             raise UserError(f"data path not found: {path}")

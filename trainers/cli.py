@@ -235,7 +235,7 @@ def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
     file_cfg = _load_yaml(pre.config) if getattr(pre, "config", None) else {}
     backend = getattr(pre, "backend", None) or file_cfg.pop("backend", None) or "trl"
     file_cfg.pop("backend", None)
-    backend_name, backend_overrides = resolve_backend(str(backend))  # http://host:port -> ("http", {server})
+    backend_name, backend_overrides = resolve_backend(str(backend))  # http://head:8265 -> ("ray", {address})
     trainer_cls = get_trainer(backend_name)
     config_cls = trainer_cls.config_class
     ns = vars(_build_parser(config_cls).parse_args(argv))

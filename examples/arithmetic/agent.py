@@ -1,5 +1,8 @@
 """The arithmetic agent, as ordinary application code: LangChain (``create_agent``) and raw ``openai``.
 
+``solve`` / ``solve_openai`` are the entry points ``sdk.rollout`` and the loop call: a task dict in, the
+final answer out (``examples.arithmetic.task:reward_fn`` scores it).
+
 Both talk to any OpenAI-compatible endpoint (``python -m sdk.serve``); nothing here knows about
 training. They ask for logprobs and vLLM-style token ids (``return_token_ids``), which the server
 returns and a capture layer can store.
@@ -14,9 +17,11 @@ Example:
 from __future__ import annotations
 
 import json
+import os
+import threading
 from typing import Any
 
-from examples.arithmetic.task import SYSTEM_PROMPT, TOOLS, Task, calculator, reward
+from examples.arithmetic.task import SYSTEM_PROMPT, TOOLS, Task, calculator, reward, task_from_dict
 
 
 def _lc_tools() -> list[Any]:
@@ -154,3 +159,72 @@ def run_openai(
             result = calculator(c["function"]["name"], args if isinstance(args, dict) else {})
             messages.append({"role": "tool", "tool_call_id": c["id"], "content": result})
     return {"answer": answer, "reward": reward(task, answer), "messages": messages, "responses": responses}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Entry points for sdk.rollout and the loop: one function, task dict in, final answer out
+# ----------------------------------------------------------------------------------------------------
+
+_AGENTS: dict[tuple[str, ...], Any] = {}
+_AGENTS_LOCK = threading.Lock()
+
+
+def _policy() -> tuple[str, str, float]:
+    base_url = os.environ.get("TRACERL_POLICY_BASE_URL")
+    if not base_url:
+        raise RuntimeError("TRACERL_POLICY_BASE_URL is not set: run the agent through the loop or set it")
+    model = os.environ.get("TRACERL_POLICY_MODEL", "policy")
+    return base_url, model, float(os.environ.get("ARITHMETIC_TEMPERATURE", "1.0"))
+
+
+def _cached(kind: str, build: Any) -> Any:
+    key = (kind, *map(str, _policy()))
+    with _AGENTS_LOCK:
+        if key not in _AGENTS:
+            _AGENTS[key] = build(*_policy())
+        return _AGENTS[key]
+
+
+def solve(task: dict[str, Any]) -> str | None:
+    """The LangChain agent on one task dict, captured by tracerl; returns its final answer.
+
+    The policy endpoint comes from ``TRACERL_POLICY_BASE_URL`` / ``TRACERL_POLICY_MODEL`` (set by the
+    loop), the sampling temperature from ``ARITHMETIC_TEMPERATURE`` (default 1.0).
+
+    Example:
+        >>> solve({"id": "t", "op": "add", "a": 2, "b": 3})  # doctest: +SKIP
+        '5'
+    """
+
+    def build(base_url: str, model: str, temperature: float) -> tuple[Any, list[Any]]:
+        from integrations.langchain import TracerlCallbackHandler
+        from integrations.openai import recording_http_client
+
+        agent = make_langchain_agent(
+            base_url, model=model, temperature=temperature, http_client=recording_http_client()
+        )
+        return agent, [TracerlCallbackHandler()]
+
+    agent, callbacks = _cached("langchain", build)
+    return run_langchain(agent, task_from_dict(task), callbacks=callbacks)["answer"]  # type: ignore[no-any-return]
+
+
+def solve_openai(task: dict[str, Any]) -> str | None:
+    """The raw ``openai`` agent on one task dict, captured with ``wrap_openai``; returns its final answer.
+
+    Example:
+        >>> solve_openai({"id": "t", "op": "mul", "a": 6, "b": 7})  # doctest: +SKIP
+        '42'
+    """
+
+    def build(base_url: str, model: str, temperature: float) -> tuple[Any, str, float]:
+        import openai
+
+        from integrations.openai import wrap_openai
+
+        client = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
+        wrap_openai(client)
+        return client, model, temperature
+
+    client, model, temperature = _cached("openai", build)
+    return run_openai(client, task_from_dict(task), model=model, temperature=temperature)["answer"]  # type: ignore[no-any-return]

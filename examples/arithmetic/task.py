@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 SYSTEM_PROMPT = "You are a calculator agent."
@@ -181,3 +182,46 @@ def demonstration(task: Task, rng: random.Random, p_good: float = 1.0) -> list[d
         {"role": "tool", "tool_call_id": "call_0", "name": op, "content": result},
         {"role": "assistant", "content": result},
     ]
+
+
+def task_from_dict(task: dict[str, Any]) -> Task:
+    """The :class:`Task` of a task-file row (``{"id", "op", "a", "b", ...}``).
+
+    Example:
+        >>> task_from_dict({"id": "t", "op": "add", "a": 2, "b": 3}).answer
+        5
+    """
+    return Task(str(task["id"]), str(task["op"]), int(task["a"]), int(task["b"]))
+
+
+def task_row(task: Task) -> dict[str, Any]:
+    """A task-file row: ``id``, ``op``, ``a``, ``b``, ``question``, ``answer``.
+
+    Example:
+        >>> task_row(Task("t", "mul", 6, 7))["question"]
+        'What is 6 times 7?'
+    """
+    row = task.to_dict()
+    return {"id": row.pop("task_id"), **row}
+
+
+def write_tasks(tasks: list[Task], path: str | Path) -> str:
+    """Write a JSON-lines task file (one :func:`task_row` per line) for ``sdk.rollout``.
+
+    Example:
+        >>> write_tasks(make_splits(0, 2, 2, 2)["eval"], "/tmp/eval.jsonl")  # doctest: +SKIP
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(task_row(t)) + "\n" for t in tasks))
+    return str(path)
+
+
+def reward_fn(task: dict[str, Any], answer: Any) -> float:
+    """``sdk.rollout`` reward function: 1.0 when the agent's final answer is the right number.
+
+    Example:
+        >>> reward_fn({"id": "t", "op": "add", "a": 2, "b": 3}, "5")
+        1.0
+    """
+    return reward(task_from_dict(task), answer if isinstance(answer, str) else None)

@@ -159,7 +159,8 @@ def export(
     Takes the same episode options as :func:`build_episodes`.
 
     Args:
-        store: A store directory (or a ``StoreReader`` / iterable of ``StoredSession``).
+        store: A store directory or object-store URI (``s3://bucket/prefix``), or a ``StoreReader`` /
+            iterable of ``StoredSession``.
         out: Output ``.parquet`` path, replaced atomically when the export completes.
         rejects: Rejects file (JSON lines with reasons, problems and the episode); ``True`` (default)
             for ``<out stem>.rejects.jsonl``; ``None``/``False`` to only count rejects.
@@ -192,6 +193,10 @@ def export(
         >>> s.written, dict(s.rejected), s.reward_stats()  # doctest: +SKIP
         (96, {'missing_reward': 4}, {'gsm8k-17': (8, 0.625, 0.484)})
     """
+    if isinstance(store, str) and "://" in store and not store.startswith("file://"):
+        from sdk.store._remote import fetch_store
+
+        store = fetch_store(store)  # an object-store store: its segments copied locally (changed ones only)
     if isinstance(store, (str, os.PathLike)) and rejects:
         rejects_path = default_rejects_path(out) if rejects is True else Path(rejects)
         if rejects_path.resolve().parent == Path(store).resolve():

@@ -44,15 +44,18 @@ def gc_paced() -> Iterator[None]:
 
 def open_source(source: Any) -> tuple[StoreReader | None, Iterable[StoredSession], str | None]:
     """Resolve a store path, a ``StoreReader`` or an iterable of ``StoredSession`` to sessions."""
+    if isinstance(source, str) and "://" in source and not source.startswith("file://"):
+        reader = StoreReader(source)  # an object-store store (s3://...)
+        return reader, reader.sessions(), source
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if path.is_file():
             hint = "; read episodes with sdk.episodes.read_episodes" if path.suffix == ".parquet" else ""
             raise FileNotFoundError(f"{str(path)!r} is a file, not a tracerl store directory{hint}")
         reader = StoreReader(path)  # raises FileNotFoundError with a clear message
-        return reader, reader.sessions(), str(path)
+        return reader, reader.sessions(), reader.uri or str(path)
     if isinstance(source, StoreReader):
-        return source, source.sessions(), str(source.path)
+        return source, source.sessions(), source.uri or str(source.path)
     if isinstance(source, Iterable):
         return None, source, None
     raise TypeError(

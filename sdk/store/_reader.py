@@ -124,7 +124,14 @@ class StoreReader:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        if isinstance(path, str) and "://" in path and not path.startswith("file://"):
+            from sdk.store._remote import fetch_store
+
+            path = fetch_store(path)  # read a local copy of the object-store store's segments
         self.path = Path(path)
+        source = self.path / ".tracerl-source"  # sdk.store._remote.SOURCE_FILE
+        #: The object-store URI when this reads a local copy of one (``None`` for a local store).
+        self.uri: str | None = source.read_text().strip() if source.is_file() else None
         if not self.path.is_dir():
             raise FileNotFoundError(f"no tracerl store at {str(self.path)!r} (not a directory)")
         self.problems: Counter[str] = Counter()

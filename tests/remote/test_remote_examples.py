@@ -15,7 +15,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples" / "remote").
 
 def test_one_example_per_remote_backend():
     remote = {name for name in available_trainers() if issubclass(get_trainer(name), RemoteTrainer)}
-    assert remote == {"http", "openai", "tinker"}
+    assert remote == {"ray", "openai", "tinker"}
     assert {resolve_backend(yaml.safe_load(p.read_text())["backend"])[0] for p in EXAMPLES} == remote
 
 

@@ -1,7 +1,7 @@
 """Remote training backends: send episodes somewhere that trains and follow the job there.
 
-Backends (registered with the others in ``trainers.TRAINERS``): ``http`` (:mod:`trainers.remote.http_client`,
-selected by ``--backend http://host:port``; its server is :mod:`trainers.remote.http_server`), ``openai``
+Backends (registered with the others in ``trainers.TRAINERS``): ``ray`` (:mod:`trainers.remote.ray_jobs`, a
+job on a Ray cluster through the Ray Jobs API; ``--backend http://head:8265`` selects it too), ``openai``
 (:mod:`trainers.remote.openai_ft`) and ``tinker`` (:mod:`trainers.remote.tinker_backend`). They share one
 lifecycle, :class:`RemoteTrainer` (submit, poll, re-attach, cancel, result), and one job file,
 ``OUTPUT_DIR/job.json`` (:class:`RemoteJob`); see :mod:`trainers.remote.base`. API keys and tokens are read

@@ -16,7 +16,7 @@ the lifecycle the same way for every backend; a backend fills in its steps (see 
 This module imports only the standard library and ``trainers.base``.
 
 Example:
-    >>> job = RemoteJob(backend="http", job_id="job-1", status="running")
+    >>> job = RemoteJob(backend="ray", job_id="job-1", status="running")
     >>> job.terminal
     False
 """
@@ -106,9 +106,9 @@ class RemoteJob:
     """The persisted state of a remote job (``OUTPUT_DIR/job.json``); never holds a secret.
 
     Attributes:
-        backend: registered backend name (``http``, ``openai``, ``tinker``).
+        backend: registered backend name (``ray``, ``openai``, ``tinker``).
         job_id: the service's job id.
-        endpoint: where the job lives (server URL or API base URL).
+        endpoint: where the job lives (Ray dashboard address or API base URL).
         status: last known status (``queued``, ``running``, ``succeeded``, ``failed``, ``cancelled``, or
             the service's own word).
         result_model: the trained model id / checkpoint path once known.
@@ -118,7 +118,7 @@ class RemoteJob:
         error: failure message from the service.
 
     Example:
-        >>> job = RemoteJob(backend="http", job_id="job-1", endpoint="http://127.0.0.1:8000")
+        >>> job = RemoteJob(backend="ray", job_id="job-1", endpoint="http://127.0.0.1:8265")
         >>> job.terminal
         False
     """
@@ -143,7 +143,7 @@ class RemoteJob:
         """Write ``output_dir/job.json`` atomically.
 
         Example:
-            >>> RemoteJob("http", "job-1").save("runs/x")  # doctest: +SKIP
+            >>> RemoteJob("ray", "job-1").save("runs/x")  # doctest: +SKIP
             PosixPath('runs/x/job.json')
         """
         out = Path(output_dir)
@@ -322,8 +322,8 @@ class RemoteTrainer(ABC):
         """Re-attach to the job in ``output_dir/job.json`` and follow it to the end.
 
         Example:
-            >>> from trainers.remote.http_client import HTTPTrainer
-            >>> HTTPTrainer().attach("runs/remote").global_step  # doctest: +SKIP
+            >>> from trainers.remote.ray_jobs import RayTrainer
+            >>> RayTrainer().attach("runs/remote").global_step  # doctest: +SKIP
             10
         """
         out = Path(output_dir)
@@ -335,8 +335,8 @@ class RemoteTrainer(ABC):
         """Cancel the job in ``output_dir/job.json`` (a final job stays as it is).
 
         Example:
-            >>> from trainers.remote.http_client import HTTPTrainer
-            >>> HTTPTrainer().cancel("runs/remote").metrics["status"]  # doctest: +SKIP
+            >>> from trainers.remote.ray_jobs import RayTrainer
+            >>> RayTrainer().cancel("runs/remote").metrics["status"]  # doctest: +SKIP
             'cancelled'
         """
         out = Path(output_dir)

@@ -1,0 +1,38 @@
+"""The agent and reward the loop tests point at: one raw openai call to the loop's policy server."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from typing import Any
+
+_lock = threading.Lock()
+_clients: dict[str, Any] = {}
+_rng = random.Random(0)
+
+
+def solve(task: dict[str, Any]) -> str | None:
+    import openai
+
+    from integrations.openai import wrap_openai
+
+    base = os.environ["TRACERL_POLICY_BASE_URL"]
+    with _lock:
+        if base not in _clients:
+            _clients[base] = wrap_openai(openai.OpenAI(base_url=base, api_key="x", max_retries=0))
+    resp = _clients[base].chat.completions.create(
+        model=os.environ["TRACERL_POLICY_MODEL"],
+        messages=[{"role": "user", "content": f"What is {task['q']}?"}],
+        max_tokens=8,
+        temperature=1.0,
+        logprobs=True,
+        extra_body={"return_token_ids": True},
+    )
+    return resp.choices[0].message.content
+
+
+def coin(task: dict[str, Any], answer: Any) -> float:
+    """A coin flip: the tiny random model never answers right, and groups need reward spread to train."""
+    with _lock:
+        return float(_rng.random() < 0.5)

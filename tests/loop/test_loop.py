@@ -1,0 +1,119 @@
+"""The loop on the tiny model: 2 rounds (LoRA, merged and reloaded), interrupted between rounds, resumed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainers import UserError
+from trainers.loop import LoopConfig, main, run_loop, select_tasks
+
+pytest.importorskip("trl")
+pytest.importorskip("openai")
+
+
+def _tasks(path: Path, prefix: str, n: int) -> str:
+    path.write_text(
+        "".join(json.dumps({"id": f"{prefix}-{i}", "q": f"{i} plus {i}"}) + "\n" for i in range(n))
+    )
+    return str(path)
+
+
+def _config(tmp_path: Path, model: str) -> dict:
+    return {
+        "agent": "loop_agents:solve",
+        "reward_fn": "loop_agents:coin",
+        "tasks": _tasks(tmp_path / "train.jsonl", "train", 6),
+        "eval_tasks": _tasks(tmp_path / "eval.jsonl", "eval", 2),
+        "model": model,
+        "out": str(tmp_path / "loop"),
+        "rounds": 2,
+        "tasks_per_round": 2,
+        "samples": 4,
+        "concurrency": 8,
+        "curriculum": {"start": 0.5, "widen_every": 1, "widen_by": 0.5},
+        "train": {
+            "lora": True,
+            "lora_r": 4,
+            "lora_alpha": 8,
+            "eval_fraction": 0,
+            "max_length": 256,
+            "grpo": {
+                "learning_rate": 1.0e-3,
+                "per_device_train_batch_size": 8,
+                "max_steps": 1,
+                "beta": 0,
+                "save_steps": 1000,
+                "logging_steps": 1,
+                "report_to": "none",
+                "disable_tqdm": True,
+                "use_cpu": True,
+            },
+        },
+    }
+
+
+@pytest.mark.slow
+def test_two_rounds_interrupted_between_rounds_then_resumed(tmp_path, tiny_model_dir, capsys):
+    cfg = _config(tmp_path, str(tiny_model_dir))
+    out = Path(cfg["out"])
+
+    def stop_after_round_1(row: dict) -> None:
+        if row["round"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_loop(cfg, on_round_end=stop_after_round_1)
+    state = json.loads((out / "state.json").read_text())
+    assert state["round"] == 1 and state["checkpoint"] == str(out / "train" / "round-1" / "merged")
+    first_round = (out / "rollouts" / "round-1.jsonl").read_text()
+
+    result = run_loop(cfg)
+    assert "resuming after round 1" in capsys.readouterr().out
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0, 1, 2]  # each round once: round 0 and 1 were not run again
+    assert (out / "rollouts" / "round-1.jsonl").read_text() == first_round
+    for r in rows[1:]:
+        assert r["samples"] == 8 and r["exported"] == 8 and r["groups"] > 0 and r["steps"] == 1
+        assert r["adapter"].endswith("final") and r["val_success"] is not None
+    assert rows[1]["curriculum_share"] == 0.5 and rows[2]["curriculum_share"] == 1.0
+    # The policy served each round's merged weights: round 2 trained on round 1's checkpoint.
+    assert rows[2]["checkpoint"] == result["checkpoint"] == str(out / "train" / "round-2" / "merged")
+    assert (out / "train" / "round-2" / "final" / "adapter_config.json").is_file()
+    assert (out / "progress.png").stat().st_size > 0
+    # Validation ran on the eval split, and nothing trained on it.
+    assert {
+        json.loads(x)["split"] for x in (out / "rollouts" / "eval-round-2.jsonl").read_text().splitlines()
+    } == {"eval-round-2"}
+
+
+def test_select_tasks_curriculum_ranks_by_earlier_rewards():
+    pool = [{"id": str(i)} for i in range(8)]
+    cur = {"start": 0.5, "widen_every": 2, "widen_by": 0.25}
+    history = {"0": [0.0], "1": [1.0, 1.0], "2": [0.5], "3": [0.0]}
+    uses = {"1": 1, "2": 1}
+    chosen, share = select_tasks(pool, 1, 2, history=history, uses=uses, curriculum=cur)
+    assert share == 0.5
+    # easiest first: 1 (1.0), then 2 (0.5) and the untried ones at the average (0.375) in file order
+    assert [t["id"] for t in chosen] == ["4", "5"]  # least used among the available half
+    assert select_tasks(pool, 3, 2, history=history, uses=uses, curriculum=cur)[1] == 0.75
+    assert select_tasks(pool, 9, 2, history=history, uses=uses, curriculum=cur)[1] == 1.0
+
+
+def test_bad_config_is_one_error_line(tmp_path, capsys):
+    path = tmp_path / "loop.yaml"
+    for text, msg in (
+        ("agent: a:f\ntasks: t.jsonl\nmodel: m\nbogus: 1\n", "unknown loop setting(s): bogus"),
+        ("agent: a:f\ntasks: t.jsonl\n", "needs model"),
+        ("agent: a:f\ntasks: t.jsonl\nmodel: m\nsamples: 1\n", "samples must be >= 2"),
+        ("agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {model: x}\n", "train.model is set by the loop"),
+        ("agent: a:f\ntasks: missing.jsonl\nmodel: m\n", "task file not found"),
+    ):
+        path.write_text(text)
+        assert main([str(path), "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and msg in err, err
+    with pytest.raises(UserError, match="curriculum"):
+        LoopConfig(agent="a:f", tasks="t", model="m", curriculum={"start": 0})

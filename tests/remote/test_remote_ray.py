@@ -1,0 +1,175 @@
+"""The ``ray`` backend against a local Ray head on loopback (``ray_head`` in tests/conftest.py): a TRL job on
+the tiny model submitted, followed, its artifacts copied back, re-attached after the client is killed,
+cancelled; bad data refused before anything is submitted; Ray's token authentication."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from remote_helpers import CPU_GRPO
+
+from sdk.train import main as train_main
+from trainers import resolve_backend
+from trainers.errors import InvalidDataError, RemoteError, UserError
+from trainers.remote import RemoteJob, reattach
+from trainers.remote.ray_jobs import RayConfig, RayTrainer
+
+pytestmark = pytest.mark.ray
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def config(head, model, out, **kw):
+    grpo = {**CPU_GRPO, "max_steps": kw.pop("max_steps", 2)}
+    return RayConfig(
+        address=head.dashboard,
+        model=str(model),
+        output_dir=str(out),
+        num_generations=4,
+        max_length=512,
+        grpo=grpo,
+        poll_interval=0.3,
+        retry_base_delay=0.05,
+        **kw,
+    )
+
+
+def jobs(head):
+    from ray.job_submission import JobSubmissionClient
+
+    return JobSubmissionClient(head.dashboard).list_jobs()
+
+
+def test_resolve_backend_and_settings(monkeypatch, tmp_path):
+    assert resolve_backend("http://127.0.0.1:8265/") == ("ray", {"address": "http://127.0.0.1:8265"})
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(UserError, match="pass --address"):
+        RayTrainer().check_config(RayConfig(model="m", output_dir=str(tmp_path)))
+    with pytest.raises(UserError, match="set --artifacts"):  # a remote cluster cannot write here
+        RayTrainer().check_config(RayConfig(model="m", address="http://10.1.2.3:8265"))
+    monkeypatch.setenv("RAY_ADDRESS", "http://127.0.0.1:8265")
+    cfg = RayTrainer().check_config(RayConfig(model="m", output_dir=str(tmp_path / "o")))
+    assert cfg.address == "http://127.0.0.1:8265" and cfg.artifacts == str(tmp_path / "o" / ".ray-artifacts")
+
+
+def test_invalid_data_rejected_before_submitting(ray_head, tiny_model_dir, tmp_path):
+    from _synth import make_episodes, write_parquet
+
+    before = len(jobs(ray_head))
+    eps = make_episodes(2, 4)
+    eps[1]["messages"] = eps[1]["messages"][:1]  # no assistant turn
+    path = write_parquet(eps, tmp_path / "bad.parquet")
+    with pytest.raises(InvalidDataError, match="1 of 8 episodes are invalid"):
+        RayTrainer().train(path, config(ray_head, tiny_model_dir, tmp_path / "out"))
+    single = write_parquet(make_episodes(4, 1), tmp_path / "single.parquet")  # no task with 2 episodes
+    with pytest.raises(UserError, match="at least 2 rewarded episodes"):
+        RayTrainer().train(single, config(ray_head, tiny_model_dir, tmp_path / "out2"))
+    assert len(jobs(ray_head)) == before and not (tmp_path / "out" / "job.json").exists()
+
+
+def run_cli(capsys, args):
+    rc = train_main([str(a) for a in args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_detach_resume_cancel(ray_head, tiny_model_dir, episodes_parquet, tmp_path, capsys):
+    out = tmp_path / "ray"
+    base = ["--backend", "ray", "--address", ray_head.dashboard, "--data", episodes_parquet]
+    base += ["--model", tiny_model_dir, "--output", out, "--poll-interval", "0.3"]
+    rc, _, err = run_cli(capsys, [*base, "--detach", "--grpo", "max_steps=100000"])
+    assert rc == 0, err
+    job = RemoteJob.load(out)
+    assert job.backend == "ray" and job.endpoint == ray_head.dashboard and job.job_id.startswith("tracerl-")
+    assert os.environ["RAY_AUTH_TOKEN"] not in (out / "job.json").read_text()  # no secret persisted
+    rc, _, err = run_cli(capsys, base)  # the directory already follows an unfinished job
+    assert rc == 2 and "already follows job" in err.strip().splitlines()[-1]
+    rc, _, err = run_cli(capsys, ["--resume", out, "--cancel"])
+    assert rc == 0 and RemoteJob.load(out).status == "cancelled", err
+    assert reattach(out, cancel=True).metrics["status"] == "cancelled"  # idempotent
+    with pytest.raises(RemoteError, match="was cancelled"):
+        reattach(out)
+    deadline = time.monotonic() + 60
+    while (status := _ray_status(ray_head, job.job_id)) not in ("STOPPED", "FAILED"):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+
+
+def _ray_status(head, job_id):
+    from ray.job_submission import JobSubmissionClient
+
+    return str(JobSubmissionClient(head.dashboard).get_job_status(job_id).value)
+
+
+def test_wrong_token_is_one_error_line(ray_head, tmp_path):
+    out = tmp_path / "o"
+    RemoteJob(
+        backend="ray", job_id="tracerl-000000000000", endpoint=ray_head.dashboard, status="running"
+    ).save(out)
+    env = {**os.environ, "RAY_AUTH_TOKEN": "0" * 32, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdk.train", "--resume", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[-1].startswith("error: the Ray cluster at") and "refused" in lines[-1]
+
+
+def test_job_failing_on_the_cluster(ray_head, episodes_parquet, tmp_path):
+    cfg = config(ray_head, "/no/such/model", tmp_path / "out")
+    with pytest.raises(RemoteError, match="model path not found"):
+        RayTrainer().train(episodes_parquet, cfg)
+    assert RemoteJob.load(tmp_path / "out").status == "failed"
+
+
+CLIENT = """
+import json, sys
+from trainers.remote.ray_jobs import RayConfig, RayTrainer
+RayTrainer().train(sys.argv[2], RayConfig(**json.loads(sys.argv[1])))
+"""
+
+
+def test_train_kill_client_reattach_download(ray_head, tiny_model_dir, episodes_parquet, tmp_path):
+    out = tmp_path / "out"
+    cfg = config(ray_head, tiny_model_dir, out, max_steps=3)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    client = subprocess.Popen(
+        [sys.executable, "-c", CLIENT, json.dumps(dataclasses.asdict(cfg)), str(episodes_parquet)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while not (out / "job.json").is_file():  # the job id is persisted as soon as Ray accepted the job
+        assert client.poll() is None, client.communicate()[1].decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    client.send_signal(signal.SIGKILL)  # the client machine "restarts"; the job keeps running on the cluster
+    client.wait()
+    job = RemoteJob.load(out)
+    assert job.backend == "ray" and job.endpoint == ray_head.dashboard and not job.terminal
+
+    result = reattach(out)  # what `python -m sdk.train --resume OUT` calls
+    assert result.metrics["status"] == "succeeded" and result.global_step == 3
+    assert (out / "final" / "model.safetensors").is_file() and (
+        out / "final" / "tokenizer_config.json"
+    ).is_file()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3]
+    assert (out / "reward.png").read_bytes()[:4] == b"\x89PNG"
+    assert RemoteJob.load(out).status == "succeeded" and RemoteJob.load(out).cursor > 0
+
+    again = reattach(out)  # re-attaching to a finished job is harmless: nothing new, artifacts present
+    assert again.global_step == 3 and again.checkpoint == out / "final"

@@ -1,0 +1,607 @@
+"""The in-situ training loop: rollout → export → train → reload → validate, round after round.
+
+``python -m trainers.loop CONFIG.yaml`` (or :func:`run_loop`) points the loop at any agent function and
+task file. Each round:
+
+1. the policy server serves the current weights (:mod:`trainers.policy`; agents read its address from
+   ``TRACERL_POLICY_BASE_URL`` / ``TRACERL_POLICY_MODEL``);
+2. ``sdk.rollout`` runs the agent ``samples`` times on this round's training tasks (split ``round-N``);
+3. ``sdk.episodes.export`` turns the round's sessions into Parquet;
+4. one training round through ``python -m sdk.train``'s machinery on any backend (``train:`` holds the same
+   keys as its ``--config`` file); a LoRA adapter is merged into full weights;
+5. the policy server loads the new weights;
+6. every ``eval_every`` rounds (and before the first), the runner evaluates the validation tasks
+   (split ``eval-round-N``; nothing is trained on them).
+
+Curriculum (``curriculum: {start, widen_every, widen_by}``): a round draws its tasks from the easiest
+``start`` share of the training tasks, ranked by their mean reward in earlier rounds (tasks not tried yet
+rank with the average), and the share widens by ``widen_by`` every ``widen_every`` rounds.
+
+Outputs in ``out``: ``metrics.jsonl`` (one line per round, appended as it finishes), ``progress.png``
+(train reward and validation success per round), ``state.json`` (the last finished round and its
+checkpoint: re-running the same command continues after it), ``store/``, ``rollouts/`` (the runner's
+results files), ``episodes/`` and ``train/round-N/``.
+
+Config keys: see :class:`LoopConfig`. Example ``loop.yaml``::
+
+    agent: my_agent:solve
+    tasks: data/train.jsonl
+    eval_tasks: data/eval.jsonl
+    reward_fn: my_agent:score
+    model: ./my-model
+    out: runs/loop
+    rounds: 6
+    tasks_per_round: 32
+    samples: 8
+    train: {learning_rate: 1.0e-5, lora: true, beta: 0}
+
+Example:
+    >>> from trainers.loop import run_loop
+    >>> result = run_loop("loop.yaml")  # doctest: +SKIP
+    >>> result["rows"][-1]["val_success"]  # doctest: +SKIP
+    0.62
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainers.base import UserError
+
+__all__ = ["LoopConfig", "main", "run_loop", "select_tasks"]
+
+
+@dataclasses.dataclass
+class LoopConfig:
+    """Settings of :func:`run_loop` (the keys of the YAML file).
+
+    Attributes:
+        agent: Agent entry point ``module:function`` (takes a task dict; see ``sdk.rollout``).
+        tasks: Training task file (JSONL, Parquet, a saved ``datasets`` directory, ``hf:NAME[:SPLIT]``).
+        model: Starting checkpoint (full weights: a directory with model + tokenizer).
+        out: Output directory.
+        eval_tasks: Validation task file (optional).
+        reward_fn: ``module:function(task, answer) -> float | dict`` (optional if the agent calls
+            ``sdk.reward``).
+        rounds: Training rounds.
+        tasks_per_round: Training tasks per round.
+        samples: Samples per task (GRPO group size G).
+        concurrency: Samples at once.
+        timeout: Seconds per sample.
+        success_threshold: Reward counted as a success.
+        eval_every: Validate every N rounds (and before the first round).
+        eval_samples: Samples per validation task.
+        curriculum: ``{start, widen_every, widen_by}`` or null.
+        policy: ``policy:`` section for :func:`trainers.policy.make_policy`.
+        train: ``python -m sdk.train`` settings (the keys of its ``--config`` file; ``data``, ``model``
+            and ``output_dir`` are set by the loop).
+        seed: Seed for training.
+        id_field: Task id field.
+        plot: Write ``progress.png``.
+
+    Example:
+        >>> LoopConfig(agent="a:f", tasks="t.jsonl", model="m").samples
+        8
+    """
+
+    agent: str
+    tasks: str
+    model: str
+    out: str = "runs/loop"
+    eval_tasks: str | None = None
+    reward_fn: str | None = None
+    rounds: int = 4
+    tasks_per_round: int = 32
+    samples: int = 8
+    concurrency: int = 16
+    timeout: float | None = None
+    success_threshold: float = 1.0
+    eval_every: int = 1
+    eval_samples: int = 1
+    curriculum: dict[str, Any] | None = None
+    policy: dict[str, Any] = dataclasses.field(default_factory=dict)
+    train: dict[str, Any] = dataclasses.field(default_factory=dict)
+    seed: int = 0
+    id_field: str = "id"
+    plot: bool = True
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.rounds >= 0, "rounds must be >= 0"),
+            (self.tasks_per_round >= 1, "tasks_per_round must be >= 1"),
+            (self.samples >= 2, "samples must be >= 2 (a GRPO group compares samples of one task)"),
+            (self.eval_every >= 1, "eval_every must be >= 1"),
+            (self.eval_samples >= 1, "eval_samples must be >= 1"),
+            (isinstance(self.train, dict), "train must be a mapping of sdk.train settings"),
+            (isinstance(self.policy, dict), "policy must be a mapping"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)
+        for key in ("data", "model", "output_dir", "output"):
+            if key in self.train:
+                raise UserError(f"train.{key} is set by the loop; remove it from the train section")
+        if self.curriculum is not None:
+            c = {"start": 0.5, "widen_every": 1, "widen_by": 0.25, **self.curriculum}
+            unknown = set(c) - {"start", "widen_every", "widen_by"}
+            if unknown:
+                raise UserError(f"unknown curriculum key(s): {', '.join(sorted(unknown))}")
+            if not (
+                0 < float(c["start"]) <= 1 and 0 < float(c["widen_by"]) <= 1 and int(c["widen_every"]) >= 1
+            ):
+                raise UserError("curriculum needs 0 < start <= 1, 0 < widen_by <= 1, widen_every >= 1")
+            self.curriculum = c
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> LoopConfig:
+        """Build from a mapping, rejecting unknown keys with one clear error.
+
+        Example:
+            >>> LoopConfig.from_mapping({"agent": "a:f", "tasks": "t", "model": "m"}).rounds
+            4
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise UserError(f"unknown loop setting(s): {', '.join(unknown)}")
+        missing = [k for k in ("agent", "tasks", "model") if not data.get(k)]
+        if missing:
+            raise UserError(f"the loop config needs {', '.join(missing)}")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise UserError(f"invalid loop settings: {exc}") from None
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> LoopConfig:
+        """Read a YAML config file.
+
+        Example:
+            >>> LoopConfig.from_yaml("examples/arithmetic/loop.yaml").samples  # doctest: +SKIP
+            8
+        """
+        import yaml
+
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"config file not found: {p}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise UserError(f"cannot parse {p}: {str(exc).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{p} must hold a mapping of loop settings")
+        return cls.from_mapping(data)
+
+
+# -------------------------------------------------------------------------------------------- curriculum
+
+
+def select_tasks(
+    pool: list[dict[str, Any]],
+    round_no: int,
+    n: int,
+    *,
+    history: dict[str, list[float]],
+    uses: dict[str, int],
+    curriculum: dict[str, Any] | None,
+) -> tuple[list[dict[str, Any]], float]:
+    """The training tasks of round ``round_no`` (1-based) and the share of the pool available.
+
+    Without curriculum the pool is walked in order, ``n`` fresh tasks per round (wrapping around). With
+    it, tasks are ranked easiest first by their mean reward in ``history`` (untried tasks rank with the
+    average of the tried ones, keeping file order) and the round takes the ``n`` least-used tasks of the
+    available share.
+
+    Example:
+        >>> pool = [{"id": str(i)} for i in range(4)]
+        >>> [t["id"] for t in select_tasks(pool, 2, 2, history={}, uses={}, curriculum=None)[0]]
+        ['2', '3']
+    """
+    if curriculum is None:
+        k = (round_no - 1) * n
+        return [pool[(k + j) % len(pool)] for j in range(min(n, len(pool)))], 1.0
+    steps = (round_no - 1) // int(curriculum["widen_every"])
+    share = min(1.0, float(curriculum["start"]) + float(curriculum["widen_by"]) * steps)
+    means = {tid: statistics.fmean(v) for tid, v in history.items() if v}
+    prior = statistics.fmean(means.values()) if means else 0.0
+    order = sorted(range(len(pool)), key=lambda i: (-means.get(pool[i]["id"], prior), i))
+    active = [pool[i] for i in order[: max(1, math.ceil(share * len(pool)))]]
+    rank = {t["id"]: r for r, t in enumerate(active)}
+    chosen = sorted(active, key=lambda t: (uses.get(t["id"], 0), rank[t["id"]]))[: min(n, len(active))]
+    return chosen, share
+
+
+# ----------------------------------------------------------------------------------------------- rounds
+
+
+class _Run:
+    """One loop run's files and state."""
+
+    def __init__(self, cfg: LoopConfig) -> None:
+        self.cfg = cfg
+        self.out = Path(cfg.out)
+        self.store = self.out / "store"
+        self.metrics = self.out / "metrics.jsonl"
+        self.state_path = self.out / "state.json"
+
+    def load_state(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.state_path.read_text())  # type: ignore[no-any-return]
+        except (OSError, ValueError):
+            return None
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        os.replace(tmp, self.state_path)
+
+    def rows(self) -> list[dict[str, Any]]:
+        out = []
+        with contextlib.suppress(OSError):
+            for line in self.metrics.read_text().splitlines():
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+        return out
+
+    def keep_rows_through(self, last_round: int) -> list[dict[str, Any]]:
+        """Drop metrics lines of rounds after the last finished one (a round cut short is run again)."""
+        rows = [r for r in self.rows() if r.get("round", -1) <= last_round]
+        self.metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return rows
+
+    def append_row(self, row: dict[str, Any]) -> None:
+        with open(self.metrics, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
+def _train_round(
+    cfg: LoopConfig, run: _Run, rnd: int, data: Path, model: str, groups: int
+) -> tuple[str, str | None, int]:
+    """One training round via ``sdk.train``; returns (full-weight checkpoint, adapter or None, steps)."""
+    import yaml
+
+    out = run.out / "train" / f"round-{rnd}"
+    if out.exists():
+        shutil.rmtree(out)  # a round cut short trains again from scratch
+    out.mkdir(parents=True)
+    settings = dict(cfg.train)
+    settings.setdefault("num_generations", cfg.samples)
+    settings.setdefault("seed", cfg.seed)
+    grpo = dict(settings.get("grpo") or {})
+    G = int(settings["num_generations"])
+    batch = grpo.get("per_device_train_batch_size")
+    if isinstance(batch, int) and batch > G * groups:
+        # Fewer groups carry signal this round than one batch holds: a smaller batch, not a failed round.
+        grpo["per_device_train_batch_size"] = G * groups
+        settings["grpo"] = grpo
+    conf = out / "loop-train.yaml"
+    conf.write_text(yaml.safe_dump(settings, sort_keys=False))
+    argv = ["--config", str(conf), "--data", str(data), "--model", model, "--output", str(out)]
+    from sdk.train import main as train_main
+
+    log = out / "train.log"
+    with open(log, "w") as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
+        rc = train_main(argv)
+    if rc != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise UserError(f"training round {rnd} failed (sdk.train exit {rc}); log {log}:\n{tail}")
+    final = out / "final"
+    if not final.is_dir():
+        raise UserError(
+            f"training round {rnd} left no local checkpoint in {final}: the loop serves weights it can "
+            "load (local trl backend, or a remote backend that downloads them)"
+        )
+    steps = 0
+    for row in run_rows(out / "metrics.jsonl"):
+        with contextlib.suppress(TypeError, ValueError):
+            steps = max(steps, int(row.get("step") or 0))
+    if (final / "adapter_config.json").is_file():
+        return _merge_adapter(model, final, out / "merged"), str(final), steps
+    return str(final), None, steps
+
+
+def run_rows(path: Path) -> list[dict[str, Any]]:
+    """JSON lines of a metrics file (unreadable lines skipped).
+
+    Example:
+        >>> run_rows(Path("missing.jsonl"))
+        []
+    """
+    rows: list[dict[str, Any]] = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                rows.append(json.loads(line))
+    return rows
+
+
+def _merge_adapter(base: str, adapter: Path, dest: Path) -> str:
+    """Merge a LoRA adapter into its base weights (the next round trains and serves full weights)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    merged.save_pretrained(dest)
+    AutoTokenizer.from_pretrained(
+        str(adapter) if (adapter / "tokenizer_config.json").exists() else base
+    ).save_pretrained(dest)
+    return str(dest)
+
+
+def _groups_with_signal(rows: list[dict[str, Any]]) -> int:
+    by_task: dict[str, set[float]] = defaultdict(set)
+    for r in rows:
+        if isinstance(r.get("reward"), (int, float)):
+            by_task[str(r["task_id"])].add(float(r["reward"]))
+    return sum(len(v) > 1 for v in by_task.values())
+
+
+def _plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    val = [(r["round"], r["val_success"]) for r in rows if r.get("val_success") is not None]
+    tr = [(r["round"], r["train_reward"]) for r in rows if r.get("train_reward") is not None]
+    if val:
+        ax.plot([x for x, _ in val], [y for _, y in val], "o-", label="validation success rate")
+    if tr:
+        ax.plot([x for x, _ in tr], [y for _, y in tr], "s--", label="mean reward of the round's rollouts")
+    ax.set_xlabel("round")
+    ax.set_xticks([r["round"] for r in rows])
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _fmt(x: float | None, pct: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{100 * x:.1f}%" if pct else f"{x:.3f}"
+
+
+def _print_row(r: dict[str, Any]) -> None:
+    print(
+        f"{r['round']:>5}  {_fmt(r.get('val_success'), True):>10}  {_fmt(r.get('train_reward')):>12}  "
+        f"{r.get('groups', 0):>6}  {r.get('steps', 0):>5}  {r['wall_s']:>7.1f}",
+        flush=True,
+    )
+
+
+def run_loop(
+    config: LoopConfig | dict[str, Any] | str | os.PathLike[str],
+    *,
+    on_round_end: Callable[[dict[str, Any]], None] | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Run (or continue) the loop; returns ``{"rows", "checkpoint", "out"}``.
+
+    Re-running with the same ``out`` continues after the last finished round (``state.json``); a round cut
+    short runs again (its rollout keeps the samples that finished). Raising ``rounds`` extends a run.
+
+    Args:
+        config: A :class:`LoopConfig`, a mapping of its fields or a YAML file.
+        on_round_end: Called with each round's metrics row after it is saved.
+        quiet: Print nothing.
+
+    Raises:
+        UserError: Bad settings, a failed training round, a policy server that would not start.
+
+    Example:
+        >>> run_loop({"agent": "a:f", "tasks": "t.jsonl", "model": "m", "rounds": 2})  # doctest: +SKIP
+    """
+    cfg = (
+        config
+        if isinstance(config, LoopConfig)
+        else LoopConfig.from_mapping(dict(config))
+        if isinstance(config, dict)
+        else LoopConfig.from_yaml(config)
+    )
+    import sdk
+    from sdk.episodes import export
+    from sdk.rollout import RolloutError, load_tasks, read_results, run_rollout
+    from trainers.policy import export_env, make_policy
+
+    run = _Run(cfg)
+    run.out.mkdir(parents=True, exist_ok=True)
+    (run.out / "loop-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    try:
+        pool = load_tasks(cfg.tasks, cfg.id_field)
+        eval_pool = load_tasks(cfg.eval_tasks, cfg.id_field) if cfg.eval_tasks else None
+    except RolloutError as exc:
+        raise UserError(str(exc)) from None
+    if not pool:
+        raise UserError(f"no tasks in {cfg.tasks}")
+    sdk.configure(store=run.store)
+    t_start = time.time()
+    state = run.load_state()
+    checkpoint = str(state["checkpoint"]) if state else cfg.model
+    first = int(state["round"]) + 1 if state else 0
+    rows = run.keep_rows_through(first - 1)
+    wall0 = float(rows[-1]["wall_s"]) if rows else 0.0
+    say = (lambda *a: None) if quiet else print
+    if state:
+        say(f"resuming after round {state['round']} (checkpoint {checkpoint})", flush=True)
+
+    def rollout(tasks: list[dict[str, Any]], split: str, samples: int) -> Any:
+        try:
+            return run_rollout(
+                cfg.agent,
+                tasks,
+                samples=samples,
+                concurrency=cfg.concurrency,
+                timeout=cfg.timeout,
+                reward_fn=cfg.reward_fn,
+                split=split,
+                results=run.out / "rollouts" / f"{split}.jsonl",
+                id_field="id",
+                success_threshold=cfg.success_threshold,
+            )
+        except RolloutError as exc:
+            raise UserError(str(exc)) from None
+
+    def finish(row: dict[str, Any]) -> None:
+        row["wall_s"] = round(wall0 + time.time() - t_start, 1)
+        row["checkpoint"] = checkpoint
+        run.append_row(row)
+        run.save_state({"round": row["round"], "checkpoint": checkpoint})
+        rows.append(row)
+        if not quiet:
+            _print_row(row)
+        if cfg.plot:
+            _plot(rows, run.out / "progress.png", f"{cfg.agent}: train reward and validation success")
+        if on_round_end is not None:
+            on_round_end(row)
+
+    history: dict[str, list[float]] = defaultdict(list)
+    uses: dict[str, int] = defaultdict(int)
+    for rnd in range(1, first):  # earlier rounds' rewards, for the curriculum
+        for r in read_results(run.out / "rollouts" / f"round-{rnd}.jsonl"):
+            if isinstance(r.get("reward"), (int, float)):
+                history[str(r["task_id"])].append(float(r["reward"]))
+        for tid in {str(r["task_id"]) for r in read_results(run.out / "rollouts" / f"round-{rnd}.jsonl")}:
+            uses[tid] += 1
+
+    if first > cfg.rounds:
+        say(f"all {cfg.rounds} rounds are done (raise rounds to continue)", flush=True)
+        return {"rows": rows, "checkpoint": checkpoint, "out": str(run.out)}
+    policy = make_policy(cfg.policy, checkpoint, log_dir=str(run.out))
+    policy.start()
+    export_env(policy)
+    say("round  validation  train reward  groups  steps   wall s", flush=True)
+    try:
+        if first == 0:
+            t0 = time.time()
+            val = rollout(eval_pool, "eval-round-0", cfg.eval_samples) if eval_pool else None
+            finish(
+                {
+                    "round": 0,
+                    "val_success": None if val is None else val.success_rate,
+                    "val_reward": None if val is None else val.mean_reward,
+                    "train_reward": None,
+                    "groups": 0,
+                    "steps": 0,
+                    "eval_s": round(time.time() - t0, 1),
+                }
+            )
+            first = 1
+        for rnd in range(first, cfg.rounds + 1):
+            t0 = time.time()
+            tasks, share = select_tasks(
+                pool, rnd, cfg.tasks_per_round, history=history, uses=uses, curriculum=cfg.curriculum
+            )
+            split = f"round-{rnd}"
+            got = rollout(tasks, split, cfg.samples)
+            results = read_results(run.out / "rollouts" / f"{split}.jsonl")
+            for r in results:
+                if isinstance(r.get("reward"), (int, float)):
+                    history[str(r["task_id"])].append(float(r["reward"]))
+            for t in tasks:
+                uses[t["id"]] += 1
+            t_collect = time.time() - t0
+            data = run.out / "episodes" / f"{split}.parquet"
+            data.parent.mkdir(parents=True, exist_ok=True)
+            summary = export(run.store, data, splits=[split])
+            groups = _groups_with_signal(results)
+            steps, adapter, t1 = 0, None, time.time()
+            if groups:
+                checkpoint, adapter, steps = _train_round(cfg, run, rnd, data, checkpoint, groups)
+                policy.update(checkpoint, adapter=adapter)
+                export_env(policy)
+            t_train = time.time() - t1
+            val = None
+            t2 = time.time()
+            if eval_pool and (rnd % cfg.eval_every == 0 or rnd == cfg.rounds):
+                val = rollout(eval_pool, f"eval-round-{rnd}", cfg.eval_samples)
+            finish(
+                {
+                    "round": rnd,
+                    "val_success": None if val is None else val.success_rate,
+                    "val_reward": None if val is None else val.mean_reward,
+                    "train_reward": got.mean_reward,
+                    "train_success": got.success_rate,
+                    "tasks": len(tasks),
+                    "samples": got.done,
+                    "errors": got.counts.get("error", 0),
+                    "timeouts": got.counts.get("timeout", 0),
+                    "exported": getattr(summary, "written", None),
+                    "groups": groups,
+                    "steps": steps,
+                    "curriculum_share": share,
+                    "adapter": adapter,
+                    "collect_s": round(t_collect, 1),
+                    "train_s": round(t_train, 1),
+                    "eval_s": round(time.time() - t2, 1),
+                }
+            )
+    finally:
+        policy.stop()
+        sdk.flush()
+    return {"rows": rows, "checkpoint": checkpoint, "out": str(run.out)}
+
+
+# -------------------------------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trainers.loop CONFIG.yaml [--rounds N] [--out DIR]``; 0, 2 on bad input, 130 on Ctrl-C.
+
+    Example:
+        >>> main(["examples/arithmetic/loop.yaml", "--rounds", "1"])  # doctest: +SKIP
+        0
+    """
+    p = argparse.ArgumentParser(
+        prog="python -m trainers.loop", description="rollout → export → train → reload → validate rounds"
+    )
+    p.add_argument("config", help="loop YAML file")
+    p.add_argument("--rounds", type=int, default=None, help="override rounds")
+    p.add_argument("--out", default=None, help="override out")
+    p.add_argument("--model", default=None, help="override model")
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        cfg = LoopConfig.from_yaml(args.config)
+        for key in ("rounds", "out", "model"):
+            if getattr(args, key) is not None:
+                setattr(cfg, key, getattr(args, key))
+        result = run_loop(cfg)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            "interrupted: re-run the same command to continue after the last finished round", file=sys.stderr
+        )
+        return 130
+    rows = result["rows"]
+    vals = [r["val_success"] for r in rows if r.get("val_success") is not None]
+    if len(vals) >= 1:
+        print(f"validation success: {100 * vals[0]:.1f}% -> {100 * vals[-1]:.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,433 @@
+"""Policy servers for the training loop: serve the current weights, swap in new ones after each round.
+
+Three kinds, one interface (:class:`PolicyServer`: ``start``, ``update``, ``stop``, ``base_url``,
+``model_name``):
+
+- :class:`LocalPolicy`: ``sdk.serve`` on CPU (or one GPU) — in this process (a uvicorn thread) or as a
+  ``python -m sdk.serve`` subprocess; new weights are loaded in place (``/admin/reload``).
+- :class:`VLLMPolicy`: launches ``vllm serve`` for GPUs. New LoRA adapters are loaded through vLLM's
+  runtime API (``POST /v1/unload_lora_adapter`` + ``/v1/load_lora_adapter``, which needs
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, set here); full weights restart the server. This path is
+  written against vLLM's documented API and tested against a scripted stand-in; it was not run on a GPU.
+- :class:`ExternalPolicy`: a server the user already runs; reloaded through ``/admin/reload``
+  (``sdk.serve``) or the vLLM LoRA endpoints, or not at all.
+
+Agents find the policy through the environment: :func:`export_env` sets ``TRACERL_POLICY_BASE_URL`` and
+``TRACERL_POLICY_MODEL``.
+
+Example:
+    >>> from trainers.policy import make_policy
+    >>> policy = make_policy({"kind": "local"}, "runs/sft")  # doctest: +SKIP
+    >>> policy.start(); policy.update("runs/train/round-1/final"); policy.stop()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Protocol
+
+from trainers.base import UserError
+
+__all__ = [
+    "ENV_BASE_URL",
+    "ENV_MODEL",
+    "ExternalPolicy",
+    "LocalPolicy",
+    "PolicyServer",
+    "VLLMPolicy",
+    "export_env",
+    "make_policy",
+]
+
+ENV_BASE_URL = "TRACERL_POLICY_BASE_URL"
+"""Set by the loop: the policy's OpenAI base URL (``http://127.0.0.1:PORT/v1``)."""
+ENV_MODEL = "TRACERL_POLICY_MODEL"
+"""Set by the loop: the model name agents send (a LoRA adapter's name under vLLM)."""
+
+
+class PolicyServer(Protocol):
+    """What the loop needs from a policy server.
+
+    Example:
+        >>> isinstance(ExternalPolicy("http://127.0.0.1:8000/v1", "policy"), PolicyServer)
+        True
+    """
+
+    base_url: str
+    model_name: str
+
+    def start(self) -> None:
+        """Start serving (a no-op when already serving)."""
+
+    def update(self, checkpoint: str, *, adapter: str | None = None) -> None:
+        """Serve ``checkpoint`` (full weights); ``adapter`` is the LoRA adapter it was merged from."""
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started."""
+
+
+def export_env(policy: PolicyServer) -> None:
+    """Tell agents in this process (and its children) where the policy is.
+
+    Example:
+        >>> export_env(ExternalPolicy("http://127.0.0.1:9/v1", "policy"))
+        >>> os.environ[ENV_MODEL]
+        'policy'
+    """
+    os.environ[ENV_BASE_URL] = policy.base_url
+    os.environ[ENV_MODEL] = policy.model_name
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> tuple[int, str]:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[Any] | None, timeout: float, log: Path | None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log is not None and log.exists() else ""
+            raise UserError(f"policy server exited with code {proc.returncode} while starting:\n{tail}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    raise UserError(f"policy server did not answer {url} within {timeout:.0f} s")
+
+
+class LocalPolicy:
+    """``sdk.serve`` serving a local checkpoint, in this process or as a subprocess.
+
+    Args:
+        model: Checkpoint directory (model + tokenizer).
+        model_name: Name the server reports and agents send.
+        subprocess: Run ``python -m sdk.serve`` in a child process (keeps the server's memory and
+            threads out of the training process) instead of a uvicorn thread here.
+        threads: torch threads of the subprocess.
+        log: File for the subprocess's output.
+
+    Example:
+        >>> p = LocalPolicy("runs/sft", model_name="policy")  # doctest: +SKIP
+        >>> p.start(); p.update("runs/round-1/final")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: str,
+        model_name: str = "policy",
+        *,
+        subprocess: bool = False,
+        threads: int | None = None,
+        log: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.model, self.model_name = str(model), model_name
+        self.use_subprocess, self.threads = subprocess, threads
+        self.log = Path(log) if log else None
+        self.base_url = ""
+        self._server: Any = None
+        self._proc: subprocess.Popen[Any] | None = None
+        self._port = 0
+
+    def start(self) -> None:
+        """Start serving ``model``."""
+        if self._server is not None or self._proc is not None:
+            return
+        if not self.use_subprocess:
+            from sdk.serve import PolicyServer as Server
+
+            self._server = Server(self.model, model_name=self.model_name).start()
+            self.base_url = self._server.base_url
+            return
+        self._port = _free_port()
+        cmd = [sys.executable, "-m", "sdk.serve", "--model", self.model, "--port", str(self._port)]
+        cmd += ["--model-name", self.model_name]
+        if self.threads:
+            cmd += ["--threads", str(self.threads)]
+        out: Any = subprocess.DEVNULL
+        if self.log is not None:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            out = open(self.log, "ab")  # the child process writes to it
+        self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        self.base_url = f"http://127.0.0.1:{self._port}/v1"
+        _wait_healthy(f"http://127.0.0.1:{self._port}/health", self._proc, 300, self.log)
+
+    def update(self, checkpoint: str, *, adapter: str | None = None) -> None:
+        """Load the full-weight ``checkpoint`` in place (``adapter`` is not needed: it is merged)."""
+        self.model = str(checkpoint)
+        if self._server is not None:
+            self._server.reload(self.model)
+        elif self._proc is not None:
+            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", {"path": self.model})
+            if status != 200:
+                raise UserError(f"policy reload failed ({status}): {text[:500]}")
+
+    def stop(self) -> None:
+        """Stop the server."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+
+class VLLMPolicy:
+    """Launch ``vllm serve`` and keep it serving the loop's current weights (GPU machines).
+
+    With ``lora=True`` the server starts with ``--enable-lora --max-lora-rank R`` on the base model, and
+    each round's adapter is loaded under ``model_name`` (the base is served as ``<model_name>-base``);
+    the adapter must have been trained on that base model. Otherwise (or when the adapter's base is not
+    the served model) the server restarts on the new full weights.
+
+    Responses carry logprobs and token ids when the agent asks (``logprobs: true`` and, vLLM >= 0.10.2,
+    ``return_token_ids: true`` in the request body); ``--max-logprobs`` bounds ``top_logprobs``.
+
+    Args:
+        model: Base model directory or hub id.
+        model_name: Name agents send.
+        lora: Serve LoRA adapters on the base (loaded at run time).
+        max_lora_rank: ``--max-lora-rank`` (at least the adapters' rank).
+        port: TCP port (0: a free one).
+        tool_call_parser: ``--tool-call-parser`` (with ``--enable-auto-tool-choice``), e.g. ``hermes``.
+        extra_args: More ``vllm serve`` arguments (a list or one shell-quoted string).
+        executable: The ``vllm`` command (tests pass a scripted stand-in).
+        startup_timeout: Seconds to wait for ``/health``.
+        log: File for the server's output.
+
+    Example:
+        >>> VLLMPolicy("Qwen/Qwen2.5-0.5B-Instruct", lora=True, port=8000).command()[:3]
+        ['vllm', 'serve', 'Qwen/Qwen2.5-0.5B-Instruct']
+    """
+
+    def __init__(
+        self,
+        model: str,
+        model_name: str = "policy",
+        *,
+        lora: bool = False,
+        max_lora_rank: int = 16,
+        port: int = 0,
+        tool_call_parser: str | None = None,
+        extra_args: list[str] | str | None = None,
+        executable: list[str] | str = "vllm",
+        startup_timeout: float = 900.0,
+        log: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.base_model, self.model, self.model_name = str(model), str(model), model_name
+        self.lora, self.max_lora_rank = lora, int(max_lora_rank)
+        self.port = port or _free_port()
+        self.tool_call_parser = tool_call_parser
+        self.extra_args = shlex.split(extra_args) if isinstance(extra_args, str) else list(extra_args or [])
+        self.executable = shlex.split(executable) if isinstance(executable, str) else list(executable)
+        self.startup_timeout = startup_timeout
+        self.log = Path(log) if log else None
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.adapter: str | None = None
+        self._proc: subprocess.Popen[Any] | None = None
+
+    @property
+    def served_base_name(self) -> str:
+        """Name of the base model on the server (``model_name`` itself without LoRA)."""
+        return f"{self.model_name}-base" if self.lora else self.model_name
+
+    def command(self) -> list[str]:
+        """The ``vllm serve`` command line for the current weights.
+
+        Example:
+            >>> VLLMPolicy("m", lora=True, max_lora_rank=32, port=8001).command()[3:]  # doctest: +ELLIPSIS
+            ['--host', '127.0.0.1', '--port', '8001', '--served-model-name', 'policy-base', ...]
+        """
+        cmd = [*self.executable, "serve", self.model, "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["--served-model-name", self.served_base_name, "--max-logprobs", "20"]
+        if self.lora:
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", "1"]
+        if self.tool_call_parser:
+            cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+        return cmd + self.extra_args
+
+    def env(self) -> dict[str, str]:
+        """The server's environment: this one, plus runtime LoRA updates when ``lora``."""
+        env = dict(os.environ)
+        if self.lora:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        return env
+
+    def start(self) -> None:
+        """Launch ``vllm serve`` and wait for ``/health``."""
+        if self._proc is not None:
+            return
+        out: Any = subprocess.DEVNULL
+        if self.log is not None:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            out = open(self.log, "ab")  # the child process writes to it
+        try:
+            self._proc = subprocess.Popen(
+                self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.env()
+            )
+        except FileNotFoundError:
+            raise UserError(
+                f"cannot run {self.executable[0]!r}: install vLLM on this machine (pip install vllm)"
+            ) from None
+        _wait_healthy(f"http://127.0.0.1:{self.port}/health", self._proc, self.startup_timeout, self.log)
+        if self.adapter is not None:
+            self._load_adapter(self.adapter)
+
+    def update(self, checkpoint: str, *, adapter: str | None = None) -> None:
+        """Serve new weights: the LoRA ``adapter`` at run time, or else restart on ``checkpoint``.
+
+        The adapter is loaded only when it was trained on the served base model.
+
+        Example:
+            >>> policy.update("runs/round-1/merged", adapter="runs/round-1/final")  # doctest: +SKIP
+        """
+        if self.lora and adapter is not None and _same_model(_adapter_base(adapter), self.base_model):
+            self.adapter = str(adapter)
+            if self._proc is not None:
+                self._load_adapter(self.adapter)
+            return
+        self.model, self.adapter = str(checkpoint), None
+        self.lora = False  # the adapters' base is no longer served
+        if self._proc is not None:
+            self.stop()
+            self.start()
+
+    def _load_adapter(self, path: str) -> None:
+        root = f"http://127.0.0.1:{self.port}/v1"
+        # The name stays the same for agents: drop the previous adapter first (404 when there is none).
+        _post(f"{root}/unload_lora_adapter", {"lora_name": self.model_name})
+        status, text = _post(f"{root}/load_lora_adapter", {"lora_name": self.model_name, "lora_path": path})
+        if status != 200:
+            raise UserError(f"vLLM refused the LoRA adapter {path} ({status}): {text[:500]}")
+
+    def stop(self) -> None:
+        """Terminate the server."""
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+
+def _same_model(a: str | None, b: str) -> bool:
+    if a is None:
+        return True  # the adapter does not say: trust the loop, which trained it on the served base
+    if a == b:
+        return True
+    return Path(a).exists() and Path(b).exists() and Path(a).resolve() == Path(b).resolve()
+
+
+def _adapter_base(adapter: str) -> str | None:
+    try:
+        cfg = json.loads((Path(adapter) / "adapter_config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    base = cfg.get("base_model_name_or_path")
+    return str(base) if base else None
+
+
+class ExternalPolicy:
+    """A policy server the user runs; the loop only reloads it.
+
+    Args:
+        base_url: ``http://host:port/v1``.
+        model_name: Name agents send.
+        reload: ``"admin"`` (``sdk.serve``'s ``POST /admin/reload``), ``"vllm-lora"`` (vLLM's LoRA
+            endpoints; the server runs with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``)
+            or ``"none"`` (nothing is reloaded: the loop then keeps collecting with the old weights).
+
+    Example:
+        >>> ExternalPolicy("http://127.0.0.1:8000/v1", "policy", reload="admin").base_url
+        'http://127.0.0.1:8000/v1'
+    """
+
+    def __init__(self, base_url: str, model_name: str = "policy", *, reload: str = "admin") -> None:
+        if reload not in ("admin", "vllm-lora", "none"):
+            raise UserError(f"policy reload must be admin, vllm-lora or none, got {reload!r}")
+        self.base_url, self.model_name, self.reload = base_url.rstrip("/"), model_name, reload
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def update(self, checkpoint: str, *, adapter: str | None = None) -> None:
+        """Ask the server to load the new weights (see ``reload``)."""
+        root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        if self.reload == "admin":
+            status, text = _post(f"{root}/admin/reload", {"path": str(checkpoint)})
+        elif self.reload == "vllm-lora":
+            if adapter is None:
+                raise UserError("reload vllm-lora needs LoRA training (train: {lora: true})")
+            _post(f"{self.base_url}/unload_lora_adapter", {"lora_name": self.model_name})
+            status, text = _post(
+                f"{self.base_url}/load_lora_adapter",
+                {"lora_name": self.model_name, "lora_path": str(adapter)},
+            )
+        else:
+            return
+        if status != 200:
+            raise UserError(f"policy reload failed ({status}): {text[:500]}")
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+
+def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | None = None) -> PolicyServer:
+    """Build the policy server a loop config's ``policy:`` section describes.
+
+    Keys: ``kind`` (``local`` default, ``vllm``, ``external``), ``model_name`` (``policy``); local:
+    ``subprocess``, ``threads``; vllm: ``lora``, ``max_lora_rank``, ``port``, ``tool_call_parser``,
+    ``extra_args``, ``executable``, ``startup_timeout``; external: ``base_url``, ``reload``.
+
+    Example:
+        >>> make_policy({"kind": "external", "base_url": "http://127.0.0.1:8000/v1"}, "m").model_name
+        'policy'
+    """
+    spec = dict(spec or {})
+    kind = spec.pop("kind", "local")
+    name = spec.pop("model_name", "policy")
+    log = str(Path(log_dir) / "policy-server.log") if log_dir else None
+    try:
+        if kind == "local":
+            return LocalPolicy(checkpoint, name, log=log, **spec)
+        if kind == "vllm":
+            return VLLMPolicy(checkpoint, name, log=log, **spec)
+        if kind == "external":
+            if "base_url" not in spec:
+                raise UserError("policy kind external needs base_url")
+            return ExternalPolicy(spec.pop("base_url"), name, **spec)
+    except TypeError as exc:
+        raise UserError(f"invalid policy settings: {exc}") from None
+    raise UserError(f"policy kind must be local, vllm or external, got {kind!r}")

@@ -146,7 +146,10 @@ def plan_workers(store: Any, workers: int, **blockers: Any) -> list[list[list[Pa
         return None
     if any(blockers.values()):
         return None
-    chains = StoreReader(store).segments()
+    reader = StoreReader(store)
+    chains = reader.segments()
+    if reader.problems:  # files skipped by name (not_a_segment_file): counted by the in-process export
+        return None
     total = sum(f.stat().st_size for chain in chains for f in chain)
     n = workers if workers else min(os.cpu_count() or 1, 8, total // MIN_BYTES_PER_WORKER or 1)
     n = min(n, len(chains))

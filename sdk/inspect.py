@@ -30,9 +30,23 @@ def _top(counter: Counter[Any], n: int = 5) -> str:
 def _mean_std(values: list[float]) -> str:
     if not values:
         return "-"
-    mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-    return f"{mean:.4f} ± {std:.4f} (n={len(values)})"
+    # Scaled by the largest magnitude: rewards of ±1e308 overflow a plain sum of squares.
+    scale = max(abs(v) for v in values) or 1.0
+    n = len(values)
+    mean = math.fsum(v / scale for v in values) / n
+    std = math.sqrt(math.fsum((v / scale - mean) ** 2 for v in values) / n)
+    return f"{_num(mean * scale)} ± {_num(std * scale)} (n={n})"
+
+
+def _num(x: float) -> str:
+    return f"{x:.4f}" if abs(x) < 1e9 else f"{x:.4g}"
+
+
+def _task_key(task_id: Any) -> Any:
+    # A task id that is not a string (a list, a dict) still names one task: counted by its JSON text.
+    if task_id is None or isinstance(task_id, (str, int, float)):
+        return task_id
+    return json.dumps(task_id, sort_keys=True, default=str)
 
 
 def inspect_store(path: str | Path) -> dict[str, Any]:
@@ -58,7 +72,7 @@ def inspect_store(path: str | Path) -> dict[str, Any]:
     first = last = None
     for s in reader.sessions():
         status[s.status] += 1
-        tasks.add(s.task_id)
+        tasks.add(_task_key(s.task_id))
         if s.reward is not None:
             rewards.append(s.reward)
         for c in s.calls:
@@ -100,7 +114,7 @@ def inspect_store(path: str | Path) -> dict[str, Any]:
 
 
 def inspect_parquet(path: str | Path) -> dict[str, Any]:
-    """Summarise an episode Parquet file (only small columns are read).
+    """Summarise an episode Parquet file, or a directory of them (only small columns are read).
 
     Raises ``sdk.episodes.EpisodeError`` for a file that is not a readable episode file.
 
@@ -114,8 +128,9 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
     from sdk.episodes._schema import SCHEMA_VERSION, polars_schema
 
     p = Path(path)
+    files = sorted(p.glob("*.parquet")) if p.is_dir() else [p]
     try:
-        schema = pl.read_parquet_schema(p)
+        schema = pl.read_parquet_schema(files[0])
     except Exception as exc:
         raise EpisodeError(f"{str(p)!r} is not a readable Parquet file: {str(exc).splitlines()[0]}") from None
     expected = polars_schema()
@@ -135,7 +150,7 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
         )
         if c in schema
     ]
-    lf = pl.scan_parquet(p).select(wanted)
+    lf = pl.scan_parquet(files).select(wanted)
     df = lf.collect()
     n = df.height
     versions = sorted(df["schema_version"].unique().to_list())
@@ -144,10 +159,10 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
     if "task_id" in df.columns and "reward" in df.columns:
         for t, r in zip(df["task_id"].to_list(), df["reward"].to_list(), strict=True):
             if r is not None:
-                per_task.setdefault(t, []).append(r)
+                per_task.setdefault(_task_key(t), []).append(r)
     msg_stats: dict[str, Any] = {}
     if "messages" in schema:
-        lengths = pl.scan_parquet(p).select(pl.col("messages").list.len()).collect().to_series()
+        lengths = pl.scan_parquet(files).select(pl.col("messages").list.len()).collect().to_series()
         msg_stats = {"messages_mean": float(lengths.mean() or 0), "messages_max": int(lengths.max() or 0)}
 
     def counts(col: str) -> dict[str, int]:
@@ -158,13 +173,15 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
     return {
         "kind": "parquet",
         "path": str(p),
-        "bytes": p.stat().st_size,
+        "bytes": sum(f.stat().st_size for f in files),
         "episodes": n,
         "schema_versions": versions,
         "schema_ok": versions in ([], [SCHEMA_VERSION]) and dict(schema) == dict(expected),
         "missing_columns": [c for c in expected if c not in schema],
         "extra_columns": [c for c in schema if c not in expected],
-        "tasks": len({t for t in df["task_id"].to_list() if t is not None}) if "task_id" in df.columns else 0,
+        "tasks": len({_task_key(t) for t in df["task_id"].to_list() if t is not None})
+        if "task_id" in df.columns
+        else 0,
         "reward": _mean_std(rewards),
         "reward_per_task": {str(t): _mean_std(v) for t, v in per_task.items()},
         "token_faithful": int(df["token_faithful"].sum()) if "token_faithful" in df.columns else 0,
@@ -252,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give a store directory or a .parquet file (or --schema)")
     path = Path(args.path)
     try:
-        if path.is_dir():
+        if path.is_dir() and not any(path.glob("*.jsonl")) and any(path.glob("*.parquet")):
+            info = inspect_parquet(path)  # a directory of episode files (an export's parts, say)
+        elif path.is_dir():
             info = inspect_store(path)
         elif path.is_file():
             info = inspect_parquet(path)

@@ -40,7 +40,14 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sdk.episodes import SCHEMA_VERSION, EpisodeError, build_episodes, read_episodes, validate_episode
+from sdk.episodes import (
+    SCHEMA_VERSION,
+    EpisodeError,
+    ExportSummary,
+    build_episodes,
+    read_episodes,
+    validate_episode,
+)
 from sdk.messages import render_ids, template_messages
 from trainers.errors import UserError
 
@@ -186,11 +193,13 @@ class DataReport:
     """
 
     episodes: int = 0
+    store_problems: dict[str, int] = field(default_factory=dict)
     no_reward: int = 0
     no_task: int = 0
     no_assistant: int = 0
     invalid: int = 0
     invalid_problems: dict[str, int] = field(default_factory=dict)
+    unicode_replaced: int = 0
     samples: int = 0
     per_turn_episodes: int = 0
     non_append_only_skipped: int = 0
@@ -220,10 +229,12 @@ class DataReport:
         """Human-readable summary, one fact per line, zero counts omitted."""
         labels = {
             "episodes": "episodes loaded",
+            "store_problems": "store problems (lines skipped)",
             "no_reward": "episodes without a reward (dropped)",
             "no_task": "episodes without a task_id (dropped)",
             "no_assistant": "episodes without an assistant turn (dropped)",
             "invalid": "invalid episodes (dropped; sdk.episodes.validate_episode)",
+            "unicode_replaced": "episodes with invalid unicode (lone surrogates replaced)",
             "samples": "training samples",
             "per_turn_episodes": "episodes split per turn (not append-only under this template)",
             "non_append_only_skipped": "non-append-only episodes skipped (per_turn=never)",
@@ -244,7 +255,15 @@ class DataReport:
             "groups_zero_std_filtered": "groups dropped: all rewards equal (zero advantage)",
             "eval_groups": "held-out evaluation groups",
         }
-        out = [f"{label}: {getattr(self, key)}" for key, label in labels.items() if getattr(self, key)]
+
+        def value(key: str) -> Any:
+            v = getattr(self, key)
+            return sum(v.values()) if isinstance(v, dict) else v
+
+        out = [f"{label}: {value(key)}" for key, label in labels.items() if value(key)]
+        if self.store_problems:
+            at = out.index(f"{labels['store_problems']}: {value('store_problems')}") + 1
+            out[at:at] = [f"  {code}: {n}" for code, n in sorted(self.store_problems.items())]
         if self.invalid_problems:
             at = out.index(f"{labels['invalid']}: {self.invalid}") + 1
             out[at:at] = [f"  {code}: {n}" for code, n in sorted(self.invalid_problems.items())]
@@ -281,6 +300,25 @@ def _to_records(obj: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _read_store(path: str | Path, report: DataReport | None, strict: bool) -> list[dict[str, Any]]:
+    """Build a store's episodes, with its problems (torn or corrupt lines, ...) counted in ``report``."""
+    summary = ExportSummary()
+    try:
+        rows = _to_records(build_episodes(path, summary=summary, on_invalid="raise" if strict else "skip"))
+    except EpisodeError as exc:
+        raise UserError(f"{exc}; without --strict such problems are counted and skipped") from None
+    except OSError as exc:  # an unreadable store or segment: never read as empty
+        raise UserError(f"cannot read the store {path}: {exc}") from None
+    if report is not None:
+        report.store_problems = dict(summary.store_problems)
+        # Episodes the store builder rejected (e.g. a damaged thread) count as invalid ones.
+        report.episodes += summary.rejected_total
+        report.invalid += summary.rejected_total
+        for code, n in summary.rejected.items():
+            report.invalid_problems[code] = report.invalid_problems.get(code, 0) + n
+    return rows
+
+
 def _read_parquet(paths: Sequence[Path]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for p in paths:
@@ -293,7 +331,7 @@ def _read_parquet(paths: Sequence[Path]) -> list[dict[str, Any]]:
     return rows
 
 
-def _load_uri(uri: str) -> list[dict[str, Any]]:
+def _load_uri(uri: str, report: DataReport | None, strict: bool) -> list[dict[str, Any]]:
     """Episodes from an object-store URI: a Parquet file, or a store (``s3://bucket/prefix``)."""
     import tempfile
 
@@ -307,19 +345,20 @@ def _load_uri(uri: str) -> list[dict[str, Any]]:
             except (FileNotFoundError, OSError) as exc:
                 raise UserError(f"cannot read {uri}: {exc}") from None
             return _read_parquet([local])
-    try:
-        return _to_records(build_episodes(uri))
-    except FileNotFoundError as exc:
-        raise UserError(str(exc)) from None
+    return _read_store(uri, report, strict)
 
 
-def load_episodes(data: Any) -> list[dict[str, Any]]:
+def load_episodes(
+    data: Any, *, report: DataReport | None = None, strict: bool = False
+) -> list[dict[str, Any]]:
     """Load episodes as a list of row dicts following the episode Parquet contract.
 
     Args:
         data: A Parquet file, a directory of Parquet files, a tracerl store directory or store URI
             (``s3://bucket/prefix``; a ``.parquet`` URI is one Parquet file) (episodes are built with
             ``sdk.episodes.build_episodes``), a polars/pandas DataFrame, or an iterable of episode dicts.
+        report: Where a store's problems (lines it could not use) and rejected episodes are counted.
+        strict: Refuse a store with any problem or invalid episode instead of counting and skipping.
 
     Returns:
         One dict per episode.
@@ -332,20 +371,26 @@ def load_episodes(data: Any) -> list[dict[str, Any]]:
         't'
     """
     if isinstance(data, str) and "://" in data and not data.startswith("file://"):
-        rows = _load_uri(data)
+        rows = _load_uri(data, report, strict)
     elif isinstance(data, (str, os.PathLike)):
         path = Path(data).expanduser()
         if not path.exists():
             raise UserError(f"data path not found: {path}")
         if path.is_file():
             rows = _read_parquet([path])
-        else:
+        elif path.is_dir():
             parquet = sorted(path.glob("*.parquet"))
-            rows = _read_parquet(parquet) if parquet else _to_records(build_episodes(path))
+            rows = _read_parquet(parquet) if parquet else _read_store(path, report, strict)
+        else:
+            raise UserError(f"data path is neither a file nor a directory: {path}")
     else:
         rows = _to_records(data)
     _validate(rows)
     return rows
+
+
+# Nested columns: a JSON string in their place (a hand-made Parquet file) is refused with its name.
+_NESTED = ("messages", "turns", "rewards")
 
 
 def _validate(rows: list[dict[str, Any]]) -> None:
@@ -357,6 +402,12 @@ def _validate(rows: list[dict[str, Any]]) -> None:
             f"episodes lack required column(s) {', '.join(missing)}; "
             f"expected the episode schema v{SCHEMA_VERSION}"
         )
+    for column in _NESTED:
+        if any(isinstance(r.get(column), (str, bytes)) for r in rows):
+            raise UserError(
+                f"column {column!r} holds strings, expected lists of structs "
+                f"(the episode schema v{SCHEMA_VERSION}; JSON text is not decoded)"
+            )
     # Rows built in memory may carry no version: they are taken as the current one.
     versions = {r.get("schema_version") for r in rows} - {None, SCHEMA_VERSION}
     if versions:
@@ -747,6 +798,91 @@ def _apply_limits(
     return conv
 
 
+def _text_chars(messages: Any) -> int:
+    """Characters of the text in ``messages`` (content strings and parts, tool-call arguments)."""
+    n = 0
+    for m in messages if isinstance(messages, list) else ():
+        if not isinstance(m, Mapping):
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            n += len(content)
+        elif isinstance(content, list):
+            texts = (p.get("text") for p in content if isinstance(p, Mapping))
+            n += sum(len(t) for t in texts if isinstance(t, str))
+        for call in m.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(fn, Mapping) and isinstance(fn.get("arguments"), str):
+                n += len(fn["arguments"])
+    return n
+
+
+_TOKEN_CHARS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def _max_token_chars(tokenizer: Any) -> int:
+    """Characters of the longest vocabulary entry: no token covers more text than this."""
+    try:
+        return _TOKEN_CHARS[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    try:
+        vocab = tokenizer.get_vocab()
+        longest = max((len(t) for t in vocab), default=0)
+    except Exception:  # a tokenizer without a readable vocabulary: no bound
+        longest = 0
+    # Byte-level vocabularies spell each byte as one character, and a text character is at least one byte.
+    out = longest
+    try:
+        _TOKEN_CHARS[tokenizer] = out
+    except TypeError:
+        pass
+    return out
+
+
+def _too_long_to_tokenize(ep: Mapping[str, Any], tokenizer: Any, max_length: int, truncation: str) -> bool:
+    """Whether the episode certainly exceeds ``max_length`` tokens, judged from its characters alone.
+
+    Tokenizing bounds nothing: a 50 MB message took minutes and gigabytes before being skipped as too long.
+    A token covers at most ``_max_token_chars`` characters, so more characters than ``max_length`` times that
+    can never fit. Cut completions still train with ``truncate``: only the prompt before the first assistant
+    message (never cut) is judged then; with ``skip`` the whole episode.
+    """
+    per_token = _max_token_chars(tokenizer)
+    if not per_token:
+        return False
+    messages = ep.get("messages")
+    if not isinstance(messages, list):
+        return False
+    if truncation == "truncate":
+        first = next(
+            (i for i, m in enumerate(messages) if isinstance(m, Mapping) and m.get("role") == "assistant"), 0
+        )
+        messages = messages[:first]
+    return _text_chars(messages) > max_length * per_token
+
+
+def _without_surrogates(value: Any) -> Any:
+    """``value`` with lone surrogates in its strings replaced by U+FFFD (``value`` itself if it has none)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return (
+                value.encode("utf-8", "replace").decode("utf-8").replace("?", "\ufffd")
+                if False
+                else (value.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+            )
+    if isinstance(value, Mapping):
+        items = {k: _without_surrogates(v) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    if isinstance(value, list):
+        new = [_without_surrogates(v) for v in value]
+        return value if all(a is b for a, b in zip(new, value, strict=True)) else new
+    return value
+
+
 # Checked elsewhere: the schema version once for all rows (load_episodes, where rows built in memory may
 # carry none) and "no assistant message", counted as no_assistant by the conversion itself.
 _NOT_PER_EPISODE = frozenset({"unknown_schema_version", "empty_episode"})
@@ -783,6 +919,7 @@ def convert_episodes(
     rep = report or DataReport()
     rep.episodes += len(episodes)
     out: list[ConvertedEpisode] = []
+    seen: set[Any] = set()
     for ep in episodes:
         if ep.get("reward") is None or (isinstance(ep["reward"], float) and math.isnan(ep["reward"])):
             rep.no_reward += 1
@@ -791,19 +928,33 @@ def convert_episodes(
             rep.no_task += 1
             continue
         problems = _problems(ep)
+        eid = ep.get("episode_id")
+        if eid in seen:
+            problems["duplicate_id"] += 1
+        seen.add(eid)
         if problems:
             rep.invalid += 1
             for code in problems:
                 rep.invalid_problems[code] = rep.invalid_problems.get(code, 0) + 1
             continue
-        conv = convert_episode(
-            ep,
-            tokenizer,
+        if max_length and _too_long_to_tokenize(ep, tokenizer, max_length, truncation):
+            rep.skipped_too_long += 1
+            continue
+        kw: dict[str, Any] = dict(
             max_length=max_length,
             max_completion_length=max_completion_length,
             truncation=truncation,
             per_turn=per_turn,
         )
+        try:
+            conv = convert_episode(ep, tokenizer, **kw)
+        except (TypeError, UnicodeEncodeError):
+            # A lone surrogate (half an emoji) that a tokenizer refuses: replaced, counted, converted again.
+            fixed = _without_surrogates(ep)
+            if fixed is ep:
+                raise
+            rep.unicode_replaced += 1
+            conv = convert_episode(fixed, tokenizer, **kw)
         if conv.skipped == "no assistant turn":
             rep.no_assistant += 1
             continue

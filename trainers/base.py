@@ -119,6 +119,13 @@ class TrainerConfig:
     filter_zero_std: bool = field(
         default=True, metadata={"help": "Drop groups whose rewards are all equal (they have zero advantage)."}
     )
+    strict: bool = field(
+        default=False,
+        metadata={
+            "help": "Refuse a store with any problem (corrupt or torn lines, damaged threads, ...) or an "
+            "invalid episode, instead of counting and skipping them."
+        },
+    )
     eval_fraction: float = field(
         default=0.0, metadata={"help": "Fraction of tasks held out for evaluation (0 disables)."}
     )
@@ -462,7 +469,7 @@ def _convert(
         return converted, report, tokenizer
     if tokenizer is None:
         check_model(config.tokenizer or config.model)  # fail on a bad path before reading any data
-    episodes = load_episodes(data)
+    episodes = load_episodes(data, report=report, strict=config.strict)
     check_task_sizes(episodes)
     tok = tokenizer if tokenizer is not None else load_tokenizer(config)
     max_length = config.max_length or None

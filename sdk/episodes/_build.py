@@ -39,7 +39,18 @@ def _match(value: Any, patterns: tuple[str, ...]) -> bool:
 
 
 class _Thread:
-    __slots__ = ("index", "raw", "messages", "generated", "calls", "agent", "model", "stats", "incomplete")
+    __slots__ = (
+        "index",
+        "raw",
+        "messages",
+        "generated",
+        "calls",
+        "agent",
+        "model",
+        "stats",
+        "incomplete",
+        "damaged",
+    )
 
     def __init__(self, index: int, agent: Any, model: Any) -> None:
         self.index = index
@@ -51,6 +62,7 @@ class _Thread:
         self.model = model
         self.stats: Counter[str] = Counter()
         self.incomplete = 0
+        self.damaged = 0
 
 
 def _extends(request: list[Any], raw: list[Any]) -> bool:
@@ -190,7 +202,9 @@ def _assign(s: StoredSession, opts: BuildOptions, counts: Counter[str]) -> list[
             best = _Thread(len(threads), agent, model)
             threads.append(best)
         th = best
-        if call.get("request_incomplete"):
+        if call.get("request_damaged"):
+            th.damaged += 1
+        elif call.get("request_incomplete"):
             th.incomplete += 1
         for m in messages[len(th.raw) :]:
             th.messages.append(normalize_message(m, th.stats))
@@ -248,6 +262,15 @@ def session_episodes(
                     "incomplete_request",
                     f"{th.incomplete} call(s) build on a call missing from the store (missing_base): "
                     "their earlier messages are lost",
+                )
+            )
+        if th.damaged:
+            problems.append(
+                Problem(
+                    "damaged_thread",
+                    f"{th.damaged} call(s) build on the previous call of their session, but an unreadable "
+                    "store line came in between (base_after_damaged_line): it may have been that call, so "
+                    "the conversation cannot be rebuilt exactly",
                 )
             )
         out.append((ep, problems))

@@ -147,7 +147,10 @@ def plan_workers(store: Any, workers: int, **blockers: Any) -> list[list[list[Pa
         return None
     if any(blockers.values()):
         return None
-    chains = StoreReader(store).segments()
+    reader = StoreReader(store)
+    chains = reader.segments()
+    if reader.problems:  # files skipped by name (not_a_segment_file): counted by the in-process export
+        return None
     if scan_spread(chains):
         return None  # a session written by several processes is merged by one reader (sdk.store._spread)
     total = sum(f.stat().st_size for chain in chains for f in chain)

@@ -26,6 +26,7 @@ PROBLEM_CODES: dict[str, str] = {
     "missing_reward": "no reward from the session, its calls, or a reward function",
     "non_finite_reward": "a reward that is NaN, infinite or not a number",
     "incomplete_request": "a call whose prefix-deduplicated request could not be rebuilt from the store",
+    "damaged_thread": "a call builds on its session's previous call, but a damaged line came in between",
     "reward_fn_error": "a reward function raised or returned something that is not a reward",
     # Warnings: counted in the summary, the episode is kept.
     "trailing_tool_call": "(warning) the last message calls tools that were never run (e.g. step limit)",

@@ -98,6 +98,9 @@ class _Open:
     session: StoredSession
     bases: dict[str, tuple[list[Any], Any]] = dataclasses.field(default_factory=dict)
     last: tuple[list[Any], Any] | None = None
+    # The reader's count of unusable lines when ``last`` was set: if it has grown since, an unusable line
+    # (perhaps this session's next call) came in between, and ``last`` may not be the previous call.
+    damage: int = 0
 
 
 class StoreReader:
@@ -106,7 +109,11 @@ class StoreReader:
     Attributes:
         path: The store directory.
         problems: Counts of unusable or suspicious input by reason (``torn_line``, ``corrupt_line``,
-            ``unknown_event``, ``missing_session_end``, ``missing_base``, …).
+            ``unknown_event``, ``missing_session_end``, ``missing_base``, ``base_after_damaged_line``
+            (a call builds on "the previous call" but an unusable line came in between, so the previous
+            call may be lost), ``not_a_segment_file`` (a directory, FIFO or broken link named
+            ``*.jsonl``: skipped, never opened), …). A directory or segment that cannot be read raises
+            ``OSError`` (e.g. ``PermissionError``): it never reads as empty.
         examples: The first ``file:line`` seen for each problem reason, for error messages.
         num_calls: Calls read so far.
         num_sessions: Sessions yielded so far.
@@ -141,6 +148,7 @@ class StoreReader:
         self.num_merged = 0
         self.index_limit = DEFAULT_LIMIT
         self._bytes_done = 0  # segments read whole by the main pass
+        self._damage = 0  # unusable lines met so far (see _Open.damage)
         self._segment: Any = None  # the one it is reading
 
     @property
@@ -156,14 +164,30 @@ class StoreReader:
     def segments(self) -> list[list[Path]]:
         """Segment files grouped by writing process, each group in write order."""
         chains: dict[str, list[Path]] = {}
-        for f in sorted(self.path.glob(f"*{SEGMENT_SUFFIX}")):
-            key = f.name[: -len(SEGMENT_SUFFIX)].rsplit(".", 1)[0]
-            chains.setdefault(key, []).append(f)
+        skipped: list[str] = []
+        # os.scandir, not Path.glob: glob swallows a permission error and an unreadable store would read
+        # as an empty one. Only regular files are segments: opening a FIFO would block forever.
+        names = []
+        with os.scandir(self.path) as entries:
+            for e in entries:
+                if e.name.endswith(SEGMENT_SUFFIX):
+                    (names if _regular_file(e) else skipped).append(e.name)
+        for name in sorted(names):
+            key = name[: -len(SEGMENT_SUFFIX)].rsplit(".", 1)[0]
+            chains.setdefault(key, []).append(self.path / name)
+        if skipped:  # assigned, not added: segments() may be called more than once
+            self.problems["not_a_segment_file"] = len(skipped)
+            self.examples.setdefault("not_a_segment_file", min(skipped))
         return [chains[k] for k in sorted(chains)]
 
     def _problem(self, reason: str, where: str) -> None:
         self.problems[reason] += 1
         self.examples.setdefault(reason, where)
+
+    def _skip(self, reason: str, where: str) -> None:
+        """Count a line the main pass cannot use (it may have been any session's call)."""
+        self._damage += 1
+        self._problem(reason, where)
 
     def _lines(self, chain: list[Path]) -> Iterator[tuple[dict[str, Any], str, int, bytes]]:
         """Yield ``(event, segment name, line number, line)`` for each usable line of a process's segments."""
@@ -181,7 +205,7 @@ class StoreReader:
                         # A line without its newline is a write cut short (kill, crash): expected only at
                         # the very end of a process's last segment.
                         if raw.strip():
-                            self._problem("torn_line" if last_segment else "corrupt_line", f"{name}:{n}")
+                            self._skip("torn_line" if last_segment else "corrupt_line", f"{name}:{n}")
                         break
                     try:
                         event = parse(raw)
@@ -189,14 +213,14 @@ class StoreReader:
                         try:
                             event = loads(raw)
                         except UnicodeDecodeError:
-                            self._problem("non_utf8_line", f"{name}:{n}")
+                            self._skip("non_utf8_line", f"{name}:{n}")
                             continue
                         except JSONError:
                             if raw.strip():
-                                self._problem("corrupt_line", f"{name}:{n}")
+                                self._skip("corrupt_line", f"{name}:{n}")
                             continue
                     except RecursionError:
-                        self._problem("corrupt_line", f"{name}:{n}")
+                        self._skip("corrupt_line", f"{name}:{n}")
                         continue
                     # The checks every event must pass, cheapest first (the writer's events pass them all).
                     if (
@@ -211,7 +235,7 @@ class StoreReader:
                     if reason is None:  # a str subclass, a bool version, ...: usable after all
                         yield event, name, n, raw
                     else:
-                        self._problem(reason, f"{name}:{n}")
+                        self._skip(reason, f"{name}:{n}")
                 self._bytes_done += os.fstat(fh.fileno()).st_size
                 self._segment = None
 
@@ -320,6 +344,7 @@ class StoreReader:
                     state = open_[sid] = _Open(StoredSession(session_id=sid))
                 if _malformed_call(event):
                     self._problem("malformed_call", f"{name}:{n}")
+                    state.damage = -1  # its next call cannot trust "the previous call"
                     continue
                 call = self._call(event, state, name, n)
                 if call.get("same_call_as") is None or not self._merge(call, state.session):
@@ -426,9 +451,21 @@ class StoreReader:
         base = request.pop("base", None)
         if base is not None:
             # No call_id means the session's previous call (the writer's common case).
-            prior = state.bases.get(base["call_id"]) if "call_id" in base else state.last
+            if "call_id" in base:
+                prior = state.bases.get(base["call_id"])
+            elif state.damage != self._damage and state.last is not None:
+                # An unusable line came after this session's last readable call: it may have been the
+                # previous call. Building on an earlier one would write a wrong transcript.
+                prior = None
+                self._problem("base_after_damaged_line", f"{name}:{n}")
+                call["request_damaged"] = True
+            else:
+                prior = state.last
+            if prior is not None and len(prior[0]) < base.get("n", 0):
+                prior = None  # shorter than the prefix it should hold: not the call this one builds on
             if prior is None:
-                self._problem("missing_base", f"{name}:{n}")
+                if not call.get("request_damaged"):
+                    self._problem("missing_base", f"{name}:{n}")
                 call["request_incomplete"] = True
             else:
                 messages = prior[0][: base.get("n", 0)] + messages
@@ -440,6 +477,7 @@ class StoreReader:
         response = call.get("response") or {}
         thread = messages + [response["message"]] if response.get("message") is not None else messages
         state.last = state.bases[call.get("call_id", "")] = (thread, request.get("tools"))
+        state.damage = self._damage
         return call
 
 
@@ -460,6 +498,13 @@ def _unusable(event: Any) -> str | None:
     if not isinstance(event.get("session_id"), str):
         return "missing_session_id"
     return None
+
+
+def _regular_file(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file()  # follows links: False for a broken one
+    except OSError:  # a link loop
+        return False
 
 
 def _list(value: Any) -> list[Any]:

@@ -22,6 +22,11 @@ __all__ = ["SEGMENT_SUFFIX", "SegmentWriter"]
 
 SEGMENT_SUFFIX = ".jsonl"
 _RETRY_SPILL_EVERY_S = 1.0
+# Appends between two checks that the segment file is still in the store (one fstat). A check also runs
+# on every flush, rotation and close. Lines written in between are not lost: the segment is opened for
+# reading too, so the whole deleted file is copied into a new one when the check finds it gone.
+_CHECK_EVERY = 256
+_COPY_CHUNK = 1 << 20
 
 
 def _process_key() -> str:
@@ -34,7 +39,14 @@ class SegmentWriter:
 
     Thread-safe. Never raises from :meth:`append`: when the disk refuses a write, the line is kept in
     a bounded in-memory spill (retried on later appends and on :meth:`flush`), a warning is logged
-    once, and the failure is counted; past ``spill_max_bytes`` lines are dropped and counted.
+    once, and the failure is counted; past ``spill_max_bytes`` lines are dropped and counted. A write
+    cut short (disk full, file-size limit) is truncated away, so no fragment is left in the segment.
+
+    When the store directory or the segment file is deleted while the process runs, the writer notices
+    (every few hundred appends, and on every flush and close), re-creates the directory, copies the
+    deleted segment's lines into a new segment, warns once and counts a write failure; lines of this
+    process's earlier segments that were deleted with it are counted in ``events_dropped``, and the next
+    :meth:`flush` returns ``False``.
 
     Example:
         >>> import tempfile
@@ -70,6 +82,11 @@ class SegmentWriter:
         self._last_retry = 0.0
         self._closed = False
         self._fsync_thread: threading.Thread | None = None
+        self._since_check = 0
+        self._lines = 0  # lines in the open segment
+        self._ino = 0
+        self._done: list[tuple[Path, int, int]] = []  # this process's closed segments: path, inode, lines
+        self._lost = False  # events lost since the last flush
         self.path: Path | None = None
 
     # -- writing -----------------------------------------------------------------------------
@@ -87,6 +104,9 @@ class SegmentWriter:
                     self._to_spill(line)
                     return False
             try:
+                self._since_check += 1
+                if self._since_check >= _CHECK_EVERY:
+                    self._check_segment()
                 self._write(line)
                 return True
             except OSError as exc:
@@ -97,32 +117,107 @@ class SegmentWriter:
     def _write(self, data: bytes) -> None:
         if self._fd is None or self._pid != os.getpid() or self._size >= self.segment_max_bytes:
             self._open_segment()
-        fd = self._fd
-        assert fd is not None
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        self._size += len(data)
-        self._dirty = True
+        self._write_all(data)
+        self._lines += 1
         if self.fsync == "always":
-            os.fsync(fd)
+            os.fsync(self._fd)  # type: ignore[arg-type]
             self._dirty = False
 
     def _open_segment(self) -> None:
         if self._fd is not None and self._pid == os.getpid():
+            self._check_segment()
+        if self._fd is not None and self._pid == os.getpid():
             os.close(self._fd)
+            if self.path is not None:
+                self._done.append((self.path, self._ino, self._lines))
         if self._pid != os.getpid():  # first use, or a forked child: never share a parent's segment
             self._key, self._seq, self._pid = _process_key(), 0, os.getpid()
+            self._done = []
         self._fd = None
         self.directory.mkdir(parents=True, exist_ok=True)
         self._seq += 1
         self.path = self.directory / f"{self._key}.{self._seq:05d}{SEGMENT_SUFFIX}"
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # Read access too: a segment deleted while open is copied back from its descriptor.
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._ino = os.fstat(self._fd).st_ino
         self._size = 0
+        self._lines = 0
         if self.fsync == "interval" and self._fsync_thread is None:
             self._fsync_thread = threading.Thread(target=self._fsync_loop, name="tracerl-fsync", daemon=True)
             self._fsync_thread.start()
+
+    def _check_segment(self) -> None:
+        """Recover from the segment file (or the whole store directory) having been deleted."""
+        self._since_check = 0
+        fd = self._fd
+        if fd is None or self._pid != os.getpid() or os.fstat(fd).st_nlink > 0:
+            return
+        size = os.fstat(fd).st_size
+        lines = self._lines
+        old = self.path
+        count("write_failures")
+        warn_once(
+            f"deleted:{self.directory}",
+            "the store segment %s was deleted while this process was writing to it; it is re-created "
+            "and what was written to it is copied back. Lines of earlier segments deleted with it are "
+            "counted in sdk.stats()['events_dropped'].",
+            old,
+        )
+        # The deleted file's lines are still readable through the descriptor: copy them to a new segment.
+        self._fd = None
+        chunks = []
+        offset = 0
+        try:
+            while offset < size:
+                chunk = os.pread(fd, min(_COPY_CHUNK, size - offset), offset)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                offset += len(chunk)
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        self._lost_earlier_segments()
+        try:
+            self._open_segment()
+            self._write_all(data)
+        except OSError as exc:
+            self._lose(lines, f"could not copy the deleted segment {old} back: {exc}")
+            raise
+        self._lines = lines
+
+    def _write_all(self, data: bytes) -> None:
+        fd = self._fd
+        assert fd is not None
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(fd, view[written:])
+        except OSError:
+            if written:
+                _truncate_fragment(fd, written)
+            raise
+        self._size += len(data)
+        self._dirty = True
+
+    def _lost_earlier_segments(self) -> None:
+        kept = []
+        for path, ino, lines in self._done:
+            try:
+                same = os.stat(path).st_ino == ino
+            except OSError:
+                same = False
+            if same:
+                kept.append((path, ino, lines))
+            else:
+                self._lose(lines, f"the segment {path} was deleted")
+        self._done = kept
+
+    def _lose(self, lines: int, why: str) -> None:
+        count("events_dropped", lines)
+        self._lost = True
+        logger.error("tracerl: %d events are lost: %s (counted in sdk.stats()['events_dropped'])", lines, why)
 
     def _write_failed(self, exc: OSError) -> None:
         count("write_failures")
@@ -175,9 +270,17 @@ class SegmentWriter:
         return len(self._spill)
 
     def flush(self) -> bool:
-        """Retry spilled events and fsync; return ``True`` when nothing is left in memory."""
+        """Retry spilled events and fsync; ``True`` when nothing is left in memory and nothing was lost.
+
+        ``False`` also when events were lost since the previous flush (e.g. a deleted segment).
+        """
         with self._lock:
-            ok = self._drain_spill()
+            try:
+                self._check_segment()
+            except OSError as exc:
+                self._write_failed(exc)
+            ok = self._drain_spill() and not self._lost
+            self._lost = False
             if self._fd is not None and self._dirty and self._pid == os.getpid():
                 try:
                     os.fsync(self._fd)
@@ -215,3 +318,15 @@ class SegmentWriter:
             if self._fd is not None and self._pid == os.getpid():
                 os.close(self._fd)
             self._fd = None
+
+
+def _truncate_fragment(fd: int, written: int) -> None:
+    """Cut off the first ``written`` bytes of a line whose write failed part-way (disk full, size limit).
+
+    Left in place, the fragment would read back as a corrupt line although the whole line is written
+    again later from the spill.
+    """
+    try:
+        os.ftruncate(fd, os.fstat(fd).st_size - written)
+    except OSError:
+        count("fragments_left")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,54 @@ CASES = [
     Case(
         "empty_segment_and_foreign_files",
         lambda r: (good(r), second_segment(r, b""), (r.path / "notes.txt").write_text("hi")),
+    ),
+    Case(
+        "segment_is_a_directory",
+        lambda r: (good(r), (r.path / "x.00001.jsonl").mkdir()),
+        store={"not_a_segment_file": 1},
+    ),
+    Case(
+        "fifo_named_like_a_segment",  # opening it would block forever
+        lambda r: (good(r), os.mkfifo(r.path / "x.00001.jsonl")),
+        store={"not_a_segment_file": 1},
+    ),
+    Case(
+        "dangling_symlink_segment",
+        lambda r: (good(r), (r.path / "x.00001.jsonl").symlink_to(r.path / "gone.jsonl")),
+        store={"not_a_segment_file": 1},
+    ),
+    Case(
+        "looping_symlink_segment",
+        lambda r: (good(r), (r.path / "x.00001.jsonl").symlink_to(r.path / "x.00001.jsonl")),
+        store={"not_a_segment_file": 1},
+    ),
+    # --- a damaged line inside a thread -----------------------------------------------------------
+    Case(
+        "damaged_line_before_an_implied_base",
+        lambda r: (
+            r.start("s1")
+            .call("s1", [user("u0")], assistant("a0"))
+            .raw(b"{garbage\n")  # perhaps the session's 2nd call: the 3rd builds on "the previous call"
+            .call("s1", [], assistant("a2"), request={"messages": [user("u2")], "base": {"n": 2}})
+            .reward("s1")
+            .end("s1")
+        ),
+        store={"corrupt_line": 1, "base_after_damaged_line": 1},
+        rejected={"damaged_thread": 1},
+        written=1,  # the first call's thread, as the model saw it
+    ),
+    Case(
+        "base_shorter_than_its_prefix",
+        lambda r: (
+            r.start("s1")
+            .call("s1", [user("u0")], assistant("a0"))
+            .call("s1", [], assistant("a2"), request={"messages": [user("u2")], "base": {"n": 4}})
+            .reward("s1")
+            .end("s1")
+        ),
+        store={"missing_base": 1},
+        rejected={"incomplete_request": 1},
+        written=1,
     ),
     # --- events out of order or missing ------------------------------------------------------------
     Case(
@@ -446,3 +495,41 @@ def test_default_cli_counts_bad_input_and_succeeds(
         "event_after_session_end": 12,
     }
     assert summary["written"] == 1
+
+
+def test_a_damaged_call_line_mid_thread_is_rejected_never_rebuilt_wrong(
+    tmp_path: Path, openai_server: Any
+) -> None:
+    """A 3-turn chat captured through the SDK, its 2nd call's line then replaced by garbage."""
+    openai = pytest.importorskip("openai")
+    import sdk
+    from integrations.openai import wrap_openai
+
+    store = tmp_path / "store"
+    sdk.configure(store=store)
+    try:
+        client = wrap_openai(openai.OpenAI(base_url=openai_server.base_url, api_key="x", max_retries=0))
+        with sdk.session(task_id="t") as s:
+            messages: list[dict[str, Any]] = []
+            for turn in range(3):
+                messages.append({"role": "user", "content": f"user{turn}"})
+                r = client.chat.completions.create(model="m", messages=messages)
+                messages.append({"role": "assistant", "content": r.choices[0].message.content})
+            s.reward(1.0)
+    finally:
+        sdk.shutdown()
+    [segment] = [f for f in store.glob("*.jsonl") if b'"event":"call"' in f.read_bytes()]
+    lines = segment.read_bytes().splitlines(keepends=True)
+    calls = [i for i, line in enumerate(lines) if b'"event":"call"' in line]
+    assert len(calls) == 3
+    lines[calls[1]] = b"{garbage\n"
+    segment.write_bytes(b"".join(lines))
+
+    summary = export(store, tmp_path / "e.parquet")
+    assert dict(summary.store_problems) == {"corrupt_line": 1, "base_after_damaged_line": 1}
+    assert dict(summary.rejected) == {"damaged_thread": 1}
+    users = [
+        [m["content"] for m in ep["messages"] if m["role"] == "user"]
+        for ep in read_episodes(tmp_path / "e.parquet")
+    ]
+    assert users == [["user0"]]  # the first call's thread, exactly; never [user0, user2]

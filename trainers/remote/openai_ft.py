@@ -467,12 +467,16 @@ class OpenAIFineTuneTrainer(RemoteTrainer):
         if not new:
             return
         new.reverse()
+        # The cursor is saved after the metrics are appended: a client killed in between finds its last
+        # events already in metrics.jsonl when it re-attaches. They carry their event id: never written twice.
+        written = _metric_event_ids(out / "metrics.jsonl")
         with open(out / "metrics.jsonl", "a") as metrics:
             for ev in new:
                 if ev.type == "metrics" and isinstance(ev.data, dict):
-                    metrics.write(
-                        json.dumps({"step": ev.data.get("step"), **ev.data, "time": ev.created_at}) + "\n"
-                    )
+                    if ev.id in written:
+                        continue
+                    row = {"step": ev.data.get("step"), **ev.data, "time": ev.created_at, "event_id": ev.id}
+                    metrics.write(json.dumps(row) + "\n")
                     shown = ", ".join(
                         f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                         for k, v in ev.data.items()
@@ -486,6 +490,26 @@ class OpenAIFineTuneTrainer(RemoteTrainer):
 
 
 # ----------------------------------------------------------------------------------------------- helpers
+
+
+def _metric_event_ids(path: Path) -> set[str]:
+    """Event ids of the rows already in ``metrics.jsonl``; a row cut short by a kill is removed first."""
+    if not path.is_file():
+        return set()
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        with open(path, "r+b") as fh:
+            fh.truncate(len(data))
+    ids = set()
+    for line in data.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("event_id"), str):
+            ids.add(row["event_id"])
+    return ids
 
 
 def _settings(cfg: OpenAIFineTuneConfig) -> dict[str, Any]:

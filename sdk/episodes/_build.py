@@ -73,6 +73,10 @@ def _extends(request: list[Any], raw: list[Any]) -> bool:
 def _float_list(entries: Any) -> list[Any] | None:
     if not isinstance(entries, list):
         return None
+    if entries and type(entries[0]) is float:
+        # Compact stores keep plain numbers (sdk.store._events.compact_logprobs); odd values fail the
+        # batch conversion as below.
+        return entries
     try:
         # OpenAI's per-token entries. Odd values (strings) fail the batch conversion, which drops the list
         # and counts it (see _frame.sanitize): no per-value type checks on the common path.

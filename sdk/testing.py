@@ -653,7 +653,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.send_header("x-request-id", rid)
         self.end_headers()
+        pause = self.server.owner.stream_delay_s  # type: ignore[attr-defined]
         for seq, (event, payload) in enumerate(events):
+            if pause and seq:
+                time.sleep(pause)  # lets a client stop reading mid-stream (an abandoned stream)
             if event is None:
                 self.wfile.write(b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n")
             else:
@@ -678,6 +681,7 @@ class ScriptedOpenAIServer:
         port: Port; 0 picks a free one.
         model_suffix: Appended to the requested model in replies, so requested and returned models differ.
         latency_s: Seconds to sleep before answering each request.
+        stream_delay_s: Seconds to sleep between the events of a streamed reply.
         policy: Optional callable replacing the default policy.
 
     Example:
@@ -695,8 +699,10 @@ class ScriptedOpenAIServer:
         model_suffix: str = "-2026-01-01",
         latency_s: float = 0.0,
         policy: Callable[[dict, str], ScriptedResponse | None] | None = None,
+        stream_delay_s: float = 0.0,
     ) -> None:
         self.host, self._port = host, port
+        self.stream_delay_s = stream_delay_s
         self.model_suffix, self.latency_s, self.policy = model_suffix, latency_s, policy
         self.requests: list[RecordedRequest] = []
         self._queue: deque[ScriptedResponse] = deque()

@@ -535,11 +535,11 @@ class _IdTurn:
 
 
 def _id_turns(
-    assistant: list[int], stored: dict[int, Mapping[str, Any]], untrained: set[int]
+    assistant: list[int], stored: dict[int, Mapping[str, Any]], untrained: set[int], vocab: int
 ) -> list[_IdTurn] | None:
-    """The thread's calls as stored token ids, or ``None`` when a trained turn lacks prompt or completion ids.
+    """The thread's calls as stored token ids; ``None`` when a trained turn lacks them.
 
-    Untrained turns without ids (hand-offs, few-shot examples) are part of later calls' prompt ids.
+    Also ``None`` when ids lie past this tokenizer's vocabulary (another model's tokens). Untrained turns without ids (hand-offs, few-shot examples) are part of later calls' prompt ids.
     """
     turns = []
     for k in assistant:
@@ -549,6 +549,8 @@ def _id_turns(
         if prompt is None or completion is None or not len(completion):
             if k in untrained:
                 continue
+            return None
+        if max(max(prompt, default=0), max(completion)) >= vocab:
             return None
         lps = rec.get("logprobs")  # type: ignore[union-attr]
         lps = [float(x) for x in lps] if lps is not None and len(lps) == len(completion) else None
@@ -695,7 +697,7 @@ def convert_episode(
         return conv
     group = conv.task_id or conv.episode_id
     policy_version = _policy_version(episode.get("metadata"))
-    id_turns = _id_turns(assistant, stored, untrained)
+    id_turns = _id_turns(assistant, stored, untrained, len(tokenizer))
     if id_turns is not None:
         # Token-in/token-out: the exact ids the model saw and produced; no chat template.
         template = TrainingSample(group, conv.episode_id, reward=conv.reward, policy_version=policy_version)

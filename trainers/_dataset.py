@@ -539,7 +539,8 @@ def _id_turns(
 ) -> list[_IdTurn] | None:
     """The thread's calls as stored token ids; ``None`` when a trained turn lacks them.
 
-    Also ``None`` when ids lie past this tokenizer's vocabulary (another model's tokens). Untrained turns without ids (hand-offs, few-shot examples) are part of later calls' prompt ids.
+    Also ``None`` when ids lie past this tokenizer's vocabulary (another model's tokens). Untrained turns
+    without ids (hand-offs, few-shot examples) are part of later calls' prompt ids.
     """
     turns = []
     for k in assistant:

@@ -13,13 +13,12 @@ Everything here that is not public SDK API is in :func:`_open_session`, :func:`_
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import time
 from typing import Any
 
 from sdk.capture import Session, capture_internal_exceptions, count
-from sdk.store import EVENT_VERSION
+from sdk.store import _events as events
 
 __all__ = ["SessionTable"]
 
@@ -36,26 +35,9 @@ def _open_session(
     """Create a session object for ``session_id`` and write its ``session_start`` (internal)."""
     from sdk._tracer import tracer
 
-    s = Session(task_id, metadata, sample=sample, session_id=session_id)
-    if tracer.config.enabled:
-        with capture_internal_exceptions("gateway.session_start"):
-            tracer.append(
-                {
-                    "event": "session_start",
-                    "v": EVENT_VERSION,
-                    "session_id": s.session_id,
-                    "ts": s.started_at,
-                    "task_id": s.task_id,
-                    "sample": s.sample,
-                    "metadata": s.metadata,
-                    "parent_session_ids": [],
-                    "implicit": False,
-                    "pid": os.getpid(),
-                    # Other workers (and a restarted gateway) write parts of this session too.
-                    "spans_processes": True,
-                }
-            )
-            count("sessions_started")
+    s = Session(task_id, metadata, sample=sample, session_id=session_id, tracer=tracer)
+    # Other workers (and a restarted gateway) write parts of this session too.
+    tracer.session_started(s, spans_processes=True)
     return s
 
 
@@ -69,24 +51,13 @@ def _end_session(s: Session, error: str | None) -> None:
 
 def _reward_event(session_id: str, value: float, name: str, call_id: str | None) -> None:
     """Write a reward for a session this worker has not opened (internal). ``ValueError`` if invalid."""
-    from sdk._session import _check_reward
     from sdk._tracer import tracer
 
-    value = _check_reward(value, name)
+    value = events.check_reward(value, name)
     if not tracer.config.enabled:
         return
     with capture_internal_exceptions("gateway.reward"):
-        tracer.append(
-            {
-                "event": "reward",
-                "v": EVENT_VERSION,
-                "session_id": session_id,
-                "value": value,
-                "name": name,
-                "call_id": call_id,
-                "ts": time.time(),
-            }
-        )
+        tracer.append(events.reward(session_id, value, name, call_id, time.time()))
 
 
 class _SessionError(Exception):

@@ -101,7 +101,7 @@ def test_prompt_id_suffix_round_trips() -> None:
 
 def test_a_missing_token_base_is_counted(tmp_path: Path) -> None:
     _write(tmp_path / "s")
-    (seg,) = (tmp_path / "s").glob("*.jsonl")
+    seg = next(p for p in sorted((tmp_path / "s").glob("*.jsonl")) if b'"event":"call"' in p.read_bytes())
     lines = seg.read_bytes().splitlines(keepends=True)
     first_call = next(i for i, line in enumerate(lines) if b'"event":"call"' in line)
     seg.write_bytes(b"".join(lines[:first_call] + lines[first_call + 1 :]))

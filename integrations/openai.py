@@ -11,6 +11,12 @@ Example:
     >>> client = wrap_openai(OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x"))  # one client
     >>> instrument_openai()   # or every client created from now on (incl. those frameworks build)
 
+Token data without code changes: ``wrap_openai(client, token_data=True)`` or
+``instrument_openai(token_data=["http://127.0.0.1:8000/v1"])`` adds ``logprobs`` and vLLM's
+``return_token_ids`` to the chat requests sent to the servers named (requests that set them keep their
+own values). Name only servers that accept these parameters (vLLM, SGLang): OpenAI's own API rejects
+``return_token_ids``. Responses then carry the token data the client did not ask for; clients ignore it.
+
 Frameworks that accept an http client can be handed a recording one::
 
     ChatOpenAI(..., http_client=recording_http_client(), http_async_client=recording_http_client(async_=True))
@@ -26,9 +32,10 @@ import time
 import zlib
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from sdk import capture
+from sdk._token_data import token_data_params
 from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 
 try:
@@ -361,6 +368,14 @@ def _stream_response(endpoint: str, events: list[dict[str, Any]], status: int, r
     """Fill ``record`` from a streamed response's events."""
     if endpoint != "responses":
         _chat_response(_assemble_chat_stream(events), record)
+        if record.finish_reason is None:
+            # Closed before its finish chunk (the client stopped reading, or the connection broke): the
+            # text so far is kept, marked so that it is never trained as a complete turn.
+            record.error = {
+                "type": "incomplete_stream",
+                "message": f"stream closed before its finish chunk ({len(events)} chunks read)",
+                "status": status,
+            }
         return
     final = next(
         (
@@ -475,6 +490,35 @@ def _begin(request: Any, sink: RecordSink) -> _Exchange | None:
     return _Exchange(endpoint, body, capture_target(), sink)
 
 
+def _wants_token_data(url: str, servers: tuple[str, ...]) -> bool:
+    return any(url == base or url.startswith(base + "/") for base in servers)
+
+
+@firewall("openai.token_data")
+def _with_token_data(hx: ModuleType, request: Any, ex: _Exchange, servers: tuple[str, ...]) -> Any:
+    """``request`` asking for logprobs and token ids when it goes to a named server (else unchanged)."""
+    if ex.endpoint != "chat.completions" or not _wants_token_data(str(request.url), servers):
+        return request
+    body, added = token_data_params(ex.endpoint, ex.body)
+    if not added:
+        return request
+    headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+    out = hx.Request(
+        request.method,
+        request.url,
+        headers=headers,
+        content=json.dumps(body).encode(),
+        extensions=request.extensions,
+    )
+    ex.body = body  # the record keeps the request as the server received it
+    capture.count("token_data_requested")
+    return out
+
+
+def _servers(urls: Any) -> tuple[str, ...]:
+    return tuple(str(u).rstrip("/") for u in urls)
+
+
 def _teed(hx: ModuleType, resp: Any, stream: Any, ex: _Exchange) -> Any:
     """``resp`` with its body read through ``stream``, which records the exchange when closed."""
     ex.status, ex.headers = resp.status_code, resp.headers
@@ -518,14 +562,19 @@ def _transport_classes(module_name: str) -> tuple[type, type]:
     class _RecordingTransport(hx.BaseTransport):  # type: ignore[misc,name-defined]
         """An httpx transport that records model calls, then behaves exactly like the one it wraps."""
 
-        def __init__(self, inner: Any = None, *, sink: RecordSink | None = None) -> None:
+        def __init__(
+            self, inner: Any = None, *, sink: RecordSink | None = None, token_data: tuple[str, ...] = ()
+        ) -> None:
             self.inner = inner if inner is not None else hx.HTTPTransport()
             self.sink = sink or record_call
+            self.token_data = token_data
 
         def handle_request(self, request: Any) -> Any:
             ex = _begin(request, self.sink)
             if ex is None:
                 return self.inner.handle_request(request)
+            if self.token_data:
+                request = _with_token_data(hx, request, ex, self.token_data) or request
             try:
                 resp = self.inner.handle_request(request)
             except BaseException as exc:
@@ -539,14 +588,19 @@ def _transport_classes(module_name: str) -> tuple[type, type]:
     class _AsyncRecordingTransport(hx.AsyncBaseTransport):  # type: ignore[misc,name-defined]
         """The async twin of the recording transport."""
 
-        def __init__(self, inner: Any = None, *, sink: RecordSink | None = None) -> None:
+        def __init__(
+            self, inner: Any = None, *, sink: RecordSink | None = None, token_data: tuple[str, ...] = ()
+        ) -> None:
             self.inner = inner if inner is not None else hx.AsyncHTTPTransport()
             self.sink = sink or record_call
+            self.token_data = token_data
 
         async def handle_async_request(self, request: Any) -> Any:
             ex = _begin(request, self.sink)
             if ex is None:
                 return await self.inner.handle_async_request(request)
+            if self.token_data:
+                request = _with_token_data(hx, request, ex, self.token_data) or request
             try:
                 resp = await self.inner.handle_async_request(request)
             except BaseException as exc:
@@ -605,7 +659,9 @@ def _is_recording(transport: Any) -> bool:
 
 
 @firewall("wrap_openai")
-def _wrap_http_client(http: Any, is_async: bool, sink: RecordSink | None) -> None:
+def _wrap_http_client(
+    http: Any, is_async: bool, sink: RecordSink | None, token_data: tuple[str, ...] = ()
+) -> None:
     module = type(http).__mro__[-2].__module__.split(".")[0]  # the httpx flavour this client is built on
     for klass in type(http).__mro__:
         if klass.__module__.split(".")[0] in ("httpx", "httpx2"):
@@ -614,20 +670,32 @@ def _wrap_http_client(http: Any, is_async: bool, sink: RecordSink | None) -> Non
     sync_cls, async_cls = _transport_classes(module)
     cls = async_cls if is_async else sync_cls
     if not _is_recording(http._transport):
-        http._transport = cls(http._transport, sink=sink)
+        http._transport = cls(http._transport, sink=sink, token_data=token_data)
+    elif token_data:
+        http._transport.token_data = token_data
     for pattern, t in list(getattr(http, "_mounts", {}).items()):
         if t is not None and not _is_recording(t):
-            http._mounts[pattern] = cls(t, sink=sink)
+            http._mounts[pattern] = cls(t, sink=sink, token_data=token_data)
 
 
-def wrap_openai(client: Any, *, sink: RecordSink | None = None) -> Any:
+def wrap_openai(
+    client: Any, *, sink: RecordSink | None = None, token_data: bool | list[str] | tuple[str, ...] = False
+) -> Any:
     """Record every model call ``client`` makes (in place; idempotent). Returns the client.
+
+    Args:
+        client: An ``OpenAI`` or ``AsyncOpenAI`` client.
+        sink: Where records go (default :func:`sdk.capture.record_call`).
+        token_data: ``True``: ask this client's server for ``logprobs`` and vLLM's ``return_token_ids`` on
+            chat requests that do not set them (for training on the exact tokens; only for servers that
+            accept them, e.g. vLLM or SGLang, never OpenAI's API). A list: only for those base URLs.
 
     Example:
         >>> from openai import OpenAI
-        >>> client = wrap_openai(OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x"))
+        >>> client = wrap_openai(OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x"), token_data=True)
     """
-    _wrap_http_client(client._client, isinstance(client, openai.AsyncOpenAI), sink)
+    servers = _servers([client.base_url] if token_data is True else token_data or ())
+    _wrap_http_client(client._client, isinstance(client, openai.AsyncOpenAI), sink, servers)
     return client
 
 
@@ -639,24 +707,42 @@ class OpenAIIntegration(Integration):
     """
 
     identifier = "openai"
+    token_data: ClassVar[tuple[str, ...]] = ()
+    """Base URLs whose chat requests ask for token data (see :func:`instrument_openai`)."""
 
     @classmethod
     def setup_once(cls) -> None:
         """Make both client classes wrap each client they build."""
         for client_class in (openai.OpenAI, openai.AsyncOpenAI):
-            cls.patch_init(client_class, wrap_openai)
+            cls.patch_init(client_class, _wrap_new_client)
 
 
-def instrument_openai() -> None:
+def _wrap_new_client(client: Any) -> None:
+    wrap_openai(client, token_data=OpenAIIntegration.token_data)
+
+
+def instrument_openai(*, token_data: list[str] | tuple[str, ...] = ()) -> None:
     """Record calls from every OpenAI/AsyncOpenAI client created from now on (idempotent).
 
     This includes clients that frameworks build internally (LangChain ``ChatOpenAI``, LlamaIndex
     ``OpenAI``, Strands ``OpenAIModel``), so token ids and logprobs are kept for them too.
 
+    Args:
+        token_data: Base URLs of servers (vLLM, SGLang) whose chat requests should ask for ``logprobs``
+            and ``return_token_ids`` when they do not set them. Only the servers named: OpenAI's own API
+            rejects ``return_token_ids``. Replaces the list given by an earlier call.
+
     Example:
-        >>> instrument_openai(); uninstrument_openai()
+        >>> instrument_openai(token_data=["http://127.0.0.1:8000/v1"]); uninstrument_openai()
     """
-    OpenAIIntegration.install()
+    if isinstance(token_data, (str, bool)):
+        raise ValueError(
+            "instrument_openai(token_data=...) takes the base URLs of the servers to ask for token data, "
+            "e.g. token_data=['http://127.0.0.1:8000/v1'] (never OpenAI's API: it rejects return_token_ids)"
+        )
+    with OpenAIIntegration.lock:
+        OpenAIIntegration.token_data = _servers(token_data)
+        OpenAIIntegration.install()
 
 
 def uninstrument_openai() -> None:

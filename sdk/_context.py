@@ -127,8 +127,9 @@ class Session:
         self.rewards: list[tuple[str, float, str | None]] = []
         self.last_call_id: str | None = None
         self._lock = threading.Lock()
-        # Recent threads for prefix deduplication: (call_id, request messages + response, tools).
-        self._threads: list[tuple[str, list[Any], Any]] = []
+        # Recent threads for prefix deduplication: (call_id, request messages + response, tools,
+        # (prompt token ids, completion token ids)).
+        self._threads: list[tuple[str, list[Any], Any, tuple[Any, Any]]] = []
         self._token: contextvars.Token[Session | None] | None = None
         self._scope: object | None = None  # the sdk._session.SessionScope that opened it
         # Recent calls seen by a recording transport, by fingerprint, so that a framework hook's view of
@@ -191,9 +192,11 @@ class Session:
                     base=base,
                     tools_from_base=record.tools == best[2],
                     same_call_as=same_call_as,
+                    base_token_ids=best[3],
                 )
             thread = messages if record.response_message is None else [*messages, record.response_message]
-            self._threads.append((record.call_id, thread, record.tools))
+            tokens = (record.prompt_token_ids, record.completion_token_ids)
+            self._threads.append((record.call_id, thread, record.tools, tokens))
             if len(self._threads) > _MAX_THREADS_PER_SESSION:
                 del self._threads[0]
             # Written under the session lock so a call is never on disk before the call it builds on.

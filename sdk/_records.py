@@ -108,8 +108,13 @@ class CallRecord:
         base: dict[str, Any] | None = None,
         tools_from_base: bool = False,
         same_call_as: str | None = None,
+        base_token_ids: tuple[list[int] | None, list[int] | None] | None = None,
     ) -> dict[str, Any]:
-        """Return the ``call`` event for the store (``messages``/``base`` carry prefix deduplication)."""
+        """Return the ``call`` event for the store (``messages``/``base`` carry prefix deduplication).
+
+        ``base_token_ids`` is the base call's ``(prompt_token_ids, completion_token_ids)``: with a base,
+        the prompt ids are stored relative to them (``prompt_token_suffix``), as messages are.
+        """
         request: dict[str, Any] = {"messages": self.messages if messages is None else messages}
         if base is not None:
             request["base"] = base
@@ -120,6 +125,11 @@ class CallRecord:
             params = {k: v for k, v in params.items() if k not in _SECRET_PARAM_KEYS}
         if params:
             request["params"] = params
+        prompt_ids, suffix = self.prompt_token_ids, None
+        if base is not None and base_token_ids is not None and prompt_ids:
+            suffix = events.prompt_id_suffix(prompt_ids, *base_token_ids)
+            if suffix is not None:
+                prompt_ids = None
         # Only what carries information is written (see CALL_DEFAULTS).
         optional = (
             ("parent_session_ids", parent_session_ids),
@@ -130,9 +140,10 @@ class CallRecord:
             ("stream", self.stream),
             ("request_id", self.request_id),
             ("error", self.error),
-            ("logprobs", self.logprobs),
-            ("prompt_token_ids", self.prompt_token_ids),
+            ("logprobs", events.compact_logprobs(self.logprobs, self.completion_token_ids)),
+            ("prompt_token_ids", prompt_ids),
             ("completion_token_ids", self.completion_token_ids),
+            ("prompt_token_suffix", suffix),
             ("extra", self.extra),
             ("source", self.source),
             ("same_call_as", same_call_as),

@@ -432,6 +432,19 @@ def _chat_completion(t: _Turn, cid: str, created: int) -> dict[str, Any]:
     return body
 
 
+def _set_token_ids(body: dict[str, Any], prompt: list[int], completion: list[int], logprobs: bool) -> None:
+    """Put a token-ids hook's ids (and one logprob per completion id) into a chat completion body."""
+    body["prompt_token_ids"] = list(prompt)
+    choice = body["choices"][0]
+    choice["token_ids"] = list(completion)
+    if logprobs:
+        entries = [{"token": f"token_id:{i}", "logprob": -round(((i * 7919) % 1000) / 1000.0 + 0.001, 3)}
+                   for i in completion]  # fmt: skip
+        choice["logprobs"] = {"content": entries, "refusal": None}
+    n_in, n_out = len(prompt), len(completion)
+    body["usage"].update(prompt_tokens=n_in, completion_tokens=n_out, total_tokens=n_in + n_out)
+
+
 def _chat_chunks(t: _Turn, cid: str, created: int, include_usage: bool) -> Iterator[dict[str, Any]]:
     def chunk(delta: dict[str, Any], tokens: list[Token], finish: str | None = None) -> dict[str, Any]:
         logprobs = {"content": t.lp(tokens), "refusal": None} if t.logprobs and tokens else None
@@ -622,7 +635,11 @@ class _Handler(BaseHTTPRequestHandler):
         if endpoint == "chat.completions":
             cid = "chatcmpl-" + uuid.uuid4().hex
             if not stream:
-                return self._send_json(200, _chat_completion(t, cid, created), request_id)
+                body = _chat_completion(t, cid, created)
+                token_ids = self.server.owner.token_ids
+                if token_ids is not None and t.token_ids:
+                    _set_token_ids(body, *token_ids(req, resp), t.logprobs)
+                return self._send_json(200, body, request_id)
             include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
             chunks = ((None, c) for c in _chat_chunks(t, cid, created, include_usage))
             return self._send_sse(chunks, request_id, done_marker=True)
@@ -653,7 +670,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.send_header("x-request-id", rid)
         self.end_headers()
+        pause = self.server.owner.stream_delay_s  # type: ignore[attr-defined]
         for seq, (event, payload) in enumerate(events):
+            if pause and seq:
+                time.sleep(pause)  # lets a client stop reading mid-stream (an abandoned stream)
             if event is None:
                 self.wfile.write(b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n")
             else:
@@ -678,6 +698,10 @@ class ScriptedOpenAIServer:
         port: Port; 0 picks a free one.
         model_suffix: Appended to the requested model in replies, so requested and returned models differ.
         latency_s: Seconds to sleep before answering each request.
+        stream_delay_s: Seconds to sleep between the events of a streamed reply.
+        token_ids: ``token_ids(request_json, response) -> (prompt_ids, completion_ids)``: the ids a
+            non-streamed chat reply returns when asked (``return_token_ids``), instead of the fake
+            tokenizer's, e.g. a real tokenizer's with a word spelled in unusual tokens; logprobs follow them.
         policy: Optional callable replacing the default policy.
 
     Example:
@@ -695,8 +719,12 @@ class ScriptedOpenAIServer:
         model_suffix: str = "-2026-01-01",
         latency_s: float = 0.0,
         policy: Callable[[dict, str], ScriptedResponse | None] | None = None,
+        stream_delay_s: float = 0.0,
+        token_ids: Callable[[dict, ScriptedResponse], tuple[list[int], list[int]]] | None = None,
     ) -> None:
         self.host, self._port = host, port
+        self.stream_delay_s = stream_delay_s
+        self.token_ids = token_ids
         self.model_suffix, self.latency_s, self.policy = model_suffix, latency_s, policy
         self.requests: list[RecordedRequest] = []
         self._queue: deque[ScriptedResponse] = deque()

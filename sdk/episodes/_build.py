@@ -19,7 +19,7 @@ from sdk.episodes._validate import Problem
 from sdk.messages import normalize_message
 from sdk.store import StoredSession
 
-__all__ = ["BuildOptions", "session_episodes"]
+__all__ = ["BuildOptions", "incomplete_call", "session_episodes"]
 
 
 @dataclasses.dataclass
@@ -85,6 +85,10 @@ def _extends(request: list[Any], raw: list[Any]) -> bool:
 def _float_list(entries: Any) -> list[Any] | None:
     if not isinstance(entries, list):
         return None
+    if entries and type(entries[0]) is float:
+        # Compact stores keep plain numbers (sdk.store._events.compact_logprobs); odd values fail the
+        # batch conversion as below.
+        return entries
     try:
         # OpenAI's per-token entries. Odd values (strings) fail the batch conversion, which drops the list
         # and counts it (see _frame.sanitize): no per-value type checks on the common path.
@@ -155,6 +159,22 @@ def _turn(index: int, call: dict[str, Any] | None, stats: Counter[str]) -> dict[
         "token_ids": token_ids,
         "prompt_token_ids": _int_list(prompt),
     }
+
+
+def incomplete_call(call: dict[str, Any]) -> bool:
+    """Whether a call's response was cut short: it has a message but its stream never finished.
+
+    Marked at capture (``error.type == "incomplete_stream"``); a recording transport's stream without a
+    finish reason (stores written before the marker) is the same thing, as OpenAI-compatible servers
+    always end a stream with a finish reason.
+    """
+    response = call.get("response") or {}
+    if response.get("message") is None or response.get("finish_reason") is not None:
+        return False
+    error = call.get("error")
+    if isinstance(error, dict) and error.get("type") == "incomplete_stream":
+        return True
+    return bool(call.get("stream")) and call.get("source") == "transport"
 
 
 def _faithful(turns: list[dict[str, Any]]) -> bool:
@@ -253,9 +273,18 @@ def session_episodes(
     out = []
     for th in threads:
         named, call_reward_meta = _thread_rewards(th, session_rewards, call_rewards.get(th.index, ()))
-        ep = _episode(s, th, opts, len(threads), call_reward_meta, task_id, sample)
+        incomplete = [i for i, call in th.generated.items() if incomplete_call(call)]
+        ep = _episode(s, th, opts, len(threads), call_reward_meta, task_id, sample, incomplete)
         set_rewards(ep, named, opts.reward_name)
-        problems: list[Problem] = []
+        problems: list[Problem] = [
+            Problem(
+                "incomplete_turn",
+                f"message {i} comes from a call with no finish reason (stream closed before its end)",
+                i,
+                "warning",
+            )
+            for i in incomplete
+        ]
         if th.incomplete:
             problems.append(
                 Problem(
@@ -409,6 +438,7 @@ def _episode(
     call_reward_meta: list[dict[str, Any]],
     task_id: str | None,
     sample: int | None,
+    incomplete: list[int],
 ) -> dict[str, Any]:
     """The episode row of one thread, rewards not set yet."""
     stats = th.stats
@@ -443,6 +473,9 @@ def _episode(
     if context_turns:
         # Assistant messages the thread's calls did not generate (few-shot examples, injected history).
         tracerl["context_assistant_messages"] = context_turns
+    if incomplete:
+        # Turns of calls cut short (abandoned streams): context for what follows, never trained as complete.
+        tracerl["incomplete_turns"] = incomplete
     if stats:
         tracerl["normalization"] = dict(stats)
     started, ended = sums.started, sums.ended

@@ -30,10 +30,12 @@ PROBLEM_CODES: dict[str, str] = {
     "reward_fn_error": "a reward function raised or returned something that is not a reward",
     # Warnings: counted in the summary, the episode is kept.
     "trailing_tool_call": "(warning) the last message calls tools that were never run (e.g. step limit)",
+    "incomplete_turn": "(warning) an assistant turn whose call has no finish reason (a stream closed "
+    "before its end): kept as context, never trained as a complete turn",
 }
-"""Every problem code with its meaning; all but ``trailing_tool_call`` reject the episode."""
+"""Every problem code with its meaning; all but the warnings (marked so) reject the episode."""
 
-_WARNINGS = frozenset({"trailing_tool_call"})
+_WARNINGS = frozenset({"trailing_tool_call", "incomplete_turn"})
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 

@@ -11,7 +11,11 @@ Event lines (``v`` = 1), one JSON object per line, built only by the constructor
   the same session (``request.base = {"call_id", "n"}``: the first ``n`` messages of that call's
   request messages + response message; no ``call_id`` means the session's previous call); with a
   base, absent ``request.tools`` means the base's tools. Fields at their default are omitted
-  (``sdk.store._events.CALL_DEFAULTS``); the reader restores them. ``same_call_as`` links a framework
+  (``sdk.store._events.CALL_DEFAULTS``); the reader restores them. Token data is compact: with a base,
+  the prompt ids are ``prompt_token_suffix = {"n", "ids"}`` (the first ``n`` of the base call's prompt +
+  completion ids, then ``ids``) instead of ``prompt_token_ids``, and ``logprobs`` are plain numbers when
+  the completion ids are stored beside them and no entry has ``top_logprobs`` (older stores: per-token
+  entries and full prompt ids, read as before). ``same_call_as`` links a framework
   hook's record to the recording transport's record of the same call (merged on read)
 - ``reward``: ``session_id, value, name, call_id, ts``
 - ``session_end``: ``session_id, ts, status ("ok" | "error"), error, num_calls``

@@ -23,7 +23,10 @@ __all__ = [
     "EVENT_VERSION",
     "call",
     "check_reward",
+    "compact_logprobs",
     "encode_event",
+    "expand_prompt_ids",
+    "prompt_id_suffix",
     "reward",
     "session_end",
     "session_start",
@@ -44,6 +47,7 @@ CALL_DEFAULTS: dict[str, Any] = {
     "logprobs": None,
     "prompt_token_ids": None,
     "completion_token_ids": None,
+    "prompt_token_suffix": None,
     "extra": None,
     "source": "framework",
     "same_call_as": None,
@@ -130,6 +134,95 @@ def call(
         if value and value != CALL_DEFAULTS[key]:
             event[key] = value
     return event
+
+
+def compact_logprobs(entries: list[Any] | None, completion_ids: list[int] | None) -> list[Any] | None:
+    """Per-token logprob entries as plain numbers, when nothing but the numbers would be lost.
+
+    OpenAI-style entries (``{"token", "logprob", "top_logprobs"}``) spend most of their bytes on the
+    token text, which is the server's decoding of the completion ids stored beside them. When the ids are
+    there (one per entry) and no entry carries ``top_logprobs``, the entries are stored as their
+    ``logprob`` numbers; otherwise they are stored as they are. Readers accept both forms.
+
+    Example:
+        >>> compact_logprobs([{"token": "a", "logprob": -0.5}], [7])
+        [-0.5]
+        >>> compact_logprobs([{"token": "a", "logprob": -0.5}], None)
+        [{'token': 'a', 'logprob': -0.5}]
+    """
+    if not entries or not isinstance(completion_ids, list) or len(completion_ids) != len(entries):
+        return entries
+    out = []
+    for e in entries:
+        if type(e) is not dict or e.get("top_logprobs") or not set(e) <= _PLAIN_ENTRY:
+            return entries
+        lp = e.get("logprob")
+        if type(lp) is not float and (type(lp) is not int or isinstance(lp, bool)):
+            return entries
+        out.append(lp)
+    return out
+
+
+_PLAIN_ENTRY = frozenset({"token", "logprob", "top_logprobs"})
+
+
+def _prefix_len(a: list[Any], b: list[Any]) -> int:
+    """Length of the common prefix of ``a`` and ``b`` (slice comparisons run in C: O(n log n))."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def prompt_id_suffix(
+    prompt_ids: list[int], base_prompt: list[int] | None, base_completion: list[int] | None
+) -> dict[str, Any] | None:
+    """``prompt_ids`` relative to the base call's prompt + completion ids: ``{"n", "ids"}``, or ``None``.
+
+    The stored form of a call's prompt ids when its request has a base (``request.base``): the first
+    ``n`` ids of the base call's prompt ids followed by its completion ids, then ``ids``. ``None`` when
+    nothing is shared (the full list is stored as ``prompt_token_ids``).
+
+    Example:
+        >>> prompt_id_suffix([1, 2, 3, 9, 5], [1, 2], [3, 4])
+        {'n': 3, 'ids': [9, 5]}
+    """
+    if not isinstance(prompt_ids, list) or not isinstance(base_prompt, list):
+        return None
+    n = _prefix_len(prompt_ids, base_prompt)
+    if n == len(base_prompt) and isinstance(base_completion, list):
+        n += _prefix_len(prompt_ids[n:], base_completion)
+    return {"n": n, "ids": prompt_ids[n:]} if n else None
+
+
+def expand_prompt_ids(
+    suffix: Any, base_prompt: list[int] | None, base_completion: list[int] | None
+) -> list[int] | None:
+    """The full prompt ids from a stored ``prompt_token_suffix`` (see :func:`prompt_id_suffix`).
+
+    ``None`` when the suffix is malformed or reaches past what the base call has.
+
+    Example:
+        >>> expand_prompt_ids({"n": 3, "ids": [9, 5]}, [1, 2], [3, 4])
+        [1, 2, 3, 9, 5]
+    """
+    if type(suffix) is not dict or not isinstance(base_prompt, list):
+        return None
+    n, ids = suffix.get("n"), suffix.get("ids")
+    if type(n) is not int or n < 0 or not isinstance(ids, list):
+        return None
+    if n <= len(base_prompt):
+        return base_prompt[:n] + ids
+    rest = n - len(base_prompt)
+    if not isinstance(base_completion, list) or rest > len(base_completion):
+        return None
+    return base_prompt + base_completion[:rest] + ids
 
 
 def reward(session_id: str, value: float, name: str, call_id: str | None, ts: float) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk._json import JSONError, loads, strict_loads
-from sdk.store._events import CALL_DEFAULTS, EVENT_VERSION
+from sdk.store._events import CALL_DEFAULTS, EVENT_VERSION, expand_prompt_ids
 from sdk.store._index import (
     DEFAULT_LIMIT,
     END_MARK,
@@ -37,7 +37,7 @@ __all__ = ["EVENT_VERSION", "StoreReader", "StoredSession", "read_sessions"]
 """Version written in every event's ``v`` field; readers reject larger versions (counted)."""
 
 _KNOWN_EVENTS = frozenset({"session_start", "call", "reward", "session_end"})
-_DEFAULTS = {k: v for k, v in CALL_DEFAULTS.items() if not isinstance(v, list)}
+_DEFAULTS = {k: v for k, v in CALL_DEFAULTS.items() if not isinstance(v, list) and k != "prompt_token_suffix"}
 
 
 @dataclasses.dataclass
@@ -56,7 +56,9 @@ class StoredSession:
             crash or kill) or ``implicit`` (calls made outside any session).
         error: ``{"type", "message"}`` when the session body raised.
         implicit: Whether this is a process's implicit session.
-        calls: CallRecord dicts in call order, each with the full ``request.messages`` rebuilt.
+        calls: CallRecord dicts in call order, each with the full ``request.messages`` and
+            ``prompt_token_ids`` rebuilt; ``logprobs`` holds per-token entries or (compact stores, see
+            ``sdk.store._events.compact_logprobs``) plain numbers.
         rewards: ``{"value", "name", "call_id", "ts"}`` dicts in the order they were given.
 
     Example:
@@ -96,8 +98,9 @@ class StoredSession:
 @dataclasses.dataclass
 class _Open:
     session: StoredSession
-    bases: dict[str, tuple[list[Any], Any]] = dataclasses.field(default_factory=dict)
-    last: tuple[list[Any], Any] | None = None
+    # Per call id: (request messages + response, tools, prompt token ids, completion token ids).
+    bases: dict[str, tuple[list[Any], Any, Any, Any]] = dataclasses.field(default_factory=dict)
+    last: tuple[list[Any], Any, Any, Any] | None = None
     # The reader's count of unusable lines when ``last`` was set: if it has grown since, an unusable line
     # (perhaps this session's next call) came in between, and ``last`` may not be the previous call.
     damage: int = 0
@@ -449,6 +452,7 @@ class StoreReader:
         request.setdefault("params", {})
         messages = request.get("messages") or []
         base = request.pop("base", None)
+        prior = None
         if base is not None:
             # No call_id means the session's previous call (the writer's common case).
             if "call_id" in base:
@@ -471,12 +475,20 @@ class StoreReader:
                 messages = prior[0][: base.get("n", 0)] + messages
                 if "tools" not in request:
                     request["tools"] = prior[1]
+        suffix = call.pop("prompt_token_suffix", None)
+        if suffix is not None:
+            # Prompt ids stored relative to the base call's prompt + completion ids (compact stores).
+            ids = expand_prompt_ids(suffix, prior[2], prior[3]) if prior is not None else None
+            if ids is None:
+                self._problem("missing_token_base", f"{name}:{n}")
+            call["prompt_token_ids"] = ids
         request.setdefault("tools", None)
         request["messages"] = messages
         call["request"] = request
         response = call.get("response") or {}
         thread = messages + [response["message"]] if response.get("message") is not None else messages
-        state.last = state.bases[call.get("call_id", "")] = (thread, request.get("tools"))
+        tokens = (call["prompt_token_ids"], call["completion_token_ids"])
+        state.last = state.bases[call.get("call_id", "")] = (thread, request.get("tools"), *tokens)
         state.damage = self._damage
         return call
 

@@ -10,7 +10,8 @@ key-value metadata (tracerl and schema versions), exactly.
 
 The write side too: today's capture of the same sessions (``make_store_v1.write_store``) writes the same
 event lines as the fixture's, once ids, times, pids and server-made request ids, tool-call ids and token counts are replaced by stable
-placeholders.
+placeholders, and once prompt token ids are left aside: today's writer stores them relative to the previous
+call (``prompt_token_suffix``), the fixture in full; the reader rebuilds the same lists from both.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ pl = pytest.importorskip("polars")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from sdk.episodes import export  # noqa: E402
+from sdk.store import StoreReader  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXPECTED = FIXTURES / "store_v1.parquet"
@@ -69,6 +71,7 @@ def _normalised_lines(store: Path) -> list[str]:
             # (it joins text parts as sdk.messages does since the fixture was written): server output.
             line = re.sub(r"\bcall_[0-9a-f]{24}\b", "call_x", line)
             line = re.sub(r'"(prompt_tokens|total_tokens)":[0-9]+', r'"\1":0', line)
+            line = re.sub(r',"prompt_token_(ids":\[[0-9,]*\]|suffix":\{[^}]*\})', "", line)
             out.append(line)
     return out
 
@@ -83,3 +86,11 @@ def test_capture_writes_the_fixture_lines(tmp_path: Path) -> None:
     want = _normalised_lines(FIXTURES / "store_v1")
     assert len(want) == 44
     assert _normalised_lines(tmp_path / "store") == want
+    assert b'"prompt_token_suffix"' in b"".join(p.read_bytes() for p in (tmp_path / "store").glob("*.jsonl"))
+    assert _prompt_ids(tmp_path / "store") == _prompt_ids(FIXTURES / "store_v1")
+
+
+def _prompt_ids(store: Path) -> list[list[int] | None]:
+    """Every call's prompt token ids as the reader rebuilds them, in session start order."""
+    sessions = sorted(StoreReader(store).sessions(), key=lambda s: s.started_at or 0.0)
+    return [c["prompt_token_ids"] for s in sessions for c in s.calls]

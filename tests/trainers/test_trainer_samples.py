@@ -152,26 +152,40 @@ def test_token_faithful_episode_gets_aligned_logprobs(tiny_tokenizer):
     assert all(lp == 0.0 for lp, m in zip(s.logprobs, s.loss_mask, strict=True) if not m)
 
 
+def _completion_ids_only(ep):
+    """Without prompt ids the stored completion ids are checked against a re-render (template path)."""
+    for t in ep["turns"]:
+        t["prompt_token_ids"] = None
+    return ep
+
+
 def test_unfaithful_ids_are_detected_and_counted(tiny_tokenizer):
-    good = make_episode(0, 0, good=True, tokenizer=tiny_tokenizer)
-    bad = make_episode(0, 1, good=False, tokenizer=tiny_tokenizer)
+    good = _completion_ids_only(make_episode(0, 0, good=True, tokenizer=tiny_tokenizer))
+    bad = _completion_ids_only(make_episode(0, 1, good=False, tokenizer=tiny_tokenizer))
     bad["turns"][1]["token_ids"] = [5, *bad["turns"][1]["token_ids"][1:]]  # another tokenizer's ids
-    bad_prompt = make_episode(1, 0, good=True, tokenizer=tiny_tokenizer)
-    bad_prompt["turns"][0]["prompt_token_ids"] = bad_prompt["turns"][0]["prompt_token_ids"][1:]
+    exact = make_episode(1, 0, good=True, tokenizer=tiny_tokenizer)
+    exact["turns"][0]["prompt_token_ids"] = exact["turns"][0]["prompt_token_ids"][
+        1:
+    ]  # ids rule: trained as is
     no_ids = make_episode(1, 1, good=False)
-    convs, rep = convert_episodes([good, bad, bad_prompt, no_ids], tiny_tokenizer)
-    assert [c.faithful for c in convs] == [True, False, False, False]
-    assert [c.samples[0].logprobs is not None for c in convs] == [True, False, False, False]
+    convs, rep = convert_episodes([good, bad, exact, no_ids], tiny_tokenizer)
+    assert [c.faithful for c in convs] == [True, False, True, False]
+    assert [c.path for c in convs] == ["rerender_match", "rerender_differs", "exact_ids", "template"]
+    assert [c.samples[0].logprobs is not None for c in convs] == [True, False, True, False]
+    assert convs[2].per_turn  # its second prompt no longer extends the first call's ids: one sample per call
+    assert convs[2].samples[0].prompt_ids == exact["turns"][0]["prompt_token_ids"]
     assert (rep.faithful, rep.unfaithful, rep.unfaithful_mismatch, rep.unfaithful_no_token_ids) == (
-        1,
-        3,
+        2,
         2,
         1,
+        1,
     )
+    assert (rep.exact_ids, rep.rerender_match, rep.rerender_differs, rep.template_no_ids) == (1, 1, 1, 1)
+    assert rep.rerender_differs_why == {"completion ids differ from the re-render": 1}
 
 
 def test_stored_ids_without_eos_are_faithful_with_nan(tiny_tokenizer):
-    ep = make_episode(0, 0, good=True, tokenizer=tiny_tokenizer)
+    ep = _completion_ids_only(make_episode(0, 0, good=True, tokenizer=tiny_tokenizer))
     for t in ep["turns"]:
         t["token_ids"], t["logprobs"] = t["token_ids"][:-1], t["logprobs"][:-1]
     conv = convert_episode(ep, tiny_tokenizer)
@@ -186,7 +200,9 @@ def test_stored_ids_without_eos_are_faithful_with_nan(tiny_tokenizer):
 def test_logprob_count_mismatch_is_unfaithful(tiny_tokenizer):
     ep = make_episode(0, 0, good=True, tokenizer=tiny_tokenizer)
     ep["turns"][0]["logprobs"] = ep["turns"][0]["logprobs"][:-2]
-    conv = convert_episode(ep, tiny_tokenizer)
+    conv = convert_episode(ep, tiny_tokenizer)  # exact ids, without behaviour logprobs
+    assert conv.path == "exact_ids" and not conv.faithful and conv.samples[0].logprobs is None
+    conv = convert_episode(_completion_ids_only(ep), tiny_tokenizer)
     assert not conv.faithful and conv.unfaithful_reason == "mismatch" and conv.samples[0].logprobs is None
 
 

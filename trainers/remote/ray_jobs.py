@@ -41,6 +41,7 @@ import json
 import os
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -491,16 +492,12 @@ def run_job(argv: list[str] | None = None) -> int:
     local.mkdir(parents=True, exist_ok=True)
     train_args += ["--output", str(local)]
     gpus = int(args.num_gpus)
-    if gpus > 1:
-        import subprocess
-
-        cmd = ["accelerate", "launch", "--num_processes", str(gpus), "-m", "sdk.train", *train_args]
-        print(f"[tracerl] running: {' '.join(cmd)}", file=sys.stderr, flush=True)
-        code = subprocess.call(cmd)
-    else:
-        from trainers.cli import main as train_main
-
-        code = train_main(train_args)
+    # The training CLI runs as its own process, one per GPU under accelerate: the job keeps only the
+    # bookkeeping (and trainers.remote never imports the CLI that imports it).
+    launcher = ["accelerate", "launch", "--num_processes", str(gpus)] if gpus > 1 else [sys.executable]
+    cmd = [*launcher, "-m", "sdk.train", *train_args]
+    print(f"[tracerl] running: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    code = subprocess.call(cmd)
     result: dict[str, Any] = {"status": "succeeded" if code == 0 else "failed", "exit_code": code}
     rows = []
     metrics_path = local / "metrics.jsonl"

@@ -12,6 +12,7 @@ One rule for every integration, applied when a record becomes a store event (see
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -49,6 +50,7 @@ _QUERY_PARAM = re.compile(r"([?&;])([^=&#;\s]+)=([^&#;\s]*)")
 _AUTH_SCHEME = re.compile(r"\s*(?:bearer|basic)\s+\S", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=4096)  # parameter names repeat call after call
 def is_secret_name(name: str) -> bool:
     """Whether a key named ``name`` holds a credential (case, ``_`` and ``-`` do not matter).
 
@@ -73,7 +75,7 @@ def redact_text(text: str) -> str:
         >>> redact_text("Bearer sk-123")
         '[redacted]'
     """
-    if _AUTH_SCHEME.match(text):
+    if text[:1] in "bB \t" and _AUTH_SCHEME.match(text):
         return REDACTED
     if "@" in text:
         text = _USERINFO.sub(rf"\1:{REDACTED}@", text)

@@ -93,8 +93,8 @@ class Tracer:
         """Encode and append one event (firewalled by the callers)."""
         self.writer.append(encode_event(event))
 
-    def session_started(self, s: Session) -> None:
-        """Write the ``session_start`` event of ``s``."""
+    def session_started(self, s: Session, *, spans_processes: bool = False) -> None:
+        """Write the ``session_start`` event of ``s`` (``spans_processes``: see ``events.session_start``)."""
         if not self.config.enabled:
             return
         with capture_internal_exceptions("session_start"):
@@ -108,6 +108,7 @@ class Tracer:
                     parent_session_ids=s.parent_session_ids,
                     implicit=s.implicit,
                     pid=os.getpid(),
+                    spans_processes=spans_processes,
                 )
             )
             count("sessions_started")

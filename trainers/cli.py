@@ -18,12 +18,15 @@ Outputs in ``--output``: ``metrics.jsonl`` (one line per logged step), ``reward.
 ``--config``), ``data_report.json``, ``checkpoint-N/`` (resumable) and ``final/`` (model or LoRA adapter +
 tokenizer).
 
-GPUs: on a CUDA machine ``bf16`` mixed precision is on by default when the GPU supports it, and gradient
-checkpointing stays on (TRL's default); load the weights in bf16 too with
-``--grpo 'model_init_kwargs={"dtype": "bfloat16"}'``. For several GPUs run the same command under
-Accelerate: ``accelerate launch --num_processes 4 -m sdk.train --data ... --model ...`` (each process takes
-its share of every group-aligned batch; only the main process writes metrics and plots). On CPU, bf16 and
-gradient checkpointing default to off.
+GPUs: on a CUDA machine ``bf16`` mixed precision is on by default when the GPU supports it, activation
+checkpointing stays on, liger's kernels are used when ``liger-kernel`` is installed (``pip install
+'tracerl[gpu]'``), and ``--lora`` loads the frozen base in bf16. ``--micro-batch-size N`` splits each
+device's batch into length-sorted micro-batches without padding (then try
+``--grpo activation_checkpointing=false``); ``--bf16-weights`` loads all weights in bf16. For several GPUs
+run the same command under Accelerate: ``accelerate launch --num_processes 4 -m sdk.train --data ...
+--model ...`` or with a config file from ``examples/accelerate/`` (DDP, FSDP, DeepSpeed ZeRO-3); each process
+trains whole groups of every batch (``trained_episodes.jsonl`` lists the shares) and only the main process
+writes outputs. On CPU, bf16 and activation checkpointing default to off.
 
 User errors (bad data, no task with two episodes, missing model, no chat template, over-long episodes when
 ``--truncation skip``, unknown settings) print one line on stderr and exit with code 2.

@@ -46,6 +46,7 @@ from sdk.episodes._validate import EpisodeError, Problem
 from sdk.store import StoreReader
 from sdk.store._index import RewardIndex, insert_rows, scan_rewards
 from sdk.store._reader import usable
+from sdk.store._spread import scan_spread
 
 __all__ = ["plan_workers", "export_parallel"]
 
@@ -147,6 +148,8 @@ def plan_workers(store: Any, workers: int, **blockers: Any) -> list[list[list[Pa
     if any(blockers.values()):
         return None
     chains = StoreReader(store).segments()
+    if scan_spread(chains):
+        return None  # a session written by several processes is merged by one reader (sdk.store._spread)
     total = sum(f.stat().st_size for chain in chains for f in chain)
     n = workers if workers else min(os.cpu_count() or 1, 8, total // MIN_BYTES_PER_WORKER or 1)
     n = min(n, len(chains))

@@ -61,15 +61,19 @@ def session_start(
     parent_session_ids: list[str],
     implicit: bool,
     pid: int,
+    spans_processes: bool = False,
 ) -> dict[str, Any]:
     """The ``session_start`` event.
+
+    ``spans_processes`` marks a session that several processes write parts of (the gateway's workers,
+    or a restarted gateway): the reader merges those parts into one session. Written only when true.
 
     Example:
         >>> session_start("s1", ts=1.0, task_id="t1", sample=None, metadata={}, parent_session_ids=[],
         ...               implicit=False, pid=1)["event"]
         'session_start'
     """
-    return {
+    event = {
         "event": "session_start",
         "v": EVENT_VERSION,
         "session_id": session_id,
@@ -81,6 +85,9 @@ def session_start(
         "implicit": implicit,
         "pid": pid,
     }
+    if spans_processes:
+        event["spans_processes"] = True
+    return event
 
 
 def call(

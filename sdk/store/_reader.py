@@ -29,6 +29,7 @@ from sdk.store._index import (
     reward_of,
     scan_rewards,
 )
+from sdk.store._spread import merge_parts, scan_spread
 from sdk.store._writer import SEGMENT_SUFFIX
 
 __all__ = ["EVENT_VERSION", "StoreReader", "StoredSession", "read_sessions"]
@@ -223,10 +224,17 @@ class StoreReader:
         chains = self.segments()
         rewards = self._rewards(chains)
         seen = SeenSessions(self.index_limit)
+        # Sessions several processes wrote parts of (see sdk.store._spread): held, merged, yielded once the
+        # last chain with a part is read.
+        spread = scan_spread(chains)
+        held: dict[str, list[StoredSession]] = {}
         try:
             for position, chain in enumerate(chains):
                 inline = position not in rewards.indexed_chains
-                yield from self._with_rewards(self._chain_sessions(chain, seen, inline), rewards)
+                parts = self._chain_sessions(chain, seen, inline, spread, held)
+                yield from self._with_rewards(parts, rewards)
+                if held:
+                    yield from self._with_rewards(self._merged(position, spread, held, seen), rewards)
             for sid in rewards.unclaimed():
                 self._problem("reward_for_unknown_session", sid)
         finally:
@@ -259,10 +267,29 @@ class StoreReader:
             self.num_sessions += 1
             yield s
 
-    def _chain_sessions(self, chain: list[Path], seen: SeenSessions, inline: bool) -> Iterator[StoredSession]:
+    def _merged(
+        self, position: int, spread: dict[str, int], held: dict[str, list[StoredSession]], seen: SeenSessions
+    ) -> Iterator[StoredSession]:
+        """The held sessions whose last part is in a chain up to ``position``, each merged into one."""
+        for sid in [sid for sid, last in spread.items() if last <= position and sid in held]:
+            s = merge_parts(held.pop(sid))
+            if s.status == "incomplete":
+                self._problem("missing_session_end", sid)
+            seen.add(sid)
+            yield s
+
+    def _chain_sessions(
+        self,
+        chain: list[Path],
+        seen: SeenSessions,
+        inline: bool,
+        spread: dict[str, int] | None = None,
+        held: dict[str, list[StoredSession]] | None = None,
+    ) -> Iterator[StoredSession]:
         """Sessions of one chain, with the rewards given before their end in this chain when ``inline``.
 
-        The first pass indexed every other reward (see :func:`~sdk.store._index.scan_rewards`).
+        The first pass indexed every other reward (see :func:`~sdk.store._index.scan_rewards`). Parts of
+        sessions in ``spread`` go to ``held`` instead (see :meth:`_merged`).
         """
         open_: dict[str, _Open] = {}
         given: dict[str, list[dict[str, Any]]] = {}  # rewards waiting for their session's end
@@ -308,11 +335,17 @@ class StoreReader:
                 s.error = event.get("error")
                 if given and END_MARK in raw:
                     s.rewards = given.pop(sid, s.rewards)
+                if spread and sid in spread:
+                    held.setdefault(sid, []).append(s)  # type: ignore[union-attr]
+                    continue
                 seen.add(sid)
                 yield s
         # Rewards still waiting (their session ends later elsewhere, or never) are in the index.
         for state in open_.values():
             s = state.session
+            if spread and s.session_id in spread:
+                held.setdefault(s.session_id, []).append(s)  # type: ignore[union-attr]
+                continue
             if not s.implicit:
                 self._problem("missing_session_end", s.session_id)
             s.status = "implicit" if s.implicit else "incomplete"

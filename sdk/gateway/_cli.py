@@ -1,0 +1,143 @@
+"""The command line: ``python -m sdk.gateway --upstream URL [--host --port --store --workers]``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import socket
+import sys
+from urllib.parse import urlsplit
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m sdk.gateway",
+        description="OpenAI-compatible gateway that records every model call into a tracerl store.",
+    )
+    p.add_argument(
+        "--upstream", required=True, help="base URL of the model server, e.g. http://127.0.0.1:8000/v1"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8100, help="port (default 8100; 0 picks a free one)")
+    p.add_argument("--store", default=None, help="store directory (default $TRACERL_STORE or ./.tracerl)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument(
+        "--token-data",
+        action="store_true",
+        help="ask the upstream for logprobs (and vLLM token ids on chat completions) on every call",
+    )
+    p.add_argument(
+        "--strip-token-data",
+        action="store_true",
+        help="with --token-data: remove from responses the token data the client did not ask for",
+    )
+    p.add_argument("--timeout", type=float, default=600.0, help="upstream timeout in seconds (default 600)")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def _listen(host: str, port: int, backlog: int) -> socket.socket:
+    # Created with proto=IPPROTO_TCP (uvicorn's bind_socket leaves it 0): asyncio sets TCP_NODELAY only on
+    # connections accepted from such a socket, and without it Nagle's algorithm and the client's delayed
+    # ACK hold every keep-alive response for ~40 ms (headers and body are separate writes).
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    # Listening before the workers start: clients that connect now wait in the backlog, not refused.
+    sock.listen(backlog)
+    sock.set_inheritable(True)
+    return sock
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the gateway in the foreground until SIGINT/SIGTERM.
+
+    Prints one line, ``tracerl gateway listening on http://HOST:PORT/v1 (...)``, once it accepts
+    connections. Bad arguments print one ``error: ...`` line and return 2.
+
+    Args:
+        argv: Command-line arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        Exit status.
+
+    Example:
+        >>> main(["--upstream", "http://127.0.0.1:8000/v1", "--port", "8100"])  # doctest: +SKIP
+        tracerl gateway listening on http://127.0.0.1:8100/v1 (upstream http://127.0.0.1:8000/v1, ...)
+    """
+    args = _parser().parse_args(argv)
+
+    def fail(message: str) -> int:
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+
+    parts = urlsplit(args.upstream)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return fail(
+            f"--upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {args.upstream!r}"
+        )
+    if args.workers < 1:
+        return fail(f"--workers must be at least 1, got {args.workers}")
+    if not 0 <= args.port <= 65535:
+        return fail(f"--port must be in 0..65535, got {args.port}")
+    if not args.timeout > 0:
+        return fail(f"--timeout must be positive, got {args.timeout}")
+    if args.strip_token_data and not args.token_data:
+        return fail("--strip-token-data needs --token-data")
+    try:
+        import uvicorn
+
+        from sdk.gateway._app import ENV_CONFIG, GatewayConfig
+    except ImportError as exc:
+        return fail(f"{exc.name or exc} is not installed; run: pip install 'tracerl[gateway]'")
+
+    import sdk
+
+    try:
+        store = sdk.configure(store=args.store).store if args.store is not None else sdk.configure().store
+    except ValueError as exc:
+        return fail(str(exc))
+    config = GatewayConfig(
+        upstream=args.upstream,
+        store=str(store),
+        token_data=args.token_data,
+        strip_token_data=args.strip_token_data,
+        timeout_s=args.timeout,
+    )
+    os.environ[ENV_CONFIG] = json.dumps(dataclasses.asdict(config))
+    server_config = uvicorn.Config(
+        "sdk.gateway._app:app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+        access_log=False,
+        # Clients send one call after another on a connection; keep it open across an agent's tool runs.
+        timeout_keep_alive=75,
+    )
+    try:
+        sock = _listen(args.host, args.port, server_config.backlog)
+    except OSError as exc:
+        return fail(f"cannot listen on {args.host}:{args.port}: {exc}")
+    port = sock.getsockname()[1]
+    print(
+        f"tracerl gateway listening on http://{args.host}:{port}/v1 "
+        f"(upstream {args.upstream}, store {store}, workers {args.workers})",
+        flush=True,
+    )
+    try:
+        if args.workers > 1:
+            from uvicorn.supervisors import Multiprocess
+
+            Multiprocess(server_config, sockets=[sock]).run()
+        else:
+            uvicorn.Server(server_config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    return 0

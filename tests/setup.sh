@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs, from a clean clone, then returns (the README's test command
+# runs pytest after it). Idempotent: a second run only checks.
+#   - system packages: chromium (the viewer test opens the report in a real browser) and Node.js with npm
+#     (the gateway test drives an agent written on the official `openai` npm package);
+#   - .venv: torch first, pinned, then the project with its dev extra;
+#   - .venv-phoenix: Arize Phoenix, the real OpenTelemetry consumer the export test sends spans to. It has
+#     its own environment because its dependency pins (openai >= 3) clash with llama-index's (openai < 3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q torch==2.13.0
+.venv/bin/pip install -q -e '.[dev]'
+
+[ -x .venv-phoenix/bin/python ] || python3 -m venv .venv-phoenix
+.venv-phoenix/bin/pip install -q 'arize-phoenix==20.26.1'

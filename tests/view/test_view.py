@@ -1,0 +1,140 @@
+"""The episode viewer: data it embeds, the CLI, and the page in a real headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import sdk
+from sdk._sources import SourcedEpisode
+from sdk.capture import CallRecord, record_call
+from sdk.view import build_report, episode_view, group_advantages
+from sdk.view.__main__ import main
+
+FEW_SHOT = {"role": "assistant", "content": "2 + 2 = 4."}
+
+
+def _store(path: Path, samples: int = 3) -> Path:
+    """One task, ``samples`` episodes; each request starts with a few-shot assistant turn (context)."""
+    sdk.configure(store=path)
+    for k in range(samples):
+        with sdk.session(task_id="gsm8k-17", sample=k) as s:
+            messages = [
+                {"role": "system", "content": "Answer briefly."},
+                {"role": "user", "content": "2 + 2?"},
+                FEW_SHOT,
+                {"role": "user", "content": f"{k} + 1?"},
+            ]
+            t0 = time.time()
+            record_call(
+                CallRecord(
+                    framework="custom",
+                    model="tiny-1",
+                    messages=messages,
+                    response_message={"role": "assistant", "content": f"{k} + 1 = {k + 1}."},
+                    finish_reason="stop",
+                    started_at=t0,
+                    ended_at=t0 + 0.2,
+                    logprobs=[
+                        {"token": f"{k}", "logprob": -0.01},
+                        {"token": " + 1 =", "logprob": -0.2},
+                        {"token": f" {k + 1}.", "logprob": -2.5 if k else -0.05},
+                    ],
+                    completion_token_ids=[100 + k, 7, 200 + k],
+                ),
+                s,
+            )
+            s.reward(1.0 if k == 0 else 0.0)
+    sdk.flush()
+    return path
+
+
+def test_group_advantages_follow_grpo() -> None:
+    assert group_advantages([1.0, 0.0, 0.0, 1.0]) == [0.9998, -0.9998, -0.9998, 0.9998]
+    assert group_advantages([0.5]) == [0.0]
+    assert group_advantages([None, None]) == [None, None]
+
+
+def test_trained_tokens_are_the_threads_own_completions(tmp_path: Path) -> None:
+    from sdk._sources import open_episodes
+
+    eps = list(open_episodes(_store(tmp_path / "store", samples=1)))
+    (view,) = [episode_view(se) for se in eps]
+    assert [m["r"] for m in view["msgs"]] == ["system", "user", "assistant", "user", "assistant"]
+    # The few-shot assistant message came in the request: context, no token data, not trained.
+    assert "2" not in view["turns"]
+    turn = view["turns"]["4"]
+    assert turn["trained"] is True
+    assert turn["toks"] == ["0", " + 1 =", " 1."]
+    assert turn["lp"] == [-0.01, -0.2, -0.05]
+
+
+def test_cli_writes_a_self_contained_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = _store(tmp_path / "store")
+    out = tmp_path / "report.html"
+    assert main([str(store), "--out", str(out)]) == 0
+    assert "3 episodes in 1 task groups (3 with token data)" in capsys.readouterr().out
+    page = out.read_text()
+    # Offline: nothing is loaded from anywhere.
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert "</script>" not in page.split('id="data"', 1)[1].split("</script>", 1)[0]
+
+
+def test_parquet_source(tmp_path: Path) -> None:
+    pytest.importorskip("polars")
+    from sdk.episodes import export
+
+    export(_store(tmp_path / "store"), tmp_path / "eps.parquet", rejects=False)
+    summary = build_report(tmp_path / "eps.parquet", tmp_path / "r.html")
+    assert (summary.episodes, summary.groups, summary.token_episodes) == (3, 1, 3)
+
+
+def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "missing"), "--out", str(tmp_path / "r.html")]) == 2
+    bad = tmp_path / "bad.parquet"
+    bad.write_text("not parquet")
+    assert main([str(bad), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("error: ") for line in err)
+
+
+def test_script_in_content_stays_text(tmp_path: Path) -> None:
+    ep = {
+        "episode_id": "s:0",
+        "task_id": "t",
+        "messages": [{"role": "user", "content": "</script><script>alert(1)</script>"}],
+        "turns": [],
+        "rewards": [],
+    }
+    build_report([SourcedEpisode(ep)], tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert "<script>alert(1)" not in page
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no chromium (Debian: apt-get install chromium)")
+def test_page_in_headless_chromium(tmp_path: Path) -> None:
+    store = _store(tmp_path / "store")
+    out = tmp_path / "report.html"
+    build_report(store, out)
+    browser = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,900"]
+    url = out.resolve().as_uri()
+    dom = subprocess.run([*browser, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+    assert "3 of 3 episodes · 1 task group" in dom
+    assert re.search(r'<span class="r reward">1\.00</span>', dom)
+    assert re.search(r'<span class="a pos">A \+1\.41</span>', dom)  # (1 - 1/3) / std over the group
+    # The first episode is shown: its generated turn's tokens highlighted with their behaviour logprobs.
+    trained = re.findall(r'<span class="tok trained" data-logprob="([^"]+)"[^>]*>([^<]*)</span>', dom)
+    assert trained == [("-0.01", "0"), ("-0.2", " + 1 ="), ("-0.05", " 1.")]
+    assert dom.count(">context<") == 0 and "2 + 2 = 4." in dom  # the few-shot turn: plain text
+    shot = tmp_path / "report.png"
+    subprocess.run([*browser, f"--screenshot={shot}", url], capture_output=True, timeout=120, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000

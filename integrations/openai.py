@@ -115,14 +115,9 @@ def _chat_response(body: dict[str, Any], record: CallRecord) -> None:
 
 
 def _assemble_chat_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Fold chat.completion.chunk events into one chat.completion body."""
-    content: list[str] = []
-    reasoning: list[str] = []
-    tool_calls: dict[int, dict[str, Any]] = {}
-    logprobs: list[dict[str, Any]] | None = None
-    token_ids: list[int] | None = None
+    """Fold chat.completion.chunk events into one chat.completion body, every choice (``n`` > 1) kept."""
+    choices: dict[int, dict[str, Any]] = {}
     body: dict[str, Any] = {}
-    finish = None
     for ev in events:
         if ev.get("model"):
             body["model"] = ev["model"]
@@ -131,15 +126,20 @@ def _assemble_chat_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
         if ev.get("prompt_token_ids") is not None:
             body["prompt_token_ids"] = ev["prompt_token_ids"]
         for ch in ev.get("choices") or []:
-            if ch.get("index", 0) != 0:
-                continue
+            index = ch.get("index") or 0
+            acc = choices.get(index)
+            if acc is None:
+                acc = choices[index] = {
+                    "content": [], "reasoning": [], "tool_calls": {}, "logprobs": None, "token_ids": None,
+                    "finish": None,
+                }  # fmt: skip
             delta = ch.get("delta") or {}
             if delta.get("content"):
-                content.append(delta["content"])
+                acc["content"].append(delta["content"])
             if delta.get("reasoning_content"):
-                reasoning.append(delta["reasoning_content"])
+                acc["reasoning"].append(delta["reasoning_content"])
             for tc in delta.get("tool_calls") or []:
-                slot = tool_calls.setdefault(
+                slot = acc["tool_calls"].setdefault(
                     tc.get("index", 0),
                     {"id": None, "type": "function", "function": {"name": None, "arguments": ""}},
                 )
@@ -152,23 +152,33 @@ def _assemble_chat_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
                     slot["function"]["arguments"] += fn["arguments"]
             lp = (ch.get("logprobs") or {}).get("content")
             if lp:
-                logprobs = (logprobs or []) + lp
+                acc["logprobs"] = (acc["logprobs"] or []) + lp
             if ch.get("token_ids"):
-                token_ids = (token_ids or []) + list(ch["token_ids"])
+                acc["token_ids"] = (acc["token_ids"] or []) + list(ch["token_ids"])
             if ch.get("finish_reason"):
-                finish = ch["finish_reason"]
+                acc["finish"] = ch["finish_reason"]
+    body["choices"] = [_assembled_choice(i, choices[i]) for i in sorted(choices)] or [
+        _assembled_choice(0, None)
+    ]
+    return body
+
+
+def _assembled_choice(index: int, acc: dict[str, Any] | None) -> dict[str, Any]:
+    """One choice of a reassembled stream, shaped as in a non-streamed chat.completion."""
+    if acc is None:  # a stream with no choice chunks: an empty reply, as before
+        return {"index": 0, "message": {"role": "assistant", "content": None}, "finish_reason": None}
+    content, reasoning, tool_calls = acc["content"], acc["reasoning"], acc["tool_calls"]
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content) if content else None}
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
     if tool_calls:
         message["tool_calls"] = [tool_calls[i] for i in sorted(tool_calls)]
-    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
-    if logprobs is not None:
-        choice["logprobs"] = {"content": logprobs}
-    if token_ids is not None:
-        choice["token_ids"] = token_ids
-    body["choices"] = [choice]
-    return body
+    choice: dict[str, Any] = {"index": index, "message": message, "finish_reason": acc["finish"]}
+    if acc["logprobs"] is not None:
+        choice["logprobs"] = {"content": acc["logprobs"]}
+    if acc["token_ids"] is not None:
+        choice["token_ids"] = acc["token_ids"]
+    return choice
 
 
 def _responses_request(

@@ -8,16 +8,12 @@ import time
 import uuid
 from typing import Any
 
+from sdk._redact import redact, redact_params, redact_text
 from sdk.messages import flatten_content
 from sdk.store import _events as events
 from sdk.store._events import CALL_DEFAULTS
 
 __all__ = ["CALL_DEFAULTS", "CallRecord", "new_id"]
-
-# Never persisted: anything that can carry a credential.
-_SECRET_PARAM_KEYS = frozenset(
-    {"api_key", "authorization", "headers", "extra_headers", "default_headers", "http_client", "client"}
-)
 
 
 def _text(content: Any) -> str:
@@ -120,9 +116,8 @@ class CallRecord:
             request["base"] = base
         if base is None or not tools_from_base:  # with a base, absent tools means "the base's tools"
             request["tools"] = self.tools
-        params = self.params
-        if params and not _SECRET_PARAM_KEYS.isdisjoint(params):
-            params = {k: v for k, v in params.items() if k not in _SECRET_PARAM_KEYS}
+        # Credentials never reach the store, whichever integration built the record (sdk/_redact.py).
+        params = redact_params(self.params) if self.params else None
         if params:
             request["params"] = params
         prompt_ids, suffix = self.prompt_token_ids, None
@@ -130,6 +125,12 @@ class CallRecord:
             suffix = events.prompt_id_suffix(prompt_ids, *base_token_ids)
             if suffix is not None:
                 prompt_ids = None
+        error = self.error
+        if error and isinstance(error.get("message"), str):
+            error = {**error, "message": redact_text(error["message"])}
+        extra = self.extra
+        if extra:  # the other choices are model output, kept as produced
+            extra = {k: v if k == "other_choices" else redact(v) for k, v in extra.items()}
         # Only what carries information is written (see CALL_DEFAULTS).
         optional = (
             ("parent_session_ids", parent_session_ids),
@@ -139,12 +140,12 @@ class CallRecord:
             ("usage", self.usage),
             ("stream", self.stream),
             ("request_id", self.request_id),
-            ("error", self.error),
+            ("error", error),
             ("logprobs", events.compact_logprobs(self.logprobs, self.completion_token_ids)),
             ("prompt_token_ids", prompt_ids),
             ("completion_token_ids", self.completion_token_ids),
             ("prompt_token_suffix", suffix),
-            ("extra", self.extra),
+            ("extra", extra),
             ("source", self.source),
             ("same_call_as", same_call_as),
         )

@@ -10,6 +10,10 @@
 - **OpenAI format.** What every integration converts its framework's objects into:
   :func:`openai_logprobs`, :func:`openai_usage`, :func:`tool_call` / :func:`json_arguments` and
   :func:`call_error`.
+- **Secrets.** :func:`record_call` stores no credential: every record's params, extra and error message
+  go through :func:`redact` when written (keys named like ``api_key``, ``authorization``, ``*_token``,
+  ``password``, ``secret``... at any depth; URL passwords and secret query values), and header maps and
+  clients passed as params are dropped. Integrations need not filter themselves.
 
 Example:
     >>> from sdk import session
@@ -30,6 +34,7 @@ from typing import Any, ClassVar, TypeVar
 
 from sdk._internal import MissingDependency, capture_internal_exceptions, count, logger, warn_once
 from sdk._records import CallRecord, new_id
+from sdk._redact import is_secret_name, redact
 from sdk._session import Session, current_session
 from sdk._tracer import tracer
 
@@ -45,12 +50,14 @@ __all__ = [
     "count",
     "current_session",
     "firewall",
+    "is_secret_name",
     "json_arguments",
     "logger",
     "new_id",
     "openai_logprobs",
     "openai_usage",
     "record_call",
+    "redact",
     "tool_call",
     "warn_once",
 ]

@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible HTTP server for tests, examples and benchmarks (standard library only).
 
 Serves ``POST /v1/chat/completions`` and ``POST /v1/responses`` (JSON or SSE), ``GET /v1/models`` and
-``GET /health``; replies are deterministic text, tool calls, logprobs, usage, vLLM-style token ids or errors.
+``GET /health``; replies are deterministic text, tool calls, logprobs, usage, vLLM-style token ids or errors
+(a chat request with ``n`` > 1 gets the reply ``n`` times, one choice per index, interleaved when streamed).
 ``python -m sdk.testing [--host H] [--port N]`` serves in the foreground and prints one line,
 ``tracerl test server listening on http://127.0.0.1:PORT/v1``.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import re
 import socket
@@ -397,8 +399,8 @@ def _build_turn(resp: ScriptedResponse, req: dict, endpoint: str, model_suffix: 
     )
 
 
-def _chat_usage(t: _Turn) -> dict[str, Any]:
-    n_in, n_out = len(t.prompt_ids), len(t.completion)
+def _chat_usage(t: _Turn, n: int = 1) -> dict[str, Any]:
+    n_in, n_out = len(t.prompt_ids), n * len(t.completion)
     return {
         "prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out,
         "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
@@ -412,7 +414,7 @@ def _chat_envelope(t: _Turn, cid: str, created: int, obj: str) -> dict[str, Any]
             "system_fingerprint": "fp_tracerl", "service_tier": "default"}  # fmt: skip
 
 
-def _chat_completion(t: _Turn, cid: str, created: int) -> dict[str, Any]:
+def _chat_completion(t: _Turn, cid: str, created: int, n: int = 1) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": t.text, "refusal": None, "annotations": []}
     if t.reasoning:
         message["reasoning_content"] = "".join(p for p, _ in t.reasoning)
@@ -424,11 +426,14 @@ def _chat_completion(t: _Turn, cid: str, created: int) -> dict[str, Any]:
     logprobs = {"content": t.lp(t.completion), "refusal": None} if t.logprobs else None
     choice: dict[str, Any] = {"index": 0, "finish_reason": t.finish_reason, "message": message}
     choice["logprobs"] = logprobs
-    body = {**_chat_envelope(t, cid, created, "chat.completion"), "choices": [choice]}
-    body["usage"] = _chat_usage(t)
+    if t.token_ids:
+        choice["token_ids"] = [i for _, i in t.completion]
+    # n > 1: the same scripted reply n times, one choice per index.
+    choices = [{**choice, "index": i} for i in range(n)]
+    body = {**_chat_envelope(t, cid, created, "chat.completion"), "choices": choices}
+    body["usage"] = _chat_usage(t, n)
     if t.token_ids:
         body["prompt_token_ids"] = t.prompt_ids
-        choice["token_ids"] = [i for _, i in t.completion]
     return body
 
 
@@ -445,30 +450,46 @@ def _set_token_ids(body: dict[str, Any], prompt: list[int], completion: list[int
     body["usage"].update(prompt_tokens=n_in, completion_tokens=n_out, total_tokens=n_in + n_out)
 
 
-def _chat_chunks(t: _Turn, cid: str, created: int, include_usage: bool) -> Iterator[dict[str, Any]]:
-    def chunk(delta: dict[str, Any], tokens: list[Token], finish: str | None = None) -> dict[str, Any]:
+def _chat_chunks(
+    t: _Turn, cid: str, created: int, include_usage: bool, n: int = 1
+) -> Iterator[dict[str, Any]]:
+    def chunk(
+        delta: dict[str, Any], tokens: list[Token], finish: str | None = None, index: int = 0
+    ) -> dict[str, Any]:
         logprobs = {"content": t.lp(tokens), "refusal": None} if t.logprobs and tokens else None
-        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        choice: dict[str, Any] = {
+            "index": index,
+            "delta": delta,
+            "logprobs": logprobs,
+            "finish_reason": finish,
+        }
         if t.token_ids:
             choice["token_ids"] = [i for _, i in tokens]
         out = {**_chat_envelope(t, cid, created, "chat.completion.chunk"), "choices": [choice]}
         return {**out, "usage": None} if include_usage else out
 
-    first = chunk({"role": "assistant", "content": ""}, [])
-    yield {**first, "prompt_token_ids": t.prompt_ids} if t.token_ids else first
-    for tok in t.reasoning:
-        yield chunk({"reasoning_content": tok[0]}, [tok])
-    for tok in t.content:
-        yield chunk({"content": tok[0]}, [tok])
-    for i, c in enumerate(t.calls):
-        fn = {"name": c["name"], "arguments": ""}
-        head = {"index": i, "id": c["id"], "type": "function", "function": fn}
-        yield chunk({"tool_calls": [head]}, c["name_tokens"])
-        for tok in c["arg_tokens"]:
-            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": tok[0]}}]}, [tok])
-    yield chunk({}, [], t.finish_reason)
+    def one_choice(index: int) -> Iterator[dict[str, Any]]:
+        yield chunk({"role": "assistant", "content": ""}, [], index=index)
+        for tok in t.reasoning:
+            yield chunk({"reasoning_content": tok[0]}, [tok], index=index)
+        for tok in t.content:
+            yield chunk({"content": tok[0]}, [tok], index=index)
+        for i, c in enumerate(t.calls):
+            fn = {"name": c["name"], "arguments": ""}
+            head = {"index": i, "id": c["id"], "type": "function", "function": fn}
+            yield chunk({"tool_calls": [head]}, c["name_tokens"], index=index)
+            for tok in c["arg_tokens"]:
+                yield chunk(
+                    {"tool_calls": [{"index": i, "function": {"arguments": tok[0]}}]}, [tok], index=index
+                )
+        yield chunk({}, [], t.finish_reason, index=index)
+
+    # n > 1: the choices' chunks interleaved, as OpenAI sends them.
+    streams = [one_choice(i) for i in range(n)]
+    for seq, ev in enumerate(e for group in itertools.zip_longest(*streams) for e in group if e is not None):
+        yield {**ev, "prompt_token_ids": t.prompt_ids} if seq == 0 and t.token_ids else ev
     if include_usage:
-        yield {**chunk({}, []), "choices": [], "usage": _chat_usage(t)}
+        yield {**chunk({}, []), "choices": [], "usage": _chat_usage(t, n)}
 
 
 def _response_items(t: _Turn) -> list[dict[str, Any]]:
@@ -634,14 +655,15 @@ class _Handler(BaseHTTPRequestHandler):
         stream = bool(req.get("stream"))
         if endpoint == "chat.completions":
             cid = "chatcmpl-" + uuid.uuid4().hex
+            n = max(1, int(req.get("n") or 1))
             if not stream:
-                body = _chat_completion(t, cid, created)
+                body = _chat_completion(t, cid, created, n)
                 token_ids = self.server.owner.token_ids
                 if token_ids is not None and t.token_ids:
                     _set_token_ids(body, *token_ids(req, resp), t.logprobs)
                 return self._send_json(200, body, request_id)
             include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
-            chunks = ((None, c) for c in _chat_chunks(t, cid, created, include_usage))
+            chunks = ((None, c) for c in _chat_chunks(t, cid, created, include_usage, n))
             return self._send_sse(chunks, request_id, done_marker=True)
         rid = "resp_" + uuid.uuid4().hex
         if not stream:

@@ -125,6 +125,37 @@ def test_streaming_chat_is_reassembled(store: Path, openai_server) -> None:
     assert reply["response"]["message"]["content"] == pieces and len(reply["logprobs"]) > 0
 
 
+def test_streamed_chat_with_n_choices_keeps_every_choice_as_non_streamed_does(
+    store: Path, openai_server
+) -> None:
+    client = wrap_openai(openai.OpenAI(base_url=openai_server.base_url, api_key="x", max_retries=0))
+    request = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "add"}],
+        "tools": TOOLS,
+        "n": 3,
+        "logprobs": True,
+        "extra_body": {"return_token_ids": True},
+    }
+    with sdk.session(task_id="t"):
+        plain = client.chat.completions.create(**request)
+        chunks = list(client.chat.completions.create(**request, stream=True))
+    assert {c.choices[0].index for c in chunks if c.choices} == {0, 1, 2}  # interleaved by the server
+    plain_call, streamed_call = _calls(store)
+    assert streamed_call["stream"] and not plain_call["stream"]
+    assert streamed_call["response"] == plain_call["response"]  # choice 0, not mixed with the others
+
+    def shape(choice: dict) -> tuple:
+        msg, lp = choice["message"], choice.get("logprobs") or {}
+        return (choice["index"], msg.get("content"), msg.get("tool_calls"), choice["finish_reason"],
+                [e["token"] for e in lp.get("content") or []], choice.get("token_ids"))  # fmt: skip
+
+    plain_others = [shape(c) for c in plain_call["extra"]["other_choices"]]
+    assert [shape(c) for c in streamed_call["extra"]["other_choices"]] == plain_others
+    assert [i for i, *_ in plain_others] == [1, 2] and all(tc for _, _, tc, *_ in plain_others)
+    assert plain_others[0][1:] == shape({**plain.choices[0].model_dump(), "index": 0})[1:]
+
+
 def test_async_client_and_responses_api(store: Path, openai_server) -> None:
     async def run() -> tuple[str, str]:
         client = wrap_openai(openai.AsyncOpenAI(base_url=openai_server.base_url, api_key="x", max_retries=0))

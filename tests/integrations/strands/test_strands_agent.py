@@ -295,6 +295,46 @@ def test_recording_client_is_merged_into_one_call_with_logprobs_and_token_ids(
     assert calls[1]["extra"]["tool_executions"][0]["name"] == "add"  # what only the hook knows
 
 
+# What a model may emit: key order, spacing and escapes that a parse + re-serialise does not keep.
+RAW_ARGUMENTS = '{"b":3,   "a": 2, "note": "Z\\u00fcrich"}'
+
+
+@pytest.mark.parametrize("recording_client", [False, True], ids=["hook-only", "recording-client"])
+def test_tool_call_arguments_are_byte_exact_only_with_a_recording_client(
+    store: Path, openai_server: ScriptedOpenAIServer, recording_client: bool
+) -> None:
+    """Documented limit and its workaround: Strands hands hooks parsed arguments, which the hook re-serialises."""
+
+    @tool
+    def add(a: int, b: int, note: str = "") -> int:
+        """Add two integers.
+
+        Args:
+            a: The first addend.
+            b: The second addend.
+            note: Ignored.
+        """
+        return a + b
+
+    openai_server.enqueue(
+        ScriptedResponse.tool_calls([{"name": "add", "arguments": RAW_ARGUMENTS}]), ScriptedResponse.text("5")
+    )
+    if recording_client:
+        client = wrap_openai(openai.AsyncOpenAI(base_url=openai_server.base_url, api_key="x", max_retries=0))
+        model = OpenAIModel(client=client, model_id="gpt-4o-mini", params={})
+    else:
+        model = _model(openai_server)
+    with sdk.session(task_id="args"):
+        Agent(model=model, tools=[add], hooks=[TracerlHookProvider()], callback_handler=None)("add 2 and 3")
+    first = _session(store, "args").calls[0]
+    stored = first["response"]["message"]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(stored) == json.loads(RAW_ARGUMENTS)
+    if recording_client:
+        assert stored == RAW_ARGUMENTS  # the bytes the model produced
+    else:
+        assert stored == '{"b": 3, "a": 2, "note": "Zürich"}'  # json.dumps of Strands' parsed dict
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
 def test_instrument_openai_client_built_by_strands_is_merged(
     store: Path, openai_server: ScriptedOpenAIServer, stream: bool

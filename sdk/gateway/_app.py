@@ -2,7 +2,7 @@
 
 Model calls (``POST .../chat/completions`` and ``POST .../responses``) are recorded: the request JSON and
 the response body (SSE streams forwarded event by event as they arrive, and reassembled for the record)
-go through the same converter as the in-process OpenAI transport (:func:`integrations.openai.parse_exchange`).
+go through the same converter as the in-process OpenAI transport (:func:`sdk._openai_wire.parse_exchange`).
 Every other request is passed through untouched. Headers are forwarded and never recorded.
 """
 
@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 import sdk
-from integrations.openai import _decode_body, parse_exchange
+from sdk._openai_wire import decode_body, parse_exchange
 from sdk._token_data import strip_token_data, token_data_params
 from sdk.capture import CallRecord, Session, capture_internal_exceptions, count, record_call
 from sdk.gateway._sessions import SessionTable
@@ -431,7 +431,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
         s: Session | None,
     ) -> None:
         with capture_internal_exceptions("gateway.record"):
-            decoded = _decode_body(raw, resp.headers.get("content-encoding", ""))
+            decoded = decode_body(raw, resp.headers.get("content-encoding", ""))
             if decoded is None:
                 count("gateway_undecodable_bodies")
                 decoded = b""

@@ -1,0 +1,383 @@
+"""The OpenAI HTTP wire format turned into a :class:`~sdk.capture.CallRecord`.
+
+One converter for every capture path that sees raw request and response bytes: the in-process recording
+transport (``integrations.openai``) and the recording gateway (``sdk.gateway``). Chat completions and the
+Responses API, plain JSON or SSE streams (reassembled, every choice kept), compressed or not, error
+bodies too. Standard library only: no ``openai`` or ``httpx`` import.
+
+Example:
+    >>> request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    >>> body = b'{"choices": [{"message": {"role": "assistant", "content": "yo"}, "finish_reason": "stop"}]}'
+    >>> rec = parse_exchange("chat.completions", request, 200, body)
+    >>> rec.response_message["content"], rec.finish_reason
+    ('yo', 'stop')
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+import zlib
+from typing import Any
+
+from sdk import capture
+from sdk.capture import CallRecord
+from sdk.messages import MESSAGE_KEYS
+
+__all__ = ["ENDPOINTS", "decode_body", "parse_exchange"]
+
+ENDPOINTS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
+"""URL path suffix → the endpoint name a record carries."""
+
+
+def _clean_message(msg: dict[str, Any]) -> dict[str, Any]:
+    out = {k: msg[k] for k in MESSAGE_KEYS if msg.get(k) is not None}
+    out.setdefault("role", "assistant")
+    if "content" not in out:
+        out["content"] = None
+    if out.get("tool_calls"):
+        out["tool_calls"] = [
+            {
+                "id": tc.get("id"),
+                "type": tc.get("type") or "function",
+                "function": {
+                    "name": (tc.get("function") or {}).get("name"),
+                    "arguments": (tc.get("function") or {}).get("arguments") or "",
+                },
+            }
+            for tc in out["tool_calls"]
+        ]
+    return out
+
+
+def _chat_request(
+    body: dict[str, Any],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any]]:
+    params = {k: v for k, v in body.items() if k not in ("messages", "tools", "model")}
+    return list(body.get("messages") or []), body.get("tools"), params
+
+
+def _chat_response(body: dict[str, Any], record: CallRecord) -> None:
+    record.response_model = body.get("model")
+    record.usage = body.get("usage")
+    choices = body.get("choices") or []
+    if choices:
+        first = choices[0]
+        record.response_message = _clean_message(first.get("message") or {})
+        record.finish_reason = first.get("finish_reason")
+        record.logprobs = capture.openai_logprobs((first.get("logprobs") or {}).get("content"))
+        record.completion_token_ids = first.get("token_ids")
+        if len(choices) > 1:
+            record.extra = {**(record.extra or {}), "other_choices": choices[1:]}
+    record.prompt_token_ids = body.get("prompt_token_ids")
+
+
+def _assemble_chat_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fold chat.completion.chunk events into one chat.completion body, every choice (``n`` > 1) kept."""
+    choices: dict[int, dict[str, Any]] = {}
+    body: dict[str, Any] = {}
+    for ev in events:
+        if ev.get("model"):
+            body["model"] = ev["model"]
+        if ev.get("usage"):
+            body["usage"] = ev["usage"]
+        if ev.get("prompt_token_ids") is not None:
+            body["prompt_token_ids"] = ev["prompt_token_ids"]
+        for ch in ev.get("choices") or []:
+            index = ch.get("index") or 0
+            acc = choices.get(index)
+            if acc is None:
+                acc = choices[index] = {
+                    "content": [], "reasoning": [], "tool_calls": {}, "logprobs": None, "token_ids": None,
+                    "finish": None,
+                }  # fmt: skip
+            delta = ch.get("delta") or {}
+            if delta.get("content"):
+                acc["content"].append(delta["content"])
+            if delta.get("reasoning_content"):
+                acc["reasoning"].append(delta["reasoning_content"])
+            for tc in delta.get("tool_calls") or []:
+                slot = acc["tool_calls"].setdefault(
+                    tc.get("index", 0),
+                    {"id": None, "type": "function", "function": {"name": None, "arguments": ""}},
+                )
+                if tc.get("id"):
+                    slot["id"] = tc["id"]
+                fn = tc.get("function") or {}
+                if fn.get("name"):
+                    slot["function"]["name"] = fn["name"]
+                if fn.get("arguments"):
+                    slot["function"]["arguments"] += fn["arguments"]
+            lp = (ch.get("logprobs") or {}).get("content")
+            if lp:
+                acc["logprobs"] = (acc["logprobs"] or []) + lp
+            if ch.get("token_ids"):
+                acc["token_ids"] = (acc["token_ids"] or []) + list(ch["token_ids"])
+            if ch.get("finish_reason"):
+                acc["finish"] = ch["finish_reason"]
+    body["choices"] = [_assembled_choice(i, choices[i]) for i in sorted(choices)] or [
+        _assembled_choice(0, None)
+    ]
+    return body
+
+
+def _assembled_choice(index: int, acc: dict[str, Any] | None) -> dict[str, Any]:
+    """One choice of a reassembled stream, shaped as in a non-streamed chat.completion."""
+    if acc is None:  # a stream with no choice chunks: an empty reply, as before
+        return {"index": 0, "message": {"role": "assistant", "content": None}, "finish_reason": None}
+    content, reasoning, tool_calls = acc["content"], acc["reasoning"], acc["tool_calls"]
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) if content else None}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if tool_calls:
+        message["tool_calls"] = [tool_calls[i] for i in sorted(tool_calls)]
+    choice: dict[str, Any] = {"index": index, "message": message, "finish_reason": acc["finish"]}
+    if acc["logprobs"] is not None:
+        choice["logprobs"] = {"content": acc["logprobs"]}
+    if acc["token_ids"] is not None:
+        choice["token_ids"] = acc["token_ids"]
+    return choice
+
+
+def _responses_request(
+    body: dict[str, Any],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if body.get("instructions"):
+        messages.append({"role": "system", "content": body["instructions"]})
+    items = body.get("input")
+    if isinstance(items, str):
+        messages.append({"role": "user", "content": items})
+    for item in items if isinstance(items, list) else []:
+        kind = item.get("type", "message")
+        if kind == "message":
+            content = item.get("content")
+            if isinstance(content, list):
+                texts = [p.get("text", "") for p in content if isinstance(p, dict) and "text" in p]
+                content = "".join(texts) if len(texts) == len(content) else content
+            role = item.get("role", "user")
+            messages.append({"role": "system" if role == "developer" else role, "content": content})
+        elif kind == "function_call":
+            call = capture.tool_call(item.get("call_id"), item.get("name"), item.get("arguments") or "")
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and last.get("tool_calls") is not None:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item.get("call_id"),
+                    "content": output if isinstance(output, str) else json.dumps(output),
+                }
+            )
+    tools = None
+    if body.get("tools"):
+        tools = [
+            {
+                "type": "function",
+                "function": {k: t[k] for k in ("name", "description", "parameters", "strict") if k in t},
+            }
+            if t.get("type") == "function"
+            else t
+            for t in body["tools"]
+        ]
+    params = {k: v for k, v in body.items() if k not in ("input", "instructions", "tools", "model")}
+    return messages, tools, params
+
+
+def _responses_response(body: dict[str, Any], record: CallRecord) -> None:
+    record.response_model = body.get("model")
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    logprobs: list[dict[str, Any]] = []
+    for item in body.get("output") or []:
+        kind = item.get("type")
+        if kind == "message":
+            for part in item.get("content") or []:
+                if part.get("type") == "output_text":
+                    texts.append(part.get("text", ""))
+                    logprobs.extend(part.get("logprobs") or [])
+        elif kind == "function_call":
+            calls.append(
+                capture.tool_call(item.get("call_id"), item.get("name"), item.get("arguments") or "")
+            )
+        elif kind == "reasoning":
+            reasoning.extend(s.get("text", "") for s in item.get("summary") or [])
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if calls:
+        message["tool_calls"] = calls
+    if reasoning:
+        message["reasoning_content"] = "\n".join(reasoning)
+    record.response_message = message
+    status = body.get("status")
+    record.finish_reason = "tool_calls" if calls else ("length" if status == "incomplete" else "stop")
+    record.logprobs = capture.openai_logprobs(logprobs) if logprobs else None
+    usage = body.get("usage")
+    if usage:
+        details = {k: v for k, v in usage.items() if k.endswith("_details")}  # Responses names, kept
+        record.usage = {
+            **capture.openai_usage(
+                usage.get("input_tokens"), usage.get("output_tokens"), usage.get("total_tokens")
+            ),
+            **details,
+        }
+    if body.get("error"):
+        record.error = {
+            "type": (body["error"] or {}).get("code") or "response_failed",
+            "message": (body["error"] or {}).get("message"),
+            "status": None,
+        }
+
+
+def _sse_events(raw: bytes) -> list[dict[str, Any]]:
+    events = []
+    for line in raw.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if not data or data == b"[DONE]":
+            continue
+        try:
+            ev = json.loads(data)
+        except ValueError:
+            capture.count("stream_chunks_unparsed")
+            continue
+        if isinstance(ev, dict):
+            events.append(ev)
+    return events
+
+
+def parse_exchange(
+    endpoint: str,
+    request_body: dict[str, Any],
+    status: int,
+    response_body: bytes,
+    *,
+    content_type: str = "application/json",
+    started_at: float | None = None,
+    ended_at: float | None = None,
+    request_id: str | None = None,
+    framework: str = "openai",
+) -> CallRecord:
+    """Build a :class:`CallRecord` from one HTTP exchange with an OpenAI-compatible server.
+
+    Args:
+        endpoint: ``"chat.completions"`` or ``"responses"``.
+        request_body: The parsed request JSON.
+        status: HTTP status code.
+        response_body: The raw (decoded) response body; SSE streams are reassembled.
+        content_type: The response's content type.
+        started_at: Unix time the request was sent.
+        ended_at: Unix time the response finished.
+        request_id: The server's ``x-request-id``.
+        framework: Recorded as the call's framework.
+
+    Returns:
+        The call record.
+
+    Example:
+        >>> request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        >>> body = b'{"model": "m-1", "choices": [{"message": {"role": "assistant", "content": "yo"}}]}'
+        >>> r = parse_exchange("chat.completions", request, 200, body)
+        >>> r.response_message["content"], r.response_model
+        ('yo', 'm-1')
+    """
+    if endpoint == "responses":
+        messages, tools, params = _responses_request(request_body)
+    else:
+        messages, tools, params = _chat_request(request_body)
+    record = CallRecord(
+        framework=framework,
+        model=request_body.get("model"),
+        messages=messages,
+        tools=tools,
+        params=params,
+        endpoint=endpoint,
+        stream=bool(request_body.get("stream")),
+        request_id=request_id,
+        source="transport",
+    )
+    if started_at is not None:
+        record.started_at = started_at
+    record.ended_at = ended_at if ended_at is not None else time.time()
+    if status >= 400:
+        record.error = _http_error(status, response_body)
+    elif "text/event-stream" in content_type:
+        _stream_response(endpoint, _sse_events(response_body), status, record)
+    else:
+        body = json.loads(response_body) if response_body else {}
+        if endpoint == "responses":
+            _responses_response(body, record)
+        else:
+            _chat_response(body, record)
+    return record
+
+
+def _http_error(status: int, body: bytes) -> dict[str, Any]:
+    """The ``error`` of a call the server refused: its error object, else the start of its body."""
+    error: dict[str, Any] = {"type": "http_error", "message": None, "status": status}
+    try:
+        payload = json.loads(body)
+        e = payload.get("error", payload) if isinstance(payload, dict) else {}
+        if isinstance(e, dict):
+            error.update(type=e.get("type") or error["type"], message=e.get("message"), code=e.get("code"))
+        else:
+            error["message"] = str(e)
+    except ValueError:
+        error["message"] = body[: capture.MAX_ERROR_MESSAGE].decode("utf-8", "replace")
+    return error
+
+
+def _stream_response(endpoint: str, events: list[dict[str, Any]], status: int, record: CallRecord) -> None:
+    """Fill ``record`` from a streamed response's events."""
+    if endpoint != "responses":
+        _chat_response(_assemble_chat_stream(events), record)
+        if record.finish_reason is None:
+            # Closed before its finish chunk (the client stopped reading, or the connection broke): the
+            # text so far is kept, marked so that it is never trained as a complete turn.
+            record.error = {
+                "type": "incomplete_stream",
+                "message": f"stream closed before its finish chunk ({len(events)} chunks read)",
+                "status": status,
+            }
+        return
+    final = next(
+        (
+            e["response"]
+            for e in reversed(events)
+            if e.get("type") in ("response.completed", "response.failed", "response.incomplete")
+        ),
+        None,
+    )
+    if final is None:
+        record.error = {
+            "type": "incomplete_stream",
+            "message": "stream ended before response.completed",
+            "status": status,
+        }
+        return
+    _responses_response(final, record)
+
+
+def decode_body(raw: bytes, encoding: str) -> bytes | None:
+    encoding = encoding.lower().strip()
+    if not encoding or encoding == "identity":
+        return raw
+    if encoding == "gzip":
+        return gzip.decompress(raw)
+    if encoding == "deflate":
+        try:
+            return zlib.decompress(raw)
+        except zlib.error:
+            return zlib.decompress(raw, -zlib.MAX_WBITS)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The transport
+# ---------------------------------------------------------------------------------------------

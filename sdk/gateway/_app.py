@@ -57,6 +57,7 @@ _HOP = frozenset(
     }
 )
 _TERMINAL_TYPES = (b"response.completed", b"response.failed", b"response.incomplete")
+_TERMINAL_MARKS = (b"[DONE]", *_TERMINAL_TYPES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,8 +168,9 @@ class _SSEForwarder:
         self.buf += chunk
         if self.held:
             return b""
-        cut = max(self.buf.rfind(b"\n\n") + 2, self.buf.rfind(b"\r\n\r\n") + 4, 0)
-        if cut == 0:
+        lf, crlf = self.buf.rfind(b"\n\n"), self.buf.rfind(b"\r\n\r\n")
+        cut = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+        if cut == 0:  # no complete event yet
             return b""
         ready, self.buf = self.buf[:cut], self.buf[cut:]
         term = _terminal_at(ready)
@@ -202,22 +204,31 @@ def _events(data: bytes) -> list[bytes]:
 
 def _terminal_at(data: bytes) -> int:
     """Offset of the first terminal event in ``data`` (complete events), or -1."""
-    if b"[DONE]" not in data and b"response." not in data:
+    # Events before the first place a terminal marker could be are not terminal: skip their lines.
+    first = min((i for i in (data.find(n) for n in _TERMINAL_MARKS) if i >= 0), default=-1)
+    if first < 0:
         return -1
     offset = 0
     for ev in _events(data):
-        for line in ev.split(b"\n"):
-            line = line.strip()
-            if line in (b"data: [DONE]", b"data:[DONE]"):
-                return offset
-            if line.startswith(b"event:") and line[6:].strip() in _TERMINAL_TYPES:
-                return offset
-            if line.startswith(b"data:") and any(
-                b'"type":"' + t + b'"' in line or b'"type": "' + t + b'"' in line for t in _TERMINAL_TYPES
-            ):
-                return offset
-        offset += len(ev)
+        end = offset + len(ev)
+        if end > first and _is_terminal(ev):
+            return offset
+        offset = end
     return -1
+
+
+def _is_terminal(ev: bytes) -> bool:
+    for line in ev.split(b"\n"):
+        line = line.strip()
+        if line in (b"data: [DONE]", b"data:[DONE]"):
+            return True
+        if line.startswith(b"event:") and line[6:].strip() in _TERMINAL_TYPES:
+            return True
+        if line.startswith(b"data:") and any(
+            b'"type":"' + t + b'"' in line or b'"type": "' + t + b'"' in line for t in _TERMINAL_TYPES
+        ):
+            return True
+    return False
 
 
 def _strip_event(ev: bytes, endpoint: str, added: frozenset[str]) -> bytes:

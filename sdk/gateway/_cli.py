@@ -123,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         # The upstream's own Server and Date headers are forwarded; uvicorn adds none of its own.
         server_header=False,
         date_header=False,
+        # Client addresses are not used: no X-Forwarded-For rewriting on every request.
+        proxy_headers=False,
     )
     try:
         sock = _listen(args.host, args.port, server_config.backlog)

@@ -25,7 +25,7 @@ __all__ = ["GatewayConfig", "create_app", "main"]
 
 
 def __getattr__(name: str) -> Any:
-    # FastAPI, httpx and the openai converters load only when an app is built, not for `--help`.
+    # uvicorn, aiohttp and the openai converters load only when an app is built, not for `--help`.
     if name in ("GatewayConfig", "create_app"):
         from sdk.gateway import _app
 

@@ -8,22 +8,23 @@ Every other request is passed through untouched. Headers are forwarded and never
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+import aiohttp
+from yarl import URL
 
 import sdk
 from sdk._openai_wire import decode_body, parse_exchange
 from sdk._token_data import strip_token_data, token_data_params
-from sdk.capture import CallRecord, Session, capture_internal_exceptions, count, record_call
+from sdk.capture import Session, capture_internal_exceptions, count, record_call
 from sdk.gateway._sessions import SessionTable
 
 __all__ = ["ENV_CONFIG", "GatewayConfig", "app_from_env", "create_app"]
@@ -56,6 +57,7 @@ _HOP = frozenset(
     }
 )
 _TERMINAL_TYPES = (b"response.completed", b"response.failed", b"response.incomplete")
+_TERMINAL_MARKS = (b"[DONE]", *_TERMINAL_TYPES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,8 +168,9 @@ class _SSEForwarder:
         self.buf += chunk
         if self.held:
             return b""
-        cut = max(self.buf.rfind(b"\n\n") + 2, self.buf.rfind(b"\r\n\r\n") + 4, 0)
-        if cut == 0:
+        lf, crlf = self.buf.rfind(b"\n\n"), self.buf.rfind(b"\r\n\r\n")
+        cut = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+        if cut == 0:  # no complete event yet
             return b""
         ready, self.buf = self.buf[:cut], self.buf[cut:]
         term = _terminal_at(ready)
@@ -201,22 +204,31 @@ def _events(data: bytes) -> list[bytes]:
 
 def _terminal_at(data: bytes) -> int:
     """Offset of the first terminal event in ``data`` (complete events), or -1."""
-    if b"[DONE]" not in data and b"response." not in data:
+    # Events before the first place a terminal marker could be are not terminal: skip their lines.
+    first = min((i for i in (data.find(n) for n in _TERMINAL_MARKS) if i >= 0), default=-1)
+    if first < 0:
         return -1
     offset = 0
     for ev in _events(data):
-        for line in ev.split(b"\n"):
-            line = line.strip()
-            if line in (b"data: [DONE]", b"data:[DONE]"):
-                return offset
-            if line.startswith(b"event:") and line[6:].strip() in _TERMINAL_TYPES:
-                return offset
-            if line.startswith(b"data:") and any(
-                b'"type":"' + t + b'"' in line or b'"type": "' + t + b'"' in line for t in _TERMINAL_TYPES
-            ):
-                return offset
-        offset += len(ev)
+        end = offset + len(ev)
+        if end > first and _is_terminal(ev):
+            return offset
+        offset = end
     return -1
+
+
+def _is_terminal(ev: bytes) -> bool:
+    for line in ev.split(b"\n"):
+        line = line.strip()
+        if line in (b"data: [DONE]", b"data:[DONE]"):
+            return True
+        if line.startswith(b"event:") and line[6:].strip() in _TERMINAL_TYPES:
+            return True
+        if line.startswith(b"data:") and any(
+            b'"type":"' + t + b'"' in line or b'"type": "' + t + b'"' in line for t in _TERMINAL_TYPES
+        ):
+            return True
+    return False
 
 
 def _strip_event(ev: bytes, endpoint: str, added: frozenset[str]) -> bytes:
@@ -232,79 +244,260 @@ def _strip_event(ev: bytes, endpoint: str, added: frozenset[str]) -> bytes:
     return b"\n".join(lines)
 
 
-def create_app(config: GatewayConfig) -> FastAPI:
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[dict[str, Any], Receive, Send], Awaitable[None]]
+"""An ASGI application: ``await app(scope, receive, send)``."""
+
+
+def create_app(config: GatewayConfig) -> ASGIApp:
     """Build the gateway's ASGI app for one worker.
 
     Args:
         config: The gateway configuration; its store is configured here (``sdk.configure``).
 
     Returns:
-        A FastAPI app; serve it with uvicorn (``python -m sdk.gateway`` does).
+        A plain ASGI app; serve it with uvicorn (``python -m sdk.gateway`` does).
 
     Example:
         >>> app = create_app(GatewayConfig(upstream="http://127.0.0.1:8000/v1"))  # doctest: +SKIP
     """
     if config.store is not None:
         sdk.configure(store=config.store)
-    upstream = httpx.URL(config.upstream.rstrip("/"))
-    base_path = upstream.path.rstrip("/")  # e.g. "/v1"
-    origin = upstream.copy_with(path="/", query=None)
-    table = SessionTable(config.max_open_sessions)
-    stats = _Stats()
-    client: httpx.AsyncClient | None = None
+    return _Gateway(config)
 
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        nonlocal client
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(config.timeout_s),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-            follow_redirects=False,
-        )
+
+class _Gateway:
+    """The ASGI app of one worker.
+
+    A plain ASGI callable rather than a framework's request and response objects: the proxy is the hot
+    path, and it needs only the raw headers and body of a call (benchmark: tests/bench/gateway.py).
+    """
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        parts = urlsplit(config.upstream.rstrip("/"))
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.base_path = parts.path.rstrip("/")  # e.g. "/v1"
+        self.table = SessionTable(config.max_open_sessions)
+        self.stats = _Stats()
+        self._client: aiohttp.ClientSession | None = None
+
+    # -- ASGI ------------------------------------------------------------------------------------------
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._client is not None:
+                    await self._client.close()
+                # Open gateway sessions are not ended: a restarted gateway continues them (the reader
+                # merges the parts). The implicit session of this worker ends, as at any process exit.
+                sdk.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def client(self) -> aiohttp.ClientSession:
+        # Made on first use, inside the worker's running loop.
+        if self._client is None:
+            t = self.config.timeout_s
+            self._client = aiohttp.ClientSession(
+                # One pool for every client of this worker, unbounded as the clients' own concurrency is.
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=75),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=t, sock_read=t),
+                # Bodies and headers go through as they are: no decompression, no headers of our own,
+                # no cookies carried from one client to another.
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return self._client
+
+    async def _http(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        method = scope["method"]
+        path = scope["path"]
+        if method == "GET" and path == "/stats":
+            return await _send_json(send, 200, self.stats.snapshot(self.table))
+        path_sid, rel = _split_session(path)
+        if method == "POST" and path_sid is not None and rel in ("/reward", "/end"):
+            body = _json_or_none(await _read_body(receive))
+            if rel == "/reward":
+                return await self._reward(send, path_sid, body)
+            error = body.get("error") if isinstance(body, dict) else None
+            with capture_internal_exceptions("gateway.end"):
+                self.table.end(path_sid, None if error is None else str(error))
+            return await _send_json(send, 200, {"session_id": path_sid, "ok": True})
+        await self._proxy(scope, receive, send, path_sid, rel)
+
+    async def _reward(self, send: Send, session_id: str, body: Any) -> None:
+        if not isinstance(body, dict) or "value" not in body:
+            msg = 'expected a JSON object {"value": number, "name"?: str, "call_id"?: str}'
+            return await _send_error(send, 400, msg)
         try:
-            yield
-        finally:
-            await client.aclose()
-            # Open gateway sessions are not ended: a restarted gateway continues them (the reader merges
-            # the parts). The implicit session of this worker ends, as at any process exit.
-            sdk.shutdown()
+            self.table.reward(
+                session_id, body["value"], body.get("name") or "reward", call_id=body.get("call_id")
+            )
+        except ValueError as exc:
+            return await _send_error(send, 400, str(exc))
+        await _send_json(send, 200, {"session_id": session_id, "ok": True})
 
-    app = FastAPI(
-        title="tracerl gateway",
-        lifespan=_as_context(lifespan),
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-    )
+    # -- the proxy -------------------------------------------------------------------------------------
 
-    def target_url(path: str, query: bytes) -> httpx.URL:
+    def target_url(self, scope: dict[str, Any], path_sid: str | None) -> URL:
+        # The raw (still percent-encoded) path goes upstream as the client sent it.
+        raw = scope.get("raw_path")
+        path = raw.decode("latin-1") if raw else scope["path"]
+        if path_sid is not None:
+            path = _split_session(path)[1]
         # /v1/<rest> -> <upstream>/<rest>; anything else -> the upstream's origin, path unchanged.
         if path == "/v1" or path.startswith("/v1/"):
-            path = base_path + path[3:]
-        return origin.copy_with(path=path or "/", query=query or None)
+            path = self.base_path + path[3:]
+        query = scope.get("query_string")
+        url = self.origin + (path or "/") + ("?" + query.decode("latin-1") if query else "")
+        return URL(url, encoded=True)
 
-    def forward_headers(request: Request) -> list[tuple[str, str]]:
-        headers = [
-            (k, v)
-            for k, v in request.headers.items()
-            if k not in _HOP and not k.startswith("x-tracerl-") and k != "accept-encoding"
-        ]
+    async def _proxy(
+        self, scope: dict[str, Any], receive: Receive, send: Send, path_sid: str | None, rel: str
+    ) -> None:
+        method = scope["method"]
+        headers: list[tuple[str, str]] = []
+        tracerl: dict[str, str] = {}
+        for k, v in scope["headers"]:
+            name = k.decode("latin-1").lower()
+            if name.startswith("x-tracerl-"):
+                tracerl[name] = v.decode("latin-1")
+            elif name not in _HOP and name != "accept-encoding":
+                headers.append((name, v.decode("latin-1")))
         # Loopback or LAN to the model server: an uncompressed body is cheaper than gzip, and can be
         # forwarded and recorded without decoding.
         headers.append(("accept-encoding", "identity"))
-        return headers
+        body = await _read_body(receive)
+        url = self.target_url(scope, path_sid)
+        endpoint = None
+        if method == "POST":
+            route = rel.rstrip("/")
+            endpoint = next((name for suffix, name in _ENDPOINTS if route.endswith(suffix)), None)
+        payload: Any = _json_or_none(body) if endpoint is not None else None
+        if endpoint is None or not isinstance(payload, dict):
+            return await self._passthrough(send, method, url, headers, body)
+        added: frozenset[str] = frozenset()
+        if self.config.token_data:
+            payload, added = token_data_params(endpoint, payload)
+            if added:
+                body = json.dumps(payload).encode("utf-8")
+        strip = added if self.config.strip_token_data else frozenset()
+        s = self.session_for(tracerl, path_sid)
+        call = _Call(endpoint, payload, s, strip, time.time())
+        try:
+            resp = await self.client().request(method, url, headers=headers, data=body, allow_redirects=False)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return await self._failed(send, call, exc, "request")
+        try:
+            if "text/event-stream" in resp.headers.get("content-type", ""):
+                await self._stream(receive, send, call, resp)
+                return
+            try:
+                raw = await resp.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                return await self._failed(send, call, exc, "response")
+        finally:
+            resp.release()
+        if resp.status >= 400:
+            self.stats.upstream_errors += 1
+        self.record(call, resp, raw)  # before the client gets a byte of the answer
+        if strip and resp.status < 400 and not resp.headers.get("content-encoding"):
+            raw = _strip_body(endpoint, raw, strip)
+        out = _response_headers(resp)
+        out.append((b"content-length", str(len(raw)).encode("latin-1")))
+        await send({"type": "http.response.start", "status": resp.status, "headers": out})
+        await send({"type": "http.response.body", "body": raw})
 
-    def response_headers(resp: httpx.Response) -> dict[str, str]:
-        return {k: v for k, v in resp.headers.items() if k not in _HOP}
+    async def _failed(self, send: Send, call: _Call, exc: BaseException, what: str) -> None:
+        self.stats.upstream_errors += 1
+        name = _error_name(exc)
+        self.record_failure(call, name, exc)
+        await _send_error(send, 502, f"tracerl gateway: upstream {what} failed: {name}: {exc}")
 
-    def session_for(request: Request, path_sid: str | None) -> Session | None:
-        h = request.headers
+    async def _stream(self, receive: Receive, send: Send, call: _Call, resp: aiohttp.ClientResponse) -> None:
+        """Forward an SSE response as it arrives; record it before its terminal event is sent."""
+        await send({"type": "http.response.start", "status": resp.status, "headers": _response_headers(resp)})
+        # A client that goes away mid-stream shows up only on `receive`: watch it, and stop this call
+        # when it does (as a framework's streaming response would).
+        task = asyncio.current_task()
+        streaming = True
+
+        def on_message(fut: asyncio.Future[dict[str, Any]]) -> None:
+            if streaming and task is not None and not fut.cancelled() and fut.exception() is None:
+                task.cancel()
+
+        watch = asyncio.ensure_future(receive())
+        watch.add_done_callback(on_message)
+        forwarder = _SSEForwarder(call.endpoint, call.strip)
+        chunks: list[bytes] = []
+        recorded = False
+        try:
+            async for chunk in resp.content.iter_any():
+                chunks.append(chunk)
+                out = forwarder.feed(chunk)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            self.record(call, resp, b"".join(chunks))
+            recorded = True
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.stats.upstream_errors += 1
+            self.record_failure(call, _error_name(exc), exc)
+            recorded = True
+            raise  # the client sees the stream break, as it would without the gateway
+        finally:
+            streaming = False
+            if not recorded:  # the client went away (this task was cancelled)
+                self.stats.client_disconnects += 1
+                self.record_failure(
+                    call, "ConnectionAbortedError", ConnectionAbortedError("client disconnected")
+                )
+            watch.cancel()
+        await send({"type": "http.response.body", "body": forwarder.rest(), "more_body": False})
+
+    async def _passthrough(
+        self, send: Send, method: str, url: URL, headers: list[tuple[str, str]], body: bytes
+    ) -> None:
+        self.stats.passthrough += 1
+        try:
+            resp = await self.client().request(
+                method, url, headers=headers, data=body or None, allow_redirects=False
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            msg = f"tracerl gateway: upstream request failed: {_error_name(exc)}: {exc}"
+            return await _send_error(send, 502, msg)
+        try:
+            await send(
+                {"type": "http.response.start", "status": resp.status, "headers": _response_headers(resp)}
+            )
+            async for chunk in resp.content.iter_any():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            resp.release()
+
+    # -- sessions and records --------------------------------------------------------------------------
+
+    def session_for(self, h: dict[str, str], path_sid: str | None) -> Session | None:
         sid = path_sid or h.get(SESSION_HEADER)
         if not sid or not sid.strip():
             if h.get(TASK_HEADER):
                 count("gateway_task_without_session")
             return None  # the worker's implicit session, as in-process capture
         with capture_internal_exceptions("gateway.session"):
-            return table.get(
+            return self.table.get(
                 sid.strip(),
                 task_id=h.get(TASK_HEADER) or None,
                 sample=_int_or_none(h.get(SAMPLE_HEADER)),
@@ -312,186 +505,104 @@ def create_app(config: GatewayConfig) -> FastAPI:
             )
         return None
 
-    def store(record: CallRecord, s: Session | None) -> None:
-        stats.calls += 1
-        record_call(record, s)  # firewalled: a store failure is counted, never raised
-
-    # -- the gateway's own endpoints -------------------------------------------------------------------
-
-    @app.get("/stats")
-    async def get_stats() -> dict[str, Any]:
-        return stats.snapshot(table)
-
-    @app.post("/sessions/{session_id}/reward")
-    async def post_reward(session_id: str, request: Request) -> Response:
-        body = await _json_body(request)
-        if not isinstance(body, dict) or "value" not in body:
-            return _error(400, 'expected a JSON object {"value": number, "name"?: str, "call_id"?: str}')
-        try:
-            table.reward(session_id, body["value"], body.get("name") or "reward", call_id=body.get("call_id"))
-        except ValueError as exc:
-            return _error(400, str(exc))
-        return JSONResponse({"session_id": session_id, "ok": True})
-
-    @app.post("/sessions/{session_id}/end")
-    async def post_end(session_id: str, request: Request) -> Response:
-        body = await _json_body(request)
-        error = body.get("error") if isinstance(body, dict) else None
-        with capture_internal_exceptions("gateway.end"):
-            table.end(session_id, None if error is None else str(error))
-        return JSONResponse({"session_id": session_id, "ok": True})
-
-    # -- the proxy -------------------------------------------------------------------------------------
-
-    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"])
-    async def proxy(request: Request, path: str) -> Response:
-        assert client is not None
-        path_sid, rel = _split_session("/" + path)
-        body = await request.body()
-        url = target_url(rel, request.url.query.encode("latin-1"))
-        headers = forward_headers(request)
-        endpoint = None
-        if request.method == "POST":
-            route = rel.rstrip("/")
-            endpoint = next((name for suffix, name in _ENDPOINTS if route.endswith(suffix)), None)
-        payload: Any = None
-        if endpoint is not None:
-            try:
-                payload = json.loads(body)
-            except ValueError:
-                payload = None
-        if not isinstance(payload, dict):
-            return await _passthrough(request.method, url, headers, body)
-        added: frozenset[str] = frozenset()
-        if config.token_data:
-            payload, added = token_data_params(endpoint, payload)
-            if added:
-                body = json.dumps(payload).encode("utf-8")
-        strip = added if config.strip_token_data else frozenset()
-        s = session_for(request, path_sid)
-        started = time.time()
-        try:
-            resp = await client.send(
-                client.build_request(request.method, url, headers=headers, content=body), stream=True
-            )
-        except httpx.HTTPError as exc:
-            stats.upstream_errors += 1
-            _record_failure(endpoint, payload, started, exc, s)
-            return _error(502, f"tracerl gateway: upstream request failed: {type(exc).__name__}: {exc}")
-        out_headers = response_headers(resp)
-        content_type = resp.headers.get("content-type", "")
-        if "text/event-stream" not in content_type:
-            try:
-                raw = b"".join([chunk async for chunk in resp.aiter_raw()])
-            except httpx.HTTPError as exc:
-                stats.upstream_errors += 1
-                _record_failure(endpoint, payload, started, exc, s)
-                return _error(502, f"tracerl gateway: upstream response failed: {type(exc).__name__}: {exc}")
-            finally:
-                await resp.aclose()
-            if resp.status_code >= 400:
-                stats.upstream_errors += 1
-            _record(endpoint, payload, resp, raw, started, s)
-            if strip and resp.status_code < 400 and not resp.headers.get("content-encoding"):
-                raw = _strip_body(endpoint, raw, strip)
-            return Response(raw, status_code=resp.status_code, headers=out_headers)
-        return StreamingResponse(
-            _stream(endpoint, payload, resp, started, s, strip),
-            status_code=resp.status_code,
-            headers=out_headers,
-        )
-
-    async def _passthrough(
-        method: str, url: httpx.URL, headers: list[tuple[str, str]], body: bytes
-    ) -> Response:
-        assert client is not None
-        stats.passthrough += 1
-        try:
-            resp = await client.send(
-                client.build_request(method, url, headers=headers, content=body), stream=True
-            )
-        except httpx.HTTPError as exc:
-            return _error(502, f"tracerl gateway: upstream request failed: {type(exc).__name__}: {exc}")
-
-        async def relay() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in resp.aiter_raw():
-                    yield chunk
-            finally:
-                await resp.aclose()
-
-        return StreamingResponse(relay(), status_code=resp.status_code, headers=response_headers(resp))
-
-    def _record(
-        endpoint: str,
-        payload: dict[str, Any],
-        resp: httpx.Response,
-        raw: bytes,
-        started: float,
-        s: Session | None,
-    ) -> None:
+    def record(self, call: _Call, resp: aiohttp.ClientResponse, raw: bytes) -> None:
         with capture_internal_exceptions("gateway.record"):
             decoded = decode_body(raw, resp.headers.get("content-encoding", ""))
             if decoded is None:
                 count("gateway_undecodable_bodies")
                 decoded = b""
             record = parse_exchange(
-                endpoint,
-                payload,
-                resp.status_code,
+                call.endpoint,
+                call.payload,
+                resp.status,
                 decoded,
                 content_type=resp.headers.get("content-type", "application/json"),
-                started_at=started,
+                started_at=call.started,
                 ended_at=time.time(),
                 request_id=resp.headers.get("x-request-id"),
                 framework="gateway",
             )
-            store(record, s)
+            self.stats.calls += 1
+            record_call(record, call.session)  # firewalled: a store failure is counted, never raised
 
-    def _record_failure(
-        endpoint: str, payload: dict[str, Any], started: float, exc: BaseException, s: Session | None
-    ) -> None:
+    def record_failure(self, call: _Call, name: str, exc: BaseException) -> None:
         with capture_internal_exceptions("gateway.record"):
             record = parse_exchange(
-                endpoint, payload, 599, b"", started_at=started, ended_at=time.time(), framework="gateway"
+                call.endpoint,
+                call.payload,
+                599,
+                b"",
+                started_at=call.started,
+                ended_at=time.time(),
+                framework="gateway",
             )
-            record.error = {"type": type(exc).__name__, "message": str(exc)[:2000], "status": None}
-            store(record, s)
+            record.error = {"type": name, "message": str(exc)[:2000], "status": None}
+            self.stats.calls += 1
+            record_call(record, call.session)
 
-    async def _stream(
-        endpoint: str,
-        payload: dict[str, Any],
-        resp: httpx.Response,
-        started: float,
-        s: Session | None,
-        strip: frozenset[str],
-    ) -> AsyncIterator[bytes]:
-        forwarder = _SSEForwarder(endpoint, strip)
-        chunks: list[bytes] = []
-        recorded = False
-        try:
-            async for chunk in resp.aiter_raw():
-                chunks.append(chunk)
-                out = forwarder.feed(chunk)
-                if out:
-                    yield out
-            _record(endpoint, payload, resp, b"".join(chunks), started, s)
-            recorded = True
-        except httpx.HTTPError as exc:
-            stats.upstream_errors += 1
-            _record_failure(endpoint, payload, started, exc, s)
-            recorded = True
-            raise  # the client sees the stream break, as it would without the gateway
-        finally:
-            if not recorded:  # the client went away (the response task was cancelled)
-                stats.client_disconnects += 1
-                _record_failure(endpoint, payload, started, ConnectionAbortedError("client disconnected"), s)
-            await resp.aclose()
-        rest = forwarder.rest()
-        if rest:
-            yield rest
 
-    return app
+@dataclasses.dataclass
+class _Call:
+    """A model call in flight."""
+
+    endpoint: str
+    payload: dict[str, Any]
+    session: Session | None
+    strip: frozenset[str]
+    started: float
+
+
+def _error_name(exc: BaseException) -> str:
+    # Recorded names do not depend on the HTTP client the gateway uses (they are httpx's names).
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "ConnectError"
+    if isinstance(exc, TimeoutError):
+        return "ReadTimeout"
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
+        return "RemoteProtocolError"
+    return type(exc).__name__
+
+
+def _response_headers(resp: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
+    out = []
+    for k, v in resp.raw_headers:
+        k = k.lower()
+        if k.decode("latin-1") not in _HOP:
+            out.append((k, v))
+    return out
+
+
+async def _read_body(receive: Receive) -> bytes:
+    message = await receive()
+    body = message.get("body", b"")
+    if not message.get("more_body"):
+        return body
+    parts = [body]
+    while message.get("more_body"):
+        message = await receive()
+        parts.append(message.get("body", b""))
+    return b"".join(parts)
+
+
+def _json_or_none(raw: bytes) -> Any:
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+async def _send_json(send: Send, status: int, obj: Any) -> None:
+    data = json.dumps(obj, separators=(",", ":")).encode("utf-8")
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode("latin-1"))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def _send_error(send: Send, status: int, message: str) -> None:
+    kind = "invalid_request_error" if status < 500 else "gateway_error"
+    await _send_json(send, status, {"error": {"message": message, "type": kind, "param": None, "code": None}})
 
 
 def _strip_body(endpoint: str, raw: bytes, added: frozenset[str]) -> bytes:
@@ -502,28 +613,7 @@ def _strip_body(endpoint: str, raw: bytes, added: frozenset[str]) -> bytes:
     return json.dumps(strip_token_data(endpoint, payload, added)).encode("utf-8")
 
 
-async def _json_body(request: Request) -> Any:
-    raw = await request.body()
-    if not raw:
-        return {}
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "gateway_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}}, status)
-
-
-def _as_context(lifespan: Any) -> Any:
-    import contextlib
-
-    return contextlib.asynccontextmanager(lifespan)
-
-
-def app_from_env() -> FastAPI:
+def app_from_env() -> ASGIApp:
     """The app for one worker process, configured from ``$TRACERL_GATEWAY_CONFIG`` (set by the CLI).
 
     Example:

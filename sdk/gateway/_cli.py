@@ -120,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         access_log=False,
         # Clients send one call after another on a connection; keep it open across an agent's tool runs.
         timeout_keep_alive=75,
+        # The upstream's own Server and Date headers are forwarded; uvicorn adds none of its own.
+        server_header=False,
+        date_header=False,
+        # Client addresses are not used: no X-Forwarded-For rewriting on every request.
+        proxy_headers=False,
     )
     try:
         sock = _listen(args.host, args.port, server_config.backlog)

@@ -11,7 +11,7 @@ from sdk.testing import ScriptedOpenAIServer
 
 
 def _need_gateway_deps() -> None:
-    for module in ("fastapi", "uvicorn", "httpx", "openai"):
+    for module in ("aiohttp", "uvicorn", "httpx", "openai"):
         pytest.importorskip(module)
 
 

@@ -66,7 +66,8 @@ class Gateway:
 def start_gateway(upstream: str, store: Path, *, workers: int = 1, args: tuple[str, ...] = ()) -> Gateway:
     cmd = [sys.executable, "-m", "sdk.gateway", "--upstream", upstream, "--port", "0", "--store", str(store)]
     cmd += ["--workers", str(workers), *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
     env.pop("TRACERL_STORE", None)
     proc = subprocess.Popen(
         cmd,

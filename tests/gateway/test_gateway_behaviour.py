@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("fastapi")
+pytest.importorskip("aiohttp")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 

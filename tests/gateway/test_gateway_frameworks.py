@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("fastapi")
+pytest.importorskip("aiohttp")
 pytest.importorskip("uvicorn")
 pytest.importorskip("openai")
 pytest.importorskip("polars")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi")
+pytest.importorskip("aiohttp")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 

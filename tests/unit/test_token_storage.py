@@ -107,5 +107,6 @@ def test_a_missing_token_base_is_counted(tmp_path: Path) -> None:
     seg.write_bytes(b"".join(lines[:first_call] + lines[first_call + 1 :]))
     reader = StoreReader(tmp_path / "s")
     list(reader.sessions())
-    # The second call lost its base, and the third builds on the second's (now unknown) prompt ids.
-    assert reader.problems["missing_base"] == 1 and reader.problems["missing_token_base"] == 2
+    # The second call lost its base; the third builds on the second, whose rebuilt request is now shorter
+    # than the prefix the third claims (so its base is missing too), and on its unknown prompt ids.
+    assert reader.problems["missing_base"] == 2 and reader.problems["missing_token_base"] == 2

@@ -5,7 +5,7 @@ Usage::
     python -m sdk.train --data episodes.parquet --model Qwen/Qwen2.5-0.5B-Instruct --output runs/grpo
     python -m sdk.train --data ./.tracerl --model ./my-model --config examples/grpo.yaml --max-steps 200
     python -m sdk.train --data episodes.parquet --model ./my-model --dry-run   # stats only
-    python -m sdk.train --backend http://gpu-box:8000 --data episodes.parquet --model ./my-model
+    python -m sdk.train --backend ray --data episodes.parquet --model ./my-model   # on a Ray cluster
 
 This module is only the entry point: the flags, the configuration file and the outputs are those of the
 trainers' CLI (:mod:`trainers.cli`; ``python -m sdk.train --help`` lists them). ``sdk`` imports nothing

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cfg["rounds"] = args.rounds
     result = run_loop(cfg)
     vals = [r["val_success"] for r in result["rows"] if r.get("val_success") is not None]
-    print(f"wall time: {time.time() - t0:.0f} s (GGUF conversion included)")
+    print(f"wall time: {time.time() - t0:.0f} s (GGUF conversion included when it ran)")
     print(f"held-out success: {100 * vals[0]:.1f}% -> {100 * vals[-1]:.1f}%", flush=True)
     return result
 

@@ -11,8 +11,6 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
 __all__ = ["main"]
 
 
@@ -25,16 +23,6 @@ def main(argv: list[str] | None = None) -> None:
     from trainers.serve import main as serve_main
 
     serve_main(argv)
-
-
-def __getattr__(name: str) -> Any:
-    # `from sdk.serve import PolicyServer` was the documented in-process API (examples/main.py uses it):
-    # resolved lazily from trainers.serve so that importing this module stays light.
-    if name in ("Engine", "PolicyServer", "create_app", "parse_tool_calls", "render_prompt_ids"):
-        import trainers.serve
-
-        return getattr(trainers.serve, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

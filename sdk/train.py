@@ -6,10 +6,12 @@ Usage::
     python -m sdk.train --data ./.tracerl --model ./my-model --config examples/grpo.yaml --max-steps 200
     python -m sdk.train --data episodes.parquet --model ./my-model --dry-run   # stats only
     python -m sdk.train --backend ray --data episodes.parquet --model ./my-model   # on a Ray cluster
+    python -m sdk.train --loop examples/arithmetic/loop.yaml   # rollout -> train -> reload -> validate rounds
 
 This module is only the entry point: the flags, the configuration file and the outputs are those of the
-trainers' CLI (:mod:`trainers.cli`; ``python -m sdk.train --help`` lists them). ``sdk`` imports nothing
-from ``trainers`` until :func:`main` runs, so capturing never pulls in the training stack.
+trainers' CLI (:mod:`trainers.cli`; ``python -m sdk.train --help`` lists them); ``--loop CONFIG.yaml`` runs
+the in-situ loop instead (:mod:`trainers.loop`; ``python -m sdk.train --loop --help``). ``sdk`` imports
+nothing from ``trainers`` until :func:`main` runs, so capturing never pulls in the training stack.
 """
 
 from __future__ import annotations
@@ -30,9 +32,16 @@ def main(argv: list[str] | None = None) -> int:
         >>> main(["--data", "episodes.parquet", "--model", "./tiny", "--dry-run"])  # doctest: +SKIP
         0
     """
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "--loop":
+        from trainers.loop import main as loop_main
+
+        return loop_main(args[1:])
     from trainers.cli import main as cli_main
 
-    return cli_main(argv)
+    return cli_main(args)
 
 
 if __name__ == "__main__":

@@ -291,7 +291,7 @@ def _train_round(
     conf = out / "loop-train.yaml"
     conf.write_text(yaml.safe_dump(settings, sort_keys=False))
     argv = ["--config", str(conf), "--data", str(data), "--model", model, "--output", str(out)]
-    from sdk.train import main as train_main
+    from trainers.cli import main as train_main
 
     log = out / "train.log"
     with open(log, "w") as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
@@ -572,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         0
     """
     p = argparse.ArgumentParser(
-        prog="python -m trainers.loop", description="rollout → export → train → reload → validate rounds"
+        prog="python -m sdk.train --loop", description="rollout → export → train → reload → validate rounds"
     )
     p.add_argument("config", help="loop YAML file")
     p.add_argument("--rounds", type=int, default=None, help="override rounds")

@@ -158,7 +158,7 @@ class LocalPolicy:
         if self._server is not None or self._proc is not None:
             return
         if not self.use_subprocess:
-            from sdk.serve import PolicyServer as Server
+            from trainers.serve import PolicyServer as Server
 
             self._server = Server(self.model, model_name=self.model_name).start()
             self.base_url = self._server.base_url

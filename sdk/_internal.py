@@ -6,15 +6,26 @@ It is caught, reported loudly once, counted (see :func:`sdk.stats`), and the use
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import sys
 import threading
 import traceback
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
-__all__ = ["MissingDependency", "capture_internal_exceptions", "count", "counters", "logger", "warn_once"]
+__all__ = [
+    "MissingDependency",
+    "capture_internal_exceptions",
+    "count",
+    "counters",
+    "load_function",
+    "logger",
+    "warn_once",
+]
 
 logger = logging.getLogger("tracerl")
 
@@ -77,3 +88,32 @@ def capture_internal_exceptions(where: str) -> Iterator[None]:
         )
         if _raise_internal():
             raise
+
+
+def load_function(spec: str, what: str = "function") -> Callable[..., Any]:
+    """Import ``"package.module:function"`` (dotted attributes allowed); ``ValueError`` with one line if not.
+
+    The current directory is importable, as with ``python -m``: users name functions of their own code.
+
+    Example:
+        >>> load_function("json:dumps")([1])
+        '[1]'
+    """
+    module_name, sep, attr = str(spec).partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{what} must be 'module:function', got {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ValueError(
+            f"cannot import {what} module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise ValueError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}")
+    if not callable(obj):
+        raise ValueError(f"{what} {spec!r} is not callable")
+    return obj  # type: ignore[no-any-return]

@@ -49,7 +49,6 @@ import contextlib
 import contextvars
 import dataclasses
 import hashlib
-import importlib
 import inspect
 import json
 import math
@@ -63,6 +62,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from sdk._internal import load_function as _load_function
 
 __all__ = [
     "RolloutError",
@@ -94,7 +95,7 @@ class RolloutError(ValueError):
 
 
 def load_function(spec: str | Callable[..., Any], what: str = "function") -> Callable[..., Any]:
-    """Resolve ``"package.module:function"`` (or pass a callable through).
+    """Resolve ``"package.module:function"`` (or pass a callable through); :class:`RolloutError` if not.
 
     The current directory is importable, as with ``python -m``.
 
@@ -104,24 +105,10 @@ def load_function(spec: str | Callable[..., Any], what: str = "function") -> Cal
     """
     if callable(spec):
         return spec
-    module_name, sep, attr = str(spec).partition(":")
-    if not sep or not module_name or not attr:
-        raise RolloutError(f"{what} must be 'module:function', got {spec!r}")
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise RolloutError(
-            f"cannot import {what} module {module_name!r}: {type(exc).__name__}: {exc}"
-        ) from exc
-    for part in attr.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise RolloutError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}")
-    if not callable(obj):
-        raise RolloutError(f"{what} {spec!r} is not callable")
-    return obj  # type: ignore[no-any-return]
+        return _load_function(spec, what)
+    except ValueError as exc:
+        raise RolloutError(str(exc)) from None
 
 
 def load_tasks(source: str | os.PathLike[str] | Iterable[dict[str, Any]], id_field: str = "id") -> list[dict]:

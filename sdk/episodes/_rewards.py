@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -12,6 +11,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union
 
+from sdk._internal import load_function
 from sdk.episodes._build import set_rewards
 from sdk.episodes._validate import Problem
 
@@ -55,23 +55,9 @@ def load_reward_fn(spec: str) -> tuple[str, Callable[..., Any]]:
     name, sep, target = spec.partition("=")
     if not sep:
         name, target = "reward", spec
-    module_name, colon, attr = target.partition(":")
-    if not colon or not module_name or not attr or not name:
+    if ":" not in target or not name:
         raise ValueError(f"reward function {spec!r} must look like [name=]module:function")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise ValueError(
-            f"cannot import module {module_name!r} for reward function {spec!r}: {exc}"
-        ) from None
-    fn: Any = module
-    for part in attr.split("."):
-        fn = getattr(fn, part, None)
-        if fn is None:
-            raise ValueError(f"module {module_name!r} has no attribute {attr!r} (reward function {spec!r})")
-    if not callable(fn):
-        raise ValueError(f"reward function {spec!r} is not callable")
-    return name, fn
+    return name, load_function(target, f"reward function {name!r}")
 
 
 def resolve_reward_fns(fns: Any) -> list[tuple[str, Callable[..., Any]]]:

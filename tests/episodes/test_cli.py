@@ -131,7 +131,7 @@ def test_reward_fn_from_the_working_directory(
 @pytest.mark.parametrize(
     ("extra", "fragments"),
     [
-        (["--reward-fn", "no_such_module:fn"], ["cannot import module 'no_such_module'"]),
+        (["--reward-fn", "no_such_module:fn"], ["module 'no_such_module'"]),
         (["--reward-fn", "not-a-spec"], ["must look like [name=]module:function"]),
         (["--strict"], ["missing_reward", "(strict mode)"]),
         (["--judge-model", "j"], ["--judge-model needs --judge-base-url"]),

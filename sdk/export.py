@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Any
 
+from sdk._cli import error_exit
+
 __all__ = ["main"]
 
 _EPILOG = """\
@@ -193,9 +195,6 @@ def main(argv: list[str] | None = None) -> int:
         from sdk.episodes import export
         from sdk.episodes._rewards import resolve_reward_fns
 
-        # `module:function` resolves against the working directory, as `python -m` does.
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())
         reward_fns = resolve_reward_fns(args.reward_fn)
         rejects: Any = False if args.no_rejects else (args.rejects or True)
         summary = export(
@@ -215,26 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.quiet and sys.stderr.isatty(),
             workers=max(0, args.workers),
         )
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except ImportError as exc:
-        if args.traceback:
-            raise
-        print(f"error: {exc} (pip install 'tracerl[episodes]')", file=sys.stderr)
-        return 2
-    except (OSError, ValueError, TypeError) as exc:
-        if args.traceback:
-            raise
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
-    except Exception as exc:
-        if args.traceback:
-            raise
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        print(f"error: {type(exc).__name__}: {first} (rerun with --traceback for details)", file=sys.stderr)
-        return 2
+    except (Exception, KeyboardInterrupt) as exc:
+        return error_exit(exc, traceback=args.traceback, extra="episodes")
     if not args.quiet:
         print_rows("tracerl export", summary.rows(args.max_tasks))
     if args.summary_json:

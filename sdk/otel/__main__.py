@@ -12,7 +12,8 @@ import argparse
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any
+
+from sdk._cli import error_exit
 
 __all__ = ["main"]
 
@@ -142,22 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except ImportError as exc:
-        if args.traceback:
-            raise
-        print(f"error: {exc} (pip install 'tracerl[otel]')", file=sys.stderr)
-        return 2
-    except Exception as exc:
-        if args.traceback:
-            raise
-        msg: Any = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if not isinstance(exc, (OSError, ValueError, TypeError)):
-            msg = f"{type(exc).__name__}: {msg} (rerun with --traceback for details)"
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+    except (Exception, KeyboardInterrupt) as exc:
+        return error_exit(exc, traceback=args.traceback, extra="otel")
 
 
 if __name__ == "__main__":

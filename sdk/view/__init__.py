@@ -123,6 +123,8 @@ def episode_view(se: SourcedEpisode, decode: Callable[[int], str] | None = None)
         call = generated_by.get(i)
         if call is not None and isinstance(call.get("logprobs"), list):
             toks = [e.get("token") if isinstance(e, dict) else None for e in call["logprobs"]]
+            # Compact stores keep ids and logprob numbers, not the server's token strings.
+            toks = None if all(t is None for t in toks) else toks
         if (toks is None or None in toks) and decode is not None and ids:
             toks = [decode(x) for x in ids]
         turns[str(i)] = {"ids": ids, "lp": lps, "toks": toks, "trained": i not in context}

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sdk._cli import error_exit
+
 __all__ = ["main"]
 
 
@@ -44,20 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         from sdk.view import build_report
 
         summary = build_report(args.source, args.out, title=args.title, tokenizer=args.tokenizer)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if args.traceback:
-            raise
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if (
-            not isinstance(exc, (OSError, ValueError, TypeError, ImportError))
-            and type(exc).__name__ != "EpisodeError"
-        ):
-            msg = f"{type(exc).__name__}: {msg} (rerun with --traceback for details)"
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+    except (Exception, KeyboardInterrupt) as exc:
+        return error_exit(exc, traceback=args.traceback, extra="episodes")
     print(
         f"tracerl view: {summary.episodes} episodes in {summary.groups} task groups "
         f"({summary.token_episodes} with token data) -> {summary.out}"

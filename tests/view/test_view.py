@@ -70,8 +70,13 @@ def test_trained_tokens_are_the_threads_own_completions(tmp_path: Path) -> None:
     assert "2" not in view["turns"]
     turn = view["turns"]["4"]
     assert turn["trained"] is True
-    assert turn["toks"] == ["0", " + 1 =", " 1."]
+    assert turn["ids"] == [100, 7, 200]
     assert turn["lp"] == [-0.01, -0.2, -0.05]
+    # The store keeps ids and logprob numbers, not the server's token strings: the page shows the ids,
+    # or the text when a tokenizer decodes them (--tokenizer).
+    assert turn["toks"] is None
+    (decoded,) = [episode_view(se, decode=lambda i: f"<{i}>") for se in eps]
+    assert decoded["turns"]["4"]["toks"] == ["<100>", "<7>", "<200>"]
 
 
 def test_cli_writes_a_self_contained_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,9 +136,10 @@ def test_page_in_headless_chromium(tmp_path: Path) -> None:
     assert "3 of 3 episodes · 1 task group" in dom
     assert re.search(r'<span class="r reward">1\.00</span>', dom)
     assert re.search(r'<span class="a pos">A \+1\.41</span>', dom)  # (1 - 1/3) / std over the group
-    # The first episode is shown: its generated turn's tokens highlighted with their behaviour logprobs.
+    # The first episode is shown: its generated turn's tokens highlighted with their behaviour logprobs
+    # (as ids: the store keeps ids and logprob numbers; --tokenizer shows their text).
     trained = re.findall(r'<span class="tok trained" data-logprob="([^"]+)"[^>]*>([^<]*)</span>', dom)
-    assert trained == [("-0.01", "0"), ("-0.2", " + 1 ="), ("-0.05", " 1.")]
+    assert trained == [("-0.01", "⟨100⟩"), ("-0.2", "⟨7⟩"), ("-0.05", "⟨200⟩")]
     assert dom.count(">context<") == 0 and "2 + 2 = 4." in dom  # the few-shot turn: plain text
     shot = tmp_path / "report.png"
     subprocess.run([*browser, f"--screenshot={shot}", url], capture_output=True, timeout=120, check=True)

@@ -3,7 +3,9 @@
 # runs pytest after it). Idempotent: a second run only checks.
 #   - system packages: chromium (the viewer test opens the report in a real browser) and Node.js with npm
 #     (the gateway test drives an agent written on the official `openai` npm package);
-#   - .venv: torch first, pinned, then the project with its dev extra;
+#   - .venv: torch first, pinned, then the project with its dev extra at the versions CI tested
+#     (tests/constraints.txt: without it pip's resolver backtracks for many minutes between the
+#     OpenTelemetry, Strands, s3fs and boto3 releases, or gives up);
 #   - .venv-phoenix: Arize Phoenix, the real OpenTelemetry consumer the export test sends spans to. It has
 #     its own environment because its dependency pins (openai >= 3) clash with llama-index's (openai < 3).
 set -euo pipefail
@@ -22,7 +24,7 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q torch==2.13.0
-.venv/bin/pip install -q -e '.[dev]'
+.venv/bin/pip install -q -e '.[dev]' -c tests/constraints.txt
 
 [ -x .venv-phoenix/bin/python ] || python3 -m venv .venv-phoenix
 .venv-phoenix/bin/pip install -q 'arize-phoenix==20.26.1'

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk._sources import SourcedEpisode, episode_metadata, open_episodes
+from sdk.messages import flatten_content
 from sdk.view._page import PAGE
 
 __all__ = ["ViewSummary", "build_report", "episode_view", "group_advantages"]
@@ -82,14 +83,6 @@ def _tool_calls(m: dict[str, Any]) -> list[list[Any]]:
     return out
 
 
-def _text(content: Any) -> Any:
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-    return json.dumps(content, ensure_ascii=False, default=str)
-
-
 def episode_view(se: SourcedEpisode, decode: Callable[[int], str] | None = None) -> dict[str, Any]:
     """One episode as the viewer's compact JSON record.
 
@@ -130,7 +123,7 @@ def episode_view(se: SourcedEpisode, decode: Callable[[int], str] | None = None)
         turns[str(i)] = {"ids": ids, "lp": lps, "toks": toks, "trained": i not in context}
     msgs = []
     for m in messages:
-        v: dict[str, Any] = {"r": m.get("role"), "c": _text(m.get("content"))}
+        v: dict[str, Any] = {"r": m.get("role"), "c": flatten_content(m.get("content"))}
         if m.get("tool_calls"):
             v["tc"] = _tool_calls(m)
         if m.get("tool_call_id"):

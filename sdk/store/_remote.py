@@ -169,6 +169,13 @@ class SegmentShipper:
     def start(self) -> None:
         """Ship now and then every ``interval`` seconds in a daemon thread."""
         if self._thread is None:
+            # Import fsspec and the filesystem's package (s3fs, botocore, aiohttp...) here, in the caller's
+            # thread: first imports of overlapping modules in two threads at once can end in CPython's
+            # "deadlock detected by _ModuleLock" ImportError, and the other thread is the user's agent.
+            try:
+                _fs(self.uri)
+            except Exception:  # ship() counts and reports it, in the thread
+                pass
             self._thread = threading.Thread(target=self._loop, name="tracerl-ship", daemon=True)
             self._thread.start()
 

@@ -42,7 +42,7 @@ time.sleep(600)
 
 def record(server, store, first, n, interval=3600.0):
     """Record ``n`` sessions in a child process; return it (still running: kill it or let the test end)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"}  # a crash prints where
     proc = subprocess.Popen(
         [sys.executable, "-c", RECORD, server.base_url, store, str(first), str(n), str(interval)],
         env=env,
@@ -51,7 +51,12 @@ def record(server, store, first, n, interval=3600.0):
         text=True,
     )
     line = proc.stdout.readline()
-    assert line.strip() == "written", proc.stderr.read() if proc.poll() is not None else line
+    if line.strip() != "written":  # it ended (or wrote something else): say how, with its stderr
+        proc.kill()
+        rc = proc.wait()
+        pytest.fail(
+            f"recording process ended before writing (exit {rc}, stdout {line!r}):\n{proc.stderr.read()}"
+        )
     return proc
 
 

@@ -229,14 +229,37 @@ def select_tasks(
 
 
 class _Run:
-    """One loop run's files and state."""
+    """One loop run: its files, the rows and checkpoint so far, and the rewards the curriculum ranks by."""
 
-    def __init__(self, cfg: LoopConfig) -> None:
+    def __init__(
+        self,
+        cfg: LoopConfig,
+        *,
+        on_round_end: Callable[[dict[str, Any]], None] | None = None,
+        quiet: bool = False,
+    ) -> None:
         self.cfg = cfg
         self.out = Path(cfg.out)
         self.store = self.out / "store"
         self.metrics = self.out / "metrics.jsonl"
         self.state_path = self.out / "state.json"
+        self.on_round_end = on_round_end
+        self.quiet = quiet
+        self.checkpoint = cfg.model
+        self.all_rows: list[dict[str, Any]] = []
+        self.history: dict[str, list[float]] = defaultdict(list)  # task id -> rewards in earlier rounds
+        self.uses: dict[str, int] = defaultdict(int)  # task id -> rounds that drew it
+        self._t_start = time.time()
+        self._wall0 = 0.0  # wall seconds of the rounds finished before this process
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, flush=True)
+
+    def result(self) -> dict[str, Any]:
+        return {"rows": self.all_rows, "checkpoint": self.checkpoint, "out": str(self.out)}
+
+    # -- state on disk ---------------------------------------------------------------------------
 
     def load_state(self) -> dict[str, Any] | None:
         try:
@@ -266,6 +289,137 @@ class _Run:
     def append_row(self, row: dict[str, Any]) -> None:
         with open(self.metrics, "a") as fh:
             fh.write(json.dumps(row) + "\n")
+
+    def resume(self) -> int:
+        """Pick up after the last finished round (if any); return the round to run first."""
+        from sdk.rollout import read_results
+
+        state = self.load_state()
+        if state:
+            self.checkpoint = str(state["checkpoint"])
+        first = int(state["round"]) + 1 if state else 0
+        self.all_rows = self.keep_rows_through(first - 1)
+        self._wall0 = float(self.all_rows[-1]["wall_s"]) if self.all_rows else 0.0
+        if state:
+            self.say(f"resuming after round {state['round']} (checkpoint {self.checkpoint})")
+        for rnd in range(1, first):  # earlier rounds' rewards, for the curriculum
+            self._remember(read_results(self.out / "rollouts" / f"round-{rnd}.jsonl"))
+        return first
+
+    def _remember(self, results: list[dict[str, Any]], tasks: list[dict[str, Any]] | None = None) -> None:
+        for r in results:
+            if isinstance(r.get("reward"), (int, float)):
+                self.history[str(r["task_id"])].append(float(r["reward"]))
+        drawn = {t["id"] for t in tasks} if tasks is not None else {str(r["task_id"]) for r in results}
+        for tid in drawn:
+            self.uses[tid] += 1
+
+    # -- rounds ----------------------------------------------------------------------------------
+
+    def rollout(self, tasks: list[dict[str, Any]], split: str, samples: int) -> Any:
+        from sdk.rollout import RolloutError, run_rollout
+
+        cfg = self.cfg
+        try:
+            return run_rollout(
+                cfg.agent,
+                tasks,
+                samples=samples,
+                concurrency=cfg.concurrency,
+                timeout=cfg.timeout,
+                reward_fn=cfg.reward_fn,
+                split=split,
+                results=self.out / "rollouts" / f"{split}.jsonl",
+                id_field="id",
+                success_threshold=cfg.success_threshold,
+            )
+        except RolloutError as exc:
+            raise UserError(str(exc)) from None
+
+    def finish(self, row: dict[str, Any]) -> None:
+        """Save a finished round's row (and the state that marks it done); print it, plot, call back."""
+        row["wall_s"] = round(self._wall0 + time.time() - self._t_start, 1)
+        row["checkpoint"] = self.checkpoint
+        self.append_row(row)
+        self.save_state({"round": row["round"], "checkpoint": self.checkpoint})
+        self.all_rows.append(row)
+        if not self.quiet:
+            _print_row(row)
+        if self.cfg.plot:
+            _plot(
+                self.all_rows,
+                self.out / "progress.png",
+                f"{self.cfg.agent}: train reward and validation success",
+            )
+        if self.on_round_end is not None:
+            self.on_round_end(row)
+
+    def validate(self, eval_pool: list[dict[str, Any]] | None, rnd: int) -> dict[str, Any]:
+        """Evaluate the validation tasks (if any); the row's validation fields and ``eval_s``."""
+        t0 = time.time()
+        val = self.rollout(eval_pool, f"eval-round-{rnd}", self.cfg.eval_samples) if eval_pool else None
+        return {
+            "val_success": None if val is None else val.success_rate,
+            "val_reward": None if val is None else val.mean_reward,
+            "eval_s": round(time.time() - t0, 1),
+        }
+
+    def validation_round(self, eval_pool: list[dict[str, Any]] | None) -> None:
+        """Round 0: the starting policy on the validation tasks, nothing trained."""
+        val = self.validate(eval_pool, 0)
+        self.finish({"round": 0, **val, "train_reward": None, "groups": 0, "steps": 0})
+
+    def training_round(
+        self, rnd: int, pool: list[dict[str, Any]], eval_pool: list[dict[str, Any]] | None, policy: Any
+    ) -> None:
+        """Collect on this round's tasks, export, train, serve the new weights, validate when due."""
+        from sdk.episodes import export
+        from sdk.rollout import read_results
+        from trainers.policy import export_env
+
+        cfg = self.cfg
+        t0 = time.time()
+        tasks, share = select_tasks(
+            pool, rnd, cfg.tasks_per_round, history=self.history, uses=self.uses, curriculum=cfg.curriculum
+        )
+        split = f"round-{rnd}"
+        got = self.rollout(tasks, split, cfg.samples)
+        results = read_results(self.out / "rollouts" / f"{split}.jsonl")
+        self._remember(results, tasks)
+        t_collect = time.time() - t0
+        data = self.out / "episodes" / f"{split}.parquet"
+        data.parent.mkdir(parents=True, exist_ok=True)
+        summary = export(self.store, data, splits=[split])
+        groups = _groups_with_signal(results)
+        steps, adapter, t1 = 0, None, time.time()
+        if groups:
+            self.checkpoint, adapter, steps = _train_round(cfg, self, rnd, data, self.checkpoint, groups)
+            policy.update(self.checkpoint, adapter=adapter)
+            export_env(policy)
+        t_train = time.time() - t1
+        due = eval_pool and (rnd % cfg.eval_every == 0 or rnd == cfg.rounds)
+        val = self.validate(eval_pool if due else None, rnd)
+        self.finish(
+            {
+                "round": rnd,
+                "val_success": val["val_success"],
+                "val_reward": val["val_reward"],
+                "train_reward": got.mean_reward,
+                "train_success": got.success_rate,
+                "tasks": len(tasks),
+                "samples": got.done,
+                "errors": got.counts.get("error", 0),
+                "timeouts": got.counts.get("timeout", 0),
+                "exported": getattr(summary, "written", None),
+                "groups": groups,
+                "steps": steps,
+                "curriculum_share": share,
+                "adapter": adapter,
+                "collect_s": round(t_collect, 1),
+                "train_s": round(t_train, 1),
+                "eval_s": val["eval_s"],
+            }
+        )
 
 
 def _train_round(
@@ -419,11 +573,10 @@ def run_loop(
         else LoopConfig.from_yaml(config)
     )
     import sdk
-    from sdk.episodes import export
-    from sdk.rollout import RolloutError, load_tasks, read_results, run_rollout
+    from sdk.rollout import RolloutError, load_tasks
     from trainers.policy import export_env, make_policy
 
-    run = _Run(cfg)
+    run = _Run(cfg, on_round_end=on_round_end, quiet=quiet)
     run.out.mkdir(parents=True, exist_ok=True)
     (run.out / "loop-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
     try:
@@ -434,131 +587,24 @@ def run_loop(
     if not pool:
         raise UserError(f"no tasks in {cfg.tasks}")
     sdk.configure(store=run.store)
-    t_start = time.time()
-    state = run.load_state()
-    checkpoint = str(state["checkpoint"]) if state else cfg.model
-    first = int(state["round"]) + 1 if state else 0
-    rows = run.keep_rows_through(first - 1)
-    wall0 = float(rows[-1]["wall_s"]) if rows else 0.0
-    say = (lambda *a: None) if quiet else print
-    if state:
-        say(f"resuming after round {state['round']} (checkpoint {checkpoint})", flush=True)
-
-    def rollout(tasks: list[dict[str, Any]], split: str, samples: int) -> Any:
-        try:
-            return run_rollout(
-                cfg.agent,
-                tasks,
-                samples=samples,
-                concurrency=cfg.concurrency,
-                timeout=cfg.timeout,
-                reward_fn=cfg.reward_fn,
-                split=split,
-                results=run.out / "rollouts" / f"{split}.jsonl",
-                id_field="id",
-                success_threshold=cfg.success_threshold,
-            )
-        except RolloutError as exc:
-            raise UserError(str(exc)) from None
-
-    def finish(row: dict[str, Any]) -> None:
-        row["wall_s"] = round(wall0 + time.time() - t_start, 1)
-        row["checkpoint"] = checkpoint
-        run.append_row(row)
-        run.save_state({"round": row["round"], "checkpoint": checkpoint})
-        rows.append(row)
-        if not quiet:
-            _print_row(row)
-        if cfg.plot:
-            _plot(rows, run.out / "progress.png", f"{cfg.agent}: train reward and validation success")
-        if on_round_end is not None:
-            on_round_end(row)
-
-    history: dict[str, list[float]] = defaultdict(list)
-    uses: dict[str, int] = defaultdict(int)
-    for rnd in range(1, first):  # earlier rounds' rewards, for the curriculum
-        for r in read_results(run.out / "rollouts" / f"round-{rnd}.jsonl"):
-            if isinstance(r.get("reward"), (int, float)):
-                history[str(r["task_id"])].append(float(r["reward"]))
-        for tid in {str(r["task_id"]) for r in read_results(run.out / "rollouts" / f"round-{rnd}.jsonl")}:
-            uses[tid] += 1
-
+    first = run.resume()
     if first > cfg.rounds:
-        say(f"all {cfg.rounds} rounds are done (raise rounds to continue)", flush=True)
-        return {"rows": rows, "checkpoint": checkpoint, "out": str(run.out)}
-    policy = make_policy(cfg.policy, checkpoint, log_dir=str(run.out))
+        run.say(f"all {cfg.rounds} rounds are done (raise rounds to continue)")
+        return run.result()
+    policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
     policy.start()
     export_env(policy)
-    say("round  validation  train reward  groups  steps   wall s", flush=True)
+    run.say("round  validation  train reward  groups  steps   wall s")
     try:
         if first == 0:
-            t0 = time.time()
-            val = rollout(eval_pool, "eval-round-0", cfg.eval_samples) if eval_pool else None
-            finish(
-                {
-                    "round": 0,
-                    "val_success": None if val is None else val.success_rate,
-                    "val_reward": None if val is None else val.mean_reward,
-                    "train_reward": None,
-                    "groups": 0,
-                    "steps": 0,
-                    "eval_s": round(time.time() - t0, 1),
-                }
-            )
+            run.validation_round(eval_pool)
             first = 1
         for rnd in range(first, cfg.rounds + 1):
-            t0 = time.time()
-            tasks, share = select_tasks(
-                pool, rnd, cfg.tasks_per_round, history=history, uses=uses, curriculum=cfg.curriculum
-            )
-            split = f"round-{rnd}"
-            got = rollout(tasks, split, cfg.samples)
-            results = read_results(run.out / "rollouts" / f"{split}.jsonl")
-            for r in results:
-                if isinstance(r.get("reward"), (int, float)):
-                    history[str(r["task_id"])].append(float(r["reward"]))
-            for t in tasks:
-                uses[t["id"]] += 1
-            t_collect = time.time() - t0
-            data = run.out / "episodes" / f"{split}.parquet"
-            data.parent.mkdir(parents=True, exist_ok=True)
-            summary = export(run.store, data, splits=[split])
-            groups = _groups_with_signal(results)
-            steps, adapter, t1 = 0, None, time.time()
-            if groups:
-                checkpoint, adapter, steps = _train_round(cfg, run, rnd, data, checkpoint, groups)
-                policy.update(checkpoint, adapter=adapter)
-                export_env(policy)
-            t_train = time.time() - t1
-            val = None
-            t2 = time.time()
-            if eval_pool and (rnd % cfg.eval_every == 0 or rnd == cfg.rounds):
-                val = rollout(eval_pool, f"eval-round-{rnd}", cfg.eval_samples)
-            finish(
-                {
-                    "round": rnd,
-                    "val_success": None if val is None else val.success_rate,
-                    "val_reward": None if val is None else val.mean_reward,
-                    "train_reward": got.mean_reward,
-                    "train_success": got.success_rate,
-                    "tasks": len(tasks),
-                    "samples": got.done,
-                    "errors": got.counts.get("error", 0),
-                    "timeouts": got.counts.get("timeout", 0),
-                    "exported": getattr(summary, "written", None),
-                    "groups": groups,
-                    "steps": steps,
-                    "curriculum_share": share,
-                    "adapter": adapter,
-                    "collect_s": round(t_collect, 1),
-                    "train_s": round(t_train, 1),
-                    "eval_s": round(time.time() - t2, 1),
-                }
-            )
+            run.training_round(rnd, pool, eval_pool, policy)
     finally:
         policy.stop()
         sdk.flush()
-    return {"rows": rows, "checkpoint": checkpoint, "out": str(run.out)}
+    return run.result()
 
 
 # -------------------------------------------------------------------------------------------------- CLI

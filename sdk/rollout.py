@@ -524,15 +524,9 @@ def run_rollout(
         raise RolloutError(f"the results file {results_path} must not be inside the store {store_path}")
     results_path.parent.mkdir(parents=True, exist_ok=True)
     key = _run_key(results_path)
-    by_id = {t["id"]: t for t in task_list}
-    rows = read_results(results_path)
-    done = {(str(r["task_id"]), int(r["sample"])) for r in rows}
     location = _store_location()
-    recovered = _recover_from_store(location, key, split, done, by_id) if results_path.exists() else []
-    for r in recovered:
-        r["success"] = r["reward"] is not None and r["reward"] >= success_threshold
-        rows.append(r)
-        _append(results_path, r)
+    rows = _resume(results_path, location, key, split, task_list, success_threshold)
+    done = {(str(r["task_id"]), int(r["sample"])) for r in rows}
     jobs = [(t, k) for t in task_list for k in range(samples) if (t["id"], k) not in done]
     total = len(task_list) * samples
     started = time.monotonic()
@@ -585,6 +579,28 @@ def run_rollout(
     if interrupted:
         raise KeyboardInterrupt(summary)
     return summary
+
+
+def _resume(
+    results_path: Path,
+    location: str | Path,
+    key: str,
+    split: str,
+    task_list: list[dict[str, Any]],
+    success_threshold: float,
+) -> list[dict[str, Any]]:
+    """The rows of an earlier run of this results file, plus the samples its store holds but it lacks."""
+    rows = read_results(results_path)
+    if not results_path.exists():
+        return rows
+    done = {(str(r["task_id"]), int(r["sample"])) for r in rows}
+    # A run killed between a session's end and its results line: the store has the sample, so take it
+    # from there rather than run it again.
+    for r in _recover_from_store(location, key, split, done, {t["id"]: t for t in task_list}):
+        r["success"] = r["reward"] is not None and r["reward"] >= success_threshold
+        rows.append(r)
+        _append(results_path, r)
+    return rows
 
 
 def _current_store() -> Path:

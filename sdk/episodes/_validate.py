@@ -171,125 +171,123 @@ def _check_tool_call(
     return tc_id
 
 
-def _check_messages(messages: list[Any], out: list[Problem]) -> list[int]:
-    """Check the conversation's structure; return the indices of its assistant messages."""
-    assistant: list[int] = []
-    pending: dict[str, tuple[int, str | None]] = {}  # open tool call id -> (assistant index, function name)
-    calls_at: int | None = None  # index of the assistant message whose tool calls are being answered
-    answered: set[str] = set()
-    started = False  # a non-system message was seen
+class _Structure:
+    """Walks a conversation once, noting what breaks its structure (role order, tool call/result pairing)."""
 
-    def unanswered(until: str) -> None:
-        for tc_id, (at, name) in pending.items():
-            out.append(
-                _problem(
-                    "tool_call_unanswered",
-                    f"message {at} (assistant): tool call {tc_id!r} ({name}) is never answered by a tool "
-                    f"message ({until})",
-                    at,
-                )
-            )
-        pending.clear()
+    def __init__(self, messages: list[Any], out: list[Problem]) -> None:
+        self.messages = messages
+        self.out = out
+        self.assistant: list[int] = []
+        self.pending: dict[str, tuple[int, str | None]] = {}  # open tool call id -> (assistant index, name)
+        self.calls_at: int | None = None  # index of the assistant message whose tool calls are being answered
+        self.answered: set[str] = set()
+        self.started = False  # a non-system message was seen
 
-    for i, m in enumerate(messages):
-        role = m.get("role") if isinstance(m, dict) else None
-        if not isinstance(role, str):
-            out.append(_problem("invalid_message", f"message {i} is not an object with a role", i))
-            continue
-        if role not in _ROLES:
-            out.append(
-                _problem(
-                    "role_order",
-                    f"message {i} has unknown role {role!r} (expected system, user, assistant or tool)",
-                    i,
-                )
+    def problem(self, code: str, message: str, index: int) -> None:
+        self.out.append(_problem(code, message, index))
+
+    def unanswered(self, until: str) -> None:
+        for tc_id, (at, name) in self.pending.items():
+            self.problem(
+                "tool_call_unanswered",
+                f"message {at} (assistant): tool call {tc_id!r} ({name}) is never answered by a tool "
+                f"message ({until})",
+                at,
             )
-            continue
-        if role == "tool":
-            tc_id = m.get("tool_call_id")
-            if calls_at is None:
-                out.append(
-                    _problem(
-                        "tool_result_without_call",
-                        f"message {i} (tool) answers {tc_id!r} but does not follow an assistant message "
-                        "with tool calls",
-                        i,
-                    )
-                )
-            elif not isinstance(tc_id, str):
-                out.append(_problem("tool_result_without_call", f"message {i} (tool) has no tool_call_id", i))
-            elif tc_id in pending:
-                del pending[tc_id]
-                answered.add(tc_id)
-            elif tc_id in answered:
-                out.append(
-                    _problem(
-                        "duplicate_id", f"message {i} (tool) answers tool call {tc_id!r} a second time", i
-                    )
-                )
-            else:
-                out.append(
-                    _problem(
-                        "tool_result_without_call",
-                        f"message {i} (tool) answers tool_call_id {tc_id!r}, which the assistant message "
-                        f"{calls_at} did not make",
-                        i,
-                    )
-                )
-            started = True
-            continue
-        # Any other message closes the block of tool results.
-        if pending:
-            unanswered(f"message {i} is a {role} message")
-        calls_at = None
-        if answered:
-            answered = set()
+        self.pending.clear()
+
+    def tool_result(self, i: int, m: dict[str, Any]) -> None:
+        tc_id = m.get("tool_call_id")
+        self.started = True
+        if self.calls_at is None:
+            self.problem(
+                "tool_result_without_call",
+                f"message {i} (tool) answers {tc_id!r} but does not follow an assistant message "
+                "with tool calls",
+                i,
+            )
+        elif not isinstance(tc_id, str):
+            self.problem("tool_result_without_call", f"message {i} (tool) has no tool_call_id", i)
+        elif tc_id in self.pending:
+            del self.pending[tc_id]
+            self.answered.add(tc_id)
+        elif tc_id in self.answered:
+            self.problem("duplicate_id", f"message {i} (tool) answers tool call {tc_id!r} a second time", i)
+        else:
+            self.problem(
+                "tool_result_without_call",
+                f"message {i} (tool) answers tool_call_id {tc_id!r}, which the assistant message "
+                f"{self.calls_at} did not make",
+                i,
+            )
+
+    def turn(self, i: int, m: dict[str, Any], role: str) -> None:
+        """A system, user or assistant message: it closes the block of tool results before it."""
+        if self.pending:
+            self.unanswered(f"message {i} is a {role} message")
+        self.calls_at = None
+        self.answered = set()
         if i == 0 and role == "assistant":
-            out.append(
-                _problem(
-                    "role_order",
-                    "message 0 is an assistant message; an episode starts with a system or user message",
-                    0,
-                )
+            self.problem(
+                "role_order",
+                "message 0 is an assistant message; an episode starts with a system or user message",
+                0,
             )
         if role == "system":
-            if started:
-                out.append(
-                    _problem(
-                        "role_order", f"message {i} is a system message after the conversation started", i
-                    )
+            if self.started:
+                self.problem(
+                    "role_order", f"message {i} is a system message after the conversation started", i
                 )
-            continue
-        started = True
+            return
+        self.started = True
         if role == "assistant":
-            assistant.append(i)
+            self.assistant.append(i)
             tcs = m.get("tool_calls")
             if tcs:
                 ids: set[str] = set()
-                if not isinstance(tcs, list):
-                    tcs = [tcs]
-                for k, tc in enumerate(tcs):
-                    tc_id = _check_tool_call(i, m, k, tc, ids, out)
+                for k, tc in enumerate(tcs if isinstance(tcs, list) else [tcs]):
+                    tc_id = _check_tool_call(i, m, k, tc, ids, self.out)
                     if tc_id is not None:
                         fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
-                        pending[tc_id] = (i, fn.get("name"))
-                calls_at = i
-    if pending:
-        last = len(messages) - 1
-        if calls_at == last:
+                        self.pending[tc_id] = (i, fn.get("name"))
+                self.calls_at = i
+
+    def end(self) -> None:
+        if not self.pending:
+            return
+        last = len(self.messages) - 1
+        if self.calls_at == last:
             # The agent stopped (step limit, crash) after the model asked for tools: the turn itself is
             # fine to train on, so this is counted but not rejected.
-            names = ", ".join(f"{k!r}" for k in pending)
-            out.append(
-                _problem(
-                    "trailing_tool_call",
-                    f"message {last} (assistant): tool calls {names} were never run (the episode ends there)",
-                    last,
-                )
+            names = ", ".join(f"{k!r}" for k in self.pending)
+            self.problem(
+                "trailing_tool_call",
+                f"message {last} (assistant): tool calls {names} were never run (the episode ends there)",
+                last,
             )
         else:
-            unanswered("the episode ends first")
-    return assistant
+            self.unanswered("the episode ends first")
+
+
+def _check_messages(messages: list[Any], out: list[Problem]) -> list[int]:
+    """Check the conversation's structure; return the indices of its assistant messages."""
+    walk = _Structure(messages, out)
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if not isinstance(role, str):
+            walk.problem("invalid_message", f"message {i} is not an object with a role", i)
+        elif role not in _ROLES:
+            walk.problem(
+                "role_order",
+                f"message {i} has unknown role {role!r} (expected system, user, assistant or tool)",
+                i,
+            )
+        elif role == "tool":
+            walk.tool_result(i, m)
+        else:
+            walk.turn(i, m, role)
+    walk.end()
+    return walk.assistant
 
 
 def validate_episode(

@@ -100,7 +100,7 @@ def test_timeouts_and_agent_errors_are_recorded_and_counted(policy_env, tmp_path
     store = tmp_path / "store"
     tasks = [{"id": "t-0"}, {"id": "t-2", "hang": True}, {"id": "t-4", "fail": agent.endswith(":chat")}]
     s = run_rollout(
-        agent, tasks, samples=2, timeout=0.5, reward_fn="rollout_agents:score", store=store,
+        agent, tasks, samples=2, timeout=3.0, reward_fn="rollout_agents:score", store=store,
         results=tmp_path / "r.jsonl", concurrency=6,
     )  # fmt: skip
     failing = 2 if agent.endswith(":chat") else 0

@@ -86,10 +86,8 @@ def test_concurrency_is_bounded_and_used(policy_env, tmp_path):
 
     rollout_agents.peak = 0
     tasks = [{"id": f"t-{i}", "sleep": 0.2} for i in range(12)]
-    t0 = time.monotonic()
     s = run_rollout("rollout_agents:chat", tasks, samples=1, concurrency=4, results=tmp_path / "r.jsonl")
-    assert s.done == 12 and rollout_agents.peak == 4
-    assert time.monotonic() - t0 < 12 * 0.2  # they overlapped (12 serial sleeps would take 2.4 s)
+    assert s.done == 12 and rollout_agents.peak == 4  # four ran at once, never more
     # async agents run on the event loop, also bounded
     s = run_rollout("rollout_agents:achat", tasks, samples=1, concurrency=6, results=tmp_path / "a.jsonl")
     assert s.done == 12 and s.counts["no_reward"] == 12

@@ -774,42 +774,64 @@ def convert_episode(
     policy_version = _policy_version(episode.get("metadata"))
     id_turns = _id_turns(assistant, stored, untrained, len(tokenizer))
     if id_turns is not None:
-        # Token-in/token-out: the exact ids the model saw and produced; no chat template.
-        template = TrainingSample(group, conv.episode_id, reward=conv.reward, policy_version=policy_version)
-        built = _exact_samples(id_turns, template, per_turn)
-        if built is None:
-            conv.skipped = "not append-only"
-            return conv
-        samples, conv.per_turn = built
-        conv.path = "exact_ids"
-        conv.faithful = samples[0].logprobs is not None
-        if not conv.faithful:
-            conv.unfaithful_reason = "no token ids"
-        return _apply_limits(conv, samples, max_length, max_completion_length, truncation)
-    thread = _Thread(
-        render=_Renderer(tokenizer, parse_tools(episode.get("tools"))),
-        msgs=msgs,
-        assistant=assistant,
-        trained=[k for k in assistant if k not in untrained],
-        stored=stored,
-        want_logprobs=any(stored.get(k) is not None for k in assistant if k not in untrained),
-        group=group,
-        reward=conv.reward,
-        policy_version=policy_version,
-    )
+        samples = _exact_path(conv, id_turns, group, policy_version, per_turn)
+    else:
+        thread = _Thread(
+            render=_Renderer(tokenizer, parse_tools(episode.get("tools"))),
+            msgs=msgs,
+            assistant=assistant,
+            trained=[k for k in assistant if k not in untrained],
+            stored=stored,
+            want_logprobs=any(stored.get(k) is not None for k in assistant if k not in untrained),
+            group=group,
+            reward=conv.reward,
+            policy_version=policy_version,
+        )
+        samples = _rerender_path(conv, thread, per_turn)
+    if samples is None:
+        return conv
+    return _apply_limits(conv, samples, max_length, max_completion_length, truncation)
+
+
+def _exact_path(
+    conv: ConvertedEpisode, id_turns: list[_IdTurn], group: str, policy_version: int | None, per_turn: PerTurn
+) -> list[TrainingSample] | None:
+    """Token-in/token-out: the exact ids the model saw and produced; no chat template.
+
+    Fills in ``conv``'s path fields; ``None`` (with ``conv.skipped`` set) when nothing can be built.
+    """
+    template = TrainingSample(group, conv.episode_id, reward=conv.reward, policy_version=policy_version)
+    built = _exact_samples(id_turns, template, per_turn)
+    if built is None:
+        conv.skipped = "not append-only"
+        return None
+    samples, conv.per_turn = built
+    conv.path = "exact_ids"
+    conv.faithful = samples[0].logprobs is not None
+    if not conv.faithful:
+        conv.unfaithful_reason = "no token ids"
+    return samples
+
+
+def _rerender_path(conv: ConvertedEpisode, thread: _Thread, per_turn: PerTurn) -> list[TrainingSample] | None:
+    """No usable stored ids: render the thread with the chat template, compared with the ids stored.
+
+    Fills in ``conv``'s path and faithfulness fields; ``None`` (with ``conv.skipped`` set) when nothing can
+    be built.
+    """
     reasons: list[str] = []
     spans = None if per_turn == "always" else _append_only_spans(thread)
     if spans is not None:
         samples = [_one_sequence(thread, conv.episode_id, spans, reasons)]
     elif per_turn == "never":
         conv.skipped = "not append-only"
-        return conv
+        return None
     else:
         conv.per_turn = True
         samples = _per_turn_samples(thread, conv.episode_id, reasons)
         if not samples:
             conv.skipped = "no assistant turn could be aligned with this template"
-            return conv
+            return None
 
     if not thread.want_logprobs:
         reasons.append("no token ids")
@@ -824,7 +846,7 @@ def convert_episode(
         conv.path, conv.differs = "rerender_differs", differs[0]
     elif conv.faithful:
         conv.path = "rerender_match"
-    return _apply_limits(conv, samples, max_length, max_completion_length, truncation)
+    return samples
 
 
 @dataclass

@@ -285,38 +285,8 @@ def _chat_attrs(call: _ChatCall, conversation: str) -> dict[str, Any]:
     return a
 
 
-def record_episode(
-    tracer: Any, se: SourcedEpisode, *, token_data: bool = False, skipped: Counter[str] | None = None
-) -> int:
-    """Record one episode as one trace with ``tracer`` (an OpenTelemetry SDK tracer); return its spans.
-
-    Args:
-        tracer: ``TracerProvider.get_tracer(...)``.
-        se: The episode, with its calls when read from a store (see ``sdk._sources.open_episodes``).
-        token_data: Also write token ids / logprobs under ``tracerl.*``.
-        skipped: Counts what was left out.
-
-    Example:
-        >>> from opentelemetry.sdk.trace import TracerProvider
-        >>> ep = {"episode_id": "s1:0", "session_id": "s1", "messages": [
-        ...     {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
-        >>> record_episode(TracerProvider().get_tracer("t"), SourcedEpisode(ep))
-        2
-    """
-    from opentelemetry import context as context_api
-    from opentelemetry import trace as trace_mod
-
-    skipped = skipped if skipped is not None else Counter()
-    ep = se.episode
-    calls = (
-        _calls_from_store(se, token_data, skipped)
-        if se.calls is not None
-        else _calls_from_episode(ep, token_data, skipped)
-    )
-    now = time.time()
-    session_id = str(ep.get("session_id") or ep.get("episode_id") or "")
-    start = min([_ns(ep.get("started_at"), now)] + [c.start for c in calls])
-    end = max([_ns(ep.get("ended_at"), now if not calls else 0)] + [c.end for c in calls])
+def _root_attrs(ep: dict[str, Any], session_id: str) -> dict[str, Any]:
+    """The ``invoke_agent`` span's attributes (GenAI semantic conventions and ``tracerl.*``)."""
     meta = episode_metadata(ep)
     agent = ep.get("agent")
     root_attrs: dict[str, Any] = {
@@ -349,6 +319,43 @@ def record_episode(
     )
     if definitions:
         root_attrs["gen_ai.tool.definitions"] = _dumps(definitions)
+    return root_attrs
+
+
+def record_episode(
+    tracer: Any, se: SourcedEpisode, *, token_data: bool = False, skipped: Counter[str] | None = None
+) -> int:
+    """Record one episode as one trace with ``tracer`` (an OpenTelemetry SDK tracer); return its spans.
+
+    Args:
+        tracer: ``TracerProvider.get_tracer(...)``.
+        se: The episode, with its calls when read from a store (see ``sdk._sources.open_episodes``).
+        token_data: Also write token ids / logprobs under ``tracerl.*``.
+        skipped: Counts what was left out.
+
+    Example:
+        >>> from opentelemetry.sdk.trace import TracerProvider
+        >>> ep = {"episode_id": "s1:0", "session_id": "s1", "messages": [
+        ...     {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+        >>> record_episode(TracerProvider().get_tracer("t"), SourcedEpisode(ep))
+        2
+    """
+    from opentelemetry import context as context_api
+    from opentelemetry import trace as trace_mod
+
+    skipped = skipped if skipped is not None else Counter()
+    ep = se.episode
+    calls = (
+        _calls_from_store(se, token_data, skipped)
+        if se.calls is not None
+        else _calls_from_episode(ep, token_data, skipped)
+    )
+    now = time.time()
+    session_id = str(ep.get("session_id") or ep.get("episode_id") or "")
+    start = min([_ns(ep.get("started_at"), now)] + [c.start for c in calls])
+    end = max([_ns(ep.get("ended_at"), now if not calls else 0)] + [c.end for c in calls])
+    agent = ep.get("agent")
+    root_attrs = _root_attrs(ep, session_id)
     root = tracer.start_span(
         f"invoke_agent {agent}" if agent else "invoke_agent",
         context=context_api.Context(),  # a new trace, whatever the caller has open

@@ -391,25 +391,9 @@ class Engine:
                 raise r.error
             assert r.result is not None
             gens.append(r.result)
-        choices = []
-        for i, g in enumerate(gens):
-            body_ids = g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids
-            text = tok.decode(body_ids, skip_special_tokens=False)
-            content, calls = parse_tool_calls(text) if tools else (text, [])
-            message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
-            if calls:
-                message["tool_calls"] = calls
-            choice: dict[str, Any] = {
-                "index": i,
-                "message": message,
-                "finish_reason": "tool_calls" if calls and g.finish_reason == "stop" else g.finish_reason,
-                "logprobs": None,
-            }
-            if want_lp:
-                choice["logprobs"] = {"content": self._lp_content(g), "refusal": None}
-            if body.get("return_token_ids"):
-                choice["token_ids"] = g.token_ids
-            choices.append(choice)
+        choices = [
+            self._choice(i, g, tools=bool(tools), want_lp=want_lp, body=body) for i, g in enumerate(gens)
+        ]
         n_completion = sum(len(g.token_ids) for g in gens)
         resp: dict[str, Any] = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
@@ -435,6 +419,28 @@ class Engine:
         if body.get("return_token_ids"):
             resp["prompt_token_ids"] = prompt_ids
         return resp
+
+    def _choice(
+        self, i: int, g: Generation, *, tools: bool, want_lp: bool, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One generation as an OpenAI choice: text (or tool calls), finish reason, logprobs, token ids."""
+        body_ids = g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids
+        text = self.tokenizer.decode(body_ids, skip_special_tokens=False)
+        content, calls = parse_tool_calls(text) if tools else (text, [])
+        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+        if calls:
+            message["tool_calls"] = calls
+        choice: dict[str, Any] = {
+            "index": i,
+            "message": message,
+            "finish_reason": "tool_calls" if calls and g.finish_reason == "stop" else g.finish_reason,
+            "logprobs": None,
+        }
+        if want_lp:
+            choice["logprobs"] = {"content": self._lp_content(g), "refusal": None}
+        if body.get("return_token_ids"):
+            choice["token_ids"] = g.token_ids
+        return choice
 
     def _lp_entry(self, token_id: int, logprob: float) -> dict[str, Any]:
         s = self.tokenizer.decode([token_id], skip_special_tokens=False)

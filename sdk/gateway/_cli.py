@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import sys
+from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = ["main"]
@@ -54,6 +55,42 @@ def _listen(host: str, port: int, backlog: int) -> socket.socket:
     return sock
 
 
+def _bad_argument(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, if anything (the ``error:`` line's text)."""
+    parts = urlsplit(args.upstream)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"--upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {args.upstream!r}"
+    if args.workers < 1:
+        return f"--workers must be at least 1, got {args.workers}"
+    if not 0 <= args.port <= 65535:
+        return f"--port must be in 0..65535, got {args.port}"
+    if not args.timeout > 0:
+        return f"--timeout must be positive, got {args.timeout}"
+    if args.strip_token_data and not args.token_data:
+        return "--strip-token-data needs --token-data"
+    return None
+
+
+def _server_config(uvicorn: Any, args: argparse.Namespace) -> Any:
+    """The settings uvicorn serves the gateway app with (the app's own config travels in the environment)."""
+    return uvicorn.Config(
+        "sdk.gateway._app:app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+        access_log=False,
+        # Clients send one call after another on a connection; keep it open across an agent's tool runs.
+        timeout_keep_alive=75,
+        # The upstream's own Server and Date headers are forwarded; uvicorn adds none of its own.
+        server_header=False,
+        date_header=False,
+        # Client addresses are not used: no X-Forwarded-For rewriting on every request.
+        proxy_headers=False,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve the gateway in the foreground until SIGINT/SIGTERM.
 
@@ -76,19 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {message}", file=sys.stderr)
         return 2
 
-    parts = urlsplit(args.upstream)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return fail(
-            f"--upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {args.upstream!r}"
-        )
-    if args.workers < 1:
-        return fail(f"--workers must be at least 1, got {args.workers}")
-    if not 0 <= args.port <= 65535:
-        return fail(f"--port must be in 0..65535, got {args.port}")
-    if not args.timeout > 0:
-        return fail(f"--timeout must be positive, got {args.timeout}")
-    if args.strip_token_data and not args.token_data:
-        return fail("--strip-token-data needs --token-data")
+    problem = _bad_argument(args)
+    if problem:
+        return fail(problem)
     try:
         import uvicorn
 
@@ -110,22 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout,
     )
     os.environ[ENV_CONFIG] = json.dumps(dataclasses.asdict(config))
-    server_config = uvicorn.Config(
-        "sdk.gateway._app:app_from_env",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=args.log_level,
-        access_log=False,
-        # Clients send one call after another on a connection; keep it open across an agent's tool runs.
-        timeout_keep_alive=75,
-        # The upstream's own Server and Date headers are forwarded; uvicorn adds none of its own.
-        server_header=False,
-        date_header=False,
-        # Client addresses are not used: no X-Forwarded-For rewriting on every request.
-        proxy_headers=False,
-    )
+    server_config = _server_config(uvicorn, args)
     try:
         sock = _listen(args.host, args.port, server_config.backlog)
     except OSError as exc:

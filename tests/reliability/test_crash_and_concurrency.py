@@ -103,8 +103,11 @@ def test_1000_async_sessions_and_32_threads_never_mix_calls(tmp_path: Path) -> N
     sdk.configure(store=tmp_path / "store")
     try:
         with ScriptedOpenAIServer() as server:
-            aclient = wrap_openai(openai.AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0))
-            client = wrap_openai(openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0))
+            # openai's default connect timeout is 5 s: 1000 connections at once to a threaded server on a
+            # busy 2-core machine can take longer to be accepted, which is not what this test is about.
+            kw = {"base_url": server.base_url, "api_key": "x", "max_retries": 0, "timeout": 120.0}
+            aclient = wrap_openai(openai.AsyncOpenAI(**kw))
+            client = wrap_openai(openai.OpenAI(**kw))
             expected: dict[str, str] = {}
             lock = threading.Lock()
 

@@ -218,6 +218,7 @@ class DataReport:
     template_no_ids: int = 0
     context_turns: int = 0
     truncated: int = 0
+    cut_at_length: int = 0
     skipped_too_long: int = 0
     tasks: int = 0
     tasks_too_small: int = 0
@@ -258,6 +259,7 @@ class DataReport:
             "template_no_ids": "episodes re-rendered with the chat template (no stored token ids)",
             "context_turns": "assistant turns kept as context, not trained (hand-offs, few-shot, cut off)",
             "truncated": "episodes truncated to max length",
+            "cut_at_length": "episodes cut before a message that starts past max length (not tokenized)",
             "skipped_too_long": "episodes skipped: longer than max length",
             "tasks": "tasks",
             "tasks_too_small": "tasks with < 2 usable episodes (dropped)",
@@ -1044,6 +1046,31 @@ def _too_long_to_tokenize(ep: Mapping[str, Any], tokenizer: Any, max_length: int
     return _text_chars(messages) > max_length * per_token
 
 
+def _cut_at_length(ep: Mapping[str, Any], tokenizer: Any, max_length: int) -> Mapping[str, Any] | None:
+    """With ``truncate``: the episode without the messages that start past ``max_length`` tokens, or None.
+
+    A 3 MB tool result late in a thread took seconds to tokenize (50 MB: minutes) only for its sample to
+    be cut or skipped. Text that starts more than ``max_length`` × ``_max_token_chars`` characters into the
+    thread can never be inside a sample: a per-turn sample whose prompt holds it is skipped, and a cut
+    completion ends before it. So the thread is cut before the first message whose text would reach past
+    that bound (that message goes too: its start may have fitted, but it could not fit whole). Messages are
+    only dropped at the end, so stored per-turn records keep their indices.
+    """
+    per_token = _max_token_chars(tokenizer)
+    messages = ep.get("messages")
+    if not per_token or not isinstance(messages, list):
+        return None
+    budget = max_length * per_token
+    if _text_chars(messages) <= budget:
+        return None
+    used = 0
+    for j, m in enumerate(messages):
+        used += _text_chars([m])
+        if used > budget:
+            return {**ep, "messages": messages[:j]}
+    return None
+
+
 def _without_surrogates(value: Any) -> Any:
     """``value`` with lone surrogates in its strings replaced by U+FFFD (``value`` itself if it has none)."""
     if isinstance(value, str):
@@ -1051,11 +1078,7 @@ def _without_surrogates(value: Any) -> Any:
             value.encode("utf-8")
             return value
         except UnicodeEncodeError:
-            return (
-                value.encode("utf-8", "replace").decode("utf-8").replace("?", "\ufffd")
-                if False
-                else (value.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
-            )
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     if isinstance(value, Mapping):
         items = {k: _without_surrogates(v) for k, v in value.items()}
         return value if all(items[k] is v for k, v in value.items()) else items
@@ -1122,6 +1145,11 @@ def convert_episodes(
         if max_length and _too_long_to_tokenize(ep, tokenizer, max_length, truncation):
             rep.skipped_too_long += 1
             continue
+        if max_length and truncation == "truncate":
+            cut = _cut_at_length(ep, tokenizer, max_length)
+            if cut is not None:
+                rep.cut_at_length += 1
+                ep = cut
         kw: dict[str, Any] = dict(
             max_length=max_length,
             max_completion_length=max_completion_length,

@@ -258,6 +258,24 @@ CASES = [
         report={"episodes skipped: longer than max length": "1"},
         args=("--max-length", "256"),
     ),
+    # Past the first assistant turn, with --truncation truncate (the default): the thread is cut before the
+    # huge message, untokenized, and what comes before it still trains.
+    Case(
+        "parquet_huge_tool_result",
+        lambda tmp, tok: parquet_with(
+            tmp / "e.parquet", tok, lambda eps: eps[0]["messages"][3].update(content="x" * 50_000_000)
+        ),
+        report={"episodes cut before a message that starts past max length (not tokenized)": "1"},
+        args=("--max-length", "256"),
+    ),
+    Case(
+        "parquet_huge_assistant_message",
+        lambda tmp, tok: parquet_with(
+            tmp / "e.parquet", tok, lambda eps: eps[0]["messages"][4].update(content="x" * 50_000_000)
+        ),
+        report={"episodes cut before a message that starts past max length (not tokenized)": "1"},
+        args=("--max-length", "256"),
+    ),
     Case(
         "directory_of_parquet_files",
         lambda tmp, tok: (

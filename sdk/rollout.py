@@ -395,7 +395,7 @@ def _recover_from_store(
         named = {r["name"]: r["value"] for r in s.rewards if r.get("call_id") is None}
         reward = named.get("reward")
         status = s.status
-        if status == "error" and err.get("type") == "TimeoutError":
+        if status == "error" and err.get("type") == SampleTimeout.__name__:  # as the live run counts it
             status = "timeout"
         elif status == "ok" and reward is None:
             status = "no_reward"

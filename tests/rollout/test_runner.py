@@ -147,6 +147,23 @@ def test_rerun_skips_finished_pairs(policy_env, tmp_path):
     assert (s.ran, s.done) == (4, 8) and len(policy_env.requests) == n_requests + 4
 
 
+def test_results_lines_lost_after_the_session_ended_are_recovered_with_their_status(policy_env, tmp_path):
+    """A run killed between a session's end and its results line: the next run takes the line from the store."""
+    tasks = [{"id": "t-0"}, {"id": "t-2", "hang": True}]
+    res = tmp_path / "r.jsonl"
+    kw = dict(samples=1, timeout=1.0, reward_fn="rollout_agents:score", store=tmp_path / "store", results=res)
+    first = run_rollout("rollout_agents:chat", tasks, **kw)
+    assert (first.counts["ok"], first.counts["timeout"], first.done) == (1, 1, 2)
+    res.write_text("")  # both lines lost; both sessions ended in the store
+    n_requests = len(policy_env.requests)
+    again = run_rollout("rollout_agents:chat", tasks, **kw)
+    assert again.ran == 0 and len(policy_env.requests) == n_requests  # nothing ran again
+    assert again.counts == first.counts
+    rows = {r["task_id"]: r for r in read_results(res)}
+    assert rows["t-2"]["status"] == "timeout" and rows["t-2"]["recovered"] is True
+    assert rows["t-0"]["status"] == "ok" and rows["t-0"]["reward"] == 1.0
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_killed_run_resumes_with_every_pair_exactly_once(policy_env, tmp_path, sig):
     """Kill the runner mid-run, run the same command again: each (task, sample) once in results and store."""

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from sdk import capture
 from sdk._openai_wire import ENDPOINTS, decode_body, parse_exchange
-from sdk._token_data import token_data_params
+from sdk._token_data import rejects_token_data, token_data_params
 from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 
 try:
@@ -170,7 +170,14 @@ def _with_token_data(hx: ModuleType, request: Any, ex: _Exchange, servers: tuple
 
 
 def _servers(urls: Any) -> tuple[str, ...]:
-    return tuple(str(u).rstrip("/") for u in urls)
+    out = tuple(str(u).rstrip("/") for u in urls)
+    for url in out:
+        if rejects_token_data(url):  # every chat request would fail with a 400: refuse at set-up instead
+            raise ValueError(
+                f"token_data: {url} is OpenAI's API, which rejects return_token_ids; ask only servers that "
+                "return token data (vLLM, SGLang) for it"
+            )
+    return out
 
 
 def _teed(hx: ModuleType, resp: Any, stream: Any, ex: _Exchange) -> Any:
@@ -344,6 +351,9 @@ def wrap_openai(
             chat requests that do not set them (for training on the exact tokens; only for servers that
             accept them, e.g. vLLM or SGLang, never OpenAI's API). A list: only for those base URLs.
 
+    Raises:
+        ValueError: ``token_data`` names OpenAI's API or Azure OpenAI (they reject ``return_token_ids``).
+
     Example:
         >>> from openai import OpenAI
         >>> client = wrap_openai(OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x"), token_data=True)
@@ -385,6 +395,9 @@ def instrument_openai(*, token_data: list[str] | tuple[str, ...] = ()) -> None:
         token_data: Base URLs of servers (vLLM, SGLang) whose chat requests should ask for ``logprobs``
             and ``return_token_ids`` when they do not set them. Only the servers named: OpenAI's own API
             rejects ``return_token_ids``. Replaces the list given by an earlier call.
+
+    Raises:
+        ValueError: ``token_data`` is not a list of URLs, or names OpenAI's API or Azure OpenAI.
 
     Example:
         >>> instrument_openai(token_data=["http://127.0.0.1:8000/v1"]); uninstrument_openai()

@@ -15,11 +15,23 @@ Example:
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
-__all__ = ["LOGPROBS_INCLUDE", "strip_token_data", "token_data_params"]
+__all__ = ["LOGPROBS_INCLUDE", "rejects_token_data", "strip_token_data", "token_data_params"]
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 """The Responses API ``include`` entry that returns per-token logprobs of the output text."""
+
+
+def rejects_token_data(url: str) -> bool:
+    """Whether ``url`` is a server known to reject ``return_token_ids`` (OpenAI's API, Azure OpenAI).
+
+    Example:
+        >>> rejects_token_data("https://api.openai.com/v1"), rejects_token_data("http://127.0.0.1:8000/v1")
+        (True, False)
+    """
+    host = (urlsplit(str(url)).hostname or "").lower()
+    return host == "api.openai.com" or host.endswith(".openai.azure.com")
 
 
 def token_data_params(endpoint: str, body: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
@@ -27,7 +39,8 @@ def token_data_params(endpoint: str, body: dict[str, Any]) -> tuple[dict[str, An
 
     Chat completions get ``logprobs=true`` and vLLM's ``return_token_ids=true``; the Responses API gets
     ``include += ["message.output_text.logprobs"]`` (it has no token-id option). What the client set
-    itself is left as it is. ``body`` is not modified: a shallow copy is returned when something is added.
+    itself (``logprobs: false`` included) is left as it is. ``body`` is not modified: a shallow copy is
+    returned when something is added.
     Servers that reject unknown parameters (OpenAI's own rejects ``return_token_ids``) must not be sent it:
     this is opt-in.
 
@@ -45,7 +58,7 @@ def token_data_params(endpoint: str, body: dict[str, Any]) -> tuple[dict[str, An
     added: set[str] = set()
     out = body
     if endpoint == "chat.completions":
-        if not body.get("logprobs"):
+        if body.get("logprobs") is None:
             out = {**out, "logprobs": True}
             added.add("logprobs")
         if "return_token_ids" not in body:

@@ -11,6 +11,8 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
+from sdk._token_data import rejects_token_data
+
 __all__ = ["main"]
 
 
@@ -68,6 +70,8 @@ def _bad_argument(args: argparse.Namespace) -> str | None:
         return f"--timeout must be positive, got {args.timeout}"
     if args.strip_token_data and not args.token_data:
         return "--strip-token-data needs --token-data"
+    if args.token_data and rejects_token_data(args.upstream):
+        return f"--token-data: {args.upstream} is OpenAI's API, which rejects return_token_ids"
     return None
 
 

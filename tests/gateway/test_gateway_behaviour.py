@@ -328,6 +328,7 @@ def test_bad_command_lines_exit_2_with_one_error_line(tmp_path: Path) -> None:
     for args in (
         ["--upstream", "ftp://x"],
         ["--upstream", "http://h/v1", "--workers", "0"],
+        ["--upstream", "https://api.openai.com/v1", "--token-data"],
         ["--upstream", "http://h/v1", "--store", str(tmp_path / "f" / "x")],
     ):
         if "--store" in args:

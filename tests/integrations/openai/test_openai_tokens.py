@@ -42,7 +42,7 @@ def test_token_data_is_asked_for_only_from_named_servers(store: Path, openai_ser
     asked = [r.json for r in openai_server.requests]
     assert asked[0]["logprobs"] is True and asked[0]["return_token_ids"] is True
     assert "logprobs" not in asked[1] and "return_token_ids" not in asked[1]
-    assert asked[2]["return_token_ids"] is False  # the client's own choice is kept
+    assert asked[2]["return_token_ids"] is False and asked[2]["logprobs"] is False  # the client's own choice
     assert reply.choices[0].message.content  # the user's call is unchanged otherwise
     first, second, _ = _calls(store)
     assert first["prompt_token_ids"] and first["completion_token_ids"] and first["logprobs"]
@@ -65,6 +65,15 @@ def test_instrument_openai_names_servers_by_base_url(store: Path, openai_server)
         instrument_openai.__globals__["OpenAIIntegration"].token_data = ()
     assert "return_token_ids" not in openai_server.requests[0].json
     assert openai_server.requests[1].json["return_token_ids"] is True
+
+
+def test_token_data_is_refused_for_openai_s_own_api() -> None:
+    # It rejects return_token_ids with a 400: every chat call would fail, so set-up fails instead.
+    with pytest.raises(ValueError, match="rejects return_token_ids"):
+        wrap_openai(openai.OpenAI(api_key="x"), token_data=True)
+    with pytest.raises(ValueError, match="rejects return_token_ids"):
+        instrument_openai(token_data=["https://my-resource.openai.azure.com/openai/v1"])
+    assert instrument_openai.__globals__["OpenAIIntegration"].token_data == ()
 
 
 def test_abandoned_stream_is_marked_and_never_trained_as_complete(store: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi")
+pytest.importorskip("aiohttp")  # the gateway extra: uvicorn + aiohttp
 pytest.importorskip("uvicorn")
 pytest.importorskip("polars")
 

@@ -134,6 +134,13 @@ class LoopConfig:
         for key in ("data", "model", "output_dir", "output"):
             if key in self.train:
                 raise UserError(f"train.{key} is set by the loop; remove it from the train section")
+        # The loop serves each round's weights from this machine: a backend must leave them in final/.
+        backend = str(self.train.get("backend") or "trl")
+        if backend in ("openai", "tinker") or self.train.get("download") == "metrics":
+            raise UserError(
+                f"train.backend {backend!r} leaves no weights on this machine to serve; the loop trains with "
+                "'trl' or 'ray' (download: final)"
+            )
         if self.curriculum is not None:
             c = {"start": 0.5, "widen_every": 1, "widen_by": 0.25, **self.curriculum}
             unknown = set(c) - {"start", "widen_every", "widen_by"}

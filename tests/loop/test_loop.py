@@ -109,6 +109,10 @@ def test_bad_config_is_one_error_line(tmp_path, capsys):
         ("agent: a:f\ntasks: t.jsonl\n", "needs model"),
         ("agent: a:f\ntasks: t.jsonl\nmodel: m\nsamples: 1\n", "samples must be >= 2"),
         ("agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {model: x}\n", "train.model is set by the loop"),
+        (
+            "agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {backend: openai}\n",
+            "leaves no weights on this machine",
+        ),
         ("agent: a:f\ntasks: missing.jsonl\nmodel: m\n", "task file not found"),
     ):
         path.write_text(text)

@@ -222,3 +222,20 @@ def test_old_format_store_fixture_still_converts(
     convs, rep = convert_episodes(episodes, tiny_tokenizer)
     assert convs and rep.samples and rep.exact_ids == 0
     assert rep.rerender_differs + rep.template_no_ids == len(convs)
+
+
+def test_old_format_store_fixture_trains(tmp_path: Path, tiny_model_dir: Any, capsys: Any) -> None:
+    """A store written before compact token storage (checked in) trains: one real GRPO step."""
+    from sdk.train import main
+
+    store = Path(__file__).resolve().parents[1] / "fixtures" / "store_v1"
+    out = tmp_path / "out"
+    argv = ["--data", str(store), "--model", str(tiny_model_dir), "--output", str(out)]
+    rc = main([*argv, "--num-generations", "2", "--max-steps", "1", "--grpo", "logging_steps=1"])
+    assert rc == 0, capsys.readouterr().err
+    report = json.loads((out / "data_report.json").read_text())["report"]
+    assert report["groups"] == 2 and report["samples"] == 9
+    assert (out / "final" / "model.safetensors").is_file()
+    assert [
+        r["step"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r
+    ] == [1]

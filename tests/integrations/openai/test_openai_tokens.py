@@ -107,3 +107,40 @@ def _abandon_a_stream(server) -> None:
                 break  # the agent stops reading after 3 chunks
         stream.close()
         s.reward(1.0)
+
+
+def test_abandoned_stream_turn_is_context_in_training(store: Path) -> None:
+    """The cut reply stays in the transcript the agent continued with, but no loss lands on it."""
+    pytest.importorskip("transformers")
+    from sdk.episodes import build_episodes
+    from sdk.testing import ScriptedOpenAIServer
+    from trainers._dataset import convert_episodes
+    from trainers._tiny import build_tiny_tokenizer
+
+    with ScriptedOpenAIServer(stream_delay_s=0.05) as server:
+        client = wrap_openai(openai.OpenAI(base_url=server.base_url, api_key="x"))
+        server.enqueue(ScriptedResponse.text("one two three four five six seven eight"))
+        server.enqueue(ScriptedResponse.text("nine ten"))
+        with sdk.session(task_id="t") as s:
+            asked = [{"role": "user", "content": "count"}]
+            stream = client.chat.completions.create(model="m", messages=asked, stream=True)
+            parts = []
+            for n, chunk in enumerate(stream):
+                parts.append(chunk.choices[0].delta.content or "" if chunk.choices else "")
+                if n == 2:
+                    break  # the agent stops reading after 3 chunks ...
+            stream.close()
+            # ... and goes on from what it read
+            asked += [{"role": "assistant", "content": "".join(parts)}, {"role": "user", "content": "go on"}]
+            client.chat.completions.create(model="m", messages=asked)
+            s.reward(1.0)
+    (ep,) = build_episodes(store)
+    assert [m["role"] for m in ep["messages"]] == ["user", "assistant", "user", "assistant"]
+    tok = build_tiny_tokenizer()
+    (conv,), rep = convert_episodes([ep], tok)
+    assert conv.untrained_turns == 1 and rep.context_turns == 1
+    trained = "".join(
+        tok.decode([i for i, m in zip(s.completion_ids, s.loss_mask, strict=True) if m]) for s in conv.samples
+    )
+    assert "nine ten" in trained  # the complete reply is trained ...
+    assert ep["messages"][1]["content"] not in trained  # ... the cut one is not

@@ -43,3 +43,25 @@ def test_a_directory_of_parquet_files_is_not_an_empty_store(
     info = _json(capsys, parts)
     assert info["kind"] == "parquet" and info["episodes"] == 6 and info["tasks"] == 3
     assert "e+308" in json.dumps(info["reward_per_task"])
+
+
+def test_a_fifo_among_the_segments_is_skipped_not_waited_on(
+    raw_store: RawStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+    import signal
+
+    os.mkfifo(_store(raw_store).path / "20260101T000000-host-2-bbbbbb.00001.jsonl")
+
+    def hung(signum: int, frame: Any) -> None:
+        raise TimeoutError("sdk.inspect waited on a FIFO")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)  # opening a FIFO for reading blocks until a writer comes
+    try:
+        info = _json(capsys, raw_store.path)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert info["sessions_with_reward"] == 3
+    assert "not_a_segment_file" in json.dumps(info)

@@ -15,8 +15,9 @@ own flags (``--max-steps``, ``--learning-rate``, ``--loss-type``, ``--beta``, ..
 
 Outputs in ``--output``: ``metrics.jsonl`` (one line per logged step), ``reward.png`` / ``loss.png`` (and
 ``clip.png`` / ``eval.png`` when present), ``config.yaml`` (the resolved configuration, reusable with
-``--config``), ``data_report.json``, ``checkpoint-N/`` (resumable) and ``final/`` (model or LoRA adapter +
-tokenizer).
+``--config``), ``data_report.json``, ``episode_paths.jsonl`` (per episode: exact stored ids, or re-rendered
+with the chat template and whether that matched the stored ids), ``checkpoint-N/`` (resumable) and ``final/``
+(model or LoRA adapter + tokenizer).
 
 GPUs: on a CUDA machine ``bf16`` mixed precision is on by default when the GPU supports it, activation
 checkpointing stays on, liger's kernels are used when ``liger-kernel`` is installed (``pip install

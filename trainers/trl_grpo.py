@@ -4,7 +4,8 @@ How it works. TRL 1.16.0's ``rollout_func`` contract (``_generate`` in ``trl/tra
 called once per generation batch with the dataset prompts already repeated G times in contiguous blocks; it
 returns ``prompt_ids``, ``completion_ids`` and ``logprobs`` (``None`` allowed) for every prompt; an
 ``env_mask`` becomes TRL's ``tool_mask`` (``loss_mask = completion_mask * tool_mask``); extra keys reach the
-reward functions as keyword arguments. On top of it:
+reward functions as keyword arguments. ``logprob_token_ids`` is not returned: TRL 1.16 reads no such key
+from a ``rollout_func`` (only its docstring names it), so it would only reach reward functions. On top of it:
 
 - Each task group of ``num_generations`` (G) episodes is one dataset row (a *unit*). TRL's ``RepeatSampler``
   repeats every row G times in a contiguous block; the ``rollout_func`` answers slot ``i`` of a block with the
@@ -216,6 +217,30 @@ def build_units(
             seqs.append(_Seq(seqs[0].prompt_ids, [eos_token_id], [0], None, mean, 0.0, "<pad>", g.group_id))
         units += [_Unit(g, seqs[i : i + G]) for i in range(0, len(seqs), G)]
     return units
+
+
+def _write_episode_paths(path: Path, prepared: Any) -> None:
+    """Write one line per grouped episode: how it became tokens, and whether its behaviour logprobs count.
+
+    ``path``: ``exact_ids``, ``rerender_match``, ``rerender_differs`` (``differs`` says why) or ``template``.
+    """
+    seen: set[str] = set()
+    with path.open("w") as f:
+        for group in [*prepared.groups, *prepared.eval_groups]:
+            for ep in group.episodes:
+                if ep.episode_id in seen:  # resampling can repeat an episode in its group
+                    continue
+                seen.add(ep.episode_id)
+                row = {
+                    "episode_id": ep.episode_id,
+                    "task_id": ep.task_id,
+                    "path": ep.path,
+                    "differs": ep.differs,
+                    "faithful": ep.faithful,
+                    "per_turn": ep.per_turn,
+                    "samples": len(ep.samples),
+                }
+                f.write(json.dumps(row) + "\n")
 
 
 def make_rollout_func(units: list[_Unit], num_generations: int, *, behaviour_logprobs: bool = True) -> Any:
@@ -1095,6 +1120,7 @@ class TRLGRPOTrainer:
         (out_dir / "data_report.json").write_text(
             json.dumps({"report": prepared.report.as_dict(), "stats": prepared.stats()}, indent=2)
         )
+        _write_episode_paths(out_dir / "episode_paths.jsonl", prepared)
         return path
 
     @staticmethod

@@ -236,6 +236,9 @@ def test_old_format_store_fixture_trains(tmp_path: Path, tiny_model_dir: Any, ca
     report = json.loads((out / "data_report.json").read_text())["report"]
     assert report["groups"] == 2 and report["samples"] == 9
     assert (out / "final" / "model.safetensors").is_file()
+    paths = [json.loads(line) for line in (out / "episode_paths.jsonl").read_text().splitlines()]
+    assert len(paths) == 4 and {p["path"] for p in paths} <= {"rerender_differs", "template"}
+    assert all(p["differs"] for p in paths if p["path"] == "rerender_differs")
     assert [
         r["step"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r
     ] == [1]

@@ -40,3 +40,15 @@ def test_arithmetic_rollout_on_ray_matches_local(ray_head, openai_server, tmp_pa
         AGENT, tasks, store=tmp_path / "ray", results=tmp_path / "ray.jsonl", ray=ray_head.gcs, **common
     )
     assert again.ran == 0 and again.done == 12 and again.counts == local.counts
+
+    # A partial re-run (here: one more sample per task) runs only what is missing.
+    more = run_rollout(
+        AGENT,
+        tasks,
+        store=tmp_path / "ray",
+        results=tmp_path / "ray.jsonl",
+        ray=ray_head.gcs,
+        **{**common, "samples": 4},
+    )
+    assert more.ran == 4 and more.done == more.total == 16
+    assert sorted(r["sample"] for r in read_results(tmp_path / "ray.jsonl")).count(3) == 4

@@ -95,6 +95,9 @@ class RayConfig(RemoteConfig, TRLGRPOConfig):
         pip: packages Ray installs for the job (``runtime_env`` ``pip``), e.g. ``["tracerl[train]"]``.
         upload_data: send a local ``--data`` with the job; ``False`` passes ``--data`` as a path the cluster
             reads (then it is not validated here).
+        env_vars: names of environment variables of this process to set in the job (``runtime_env``
+            ``env_vars``), e.g. an object store's ``AWS_ENDPOINT_URL``. Their values are visible in Ray's
+            dashboard: keep secrets in the cluster's own configuration where you can.
 
     Example:
         >>> RayConfig(address="http://127.0.0.1:8265", model="/models/tiny").download
@@ -124,6 +127,13 @@ class RayConfig(RemoteConfig, TRLGRPOConfig):
     upload_data: bool = field(
         default=True,
         metadata={"help": "Upload a local --data with the job (--no-upload-data: a path on the cluster)."},
+    )
+    env_vars: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Names of this process's environment variables to set in the job (comma-separated), "
+            "e.g. AWS_ENDPOINT_URL for an S3-compatible store; Ray's dashboard shows their values."
+        },
     )
 
 
@@ -269,10 +279,14 @@ class RayTrainer(RemoteTrainer):
             artifacts = str(Path(config.output_dir).expanduser().resolve() / ".ray-artifacts")
         elif not _is_uri(artifacts):
             artifacts = str(Path(artifacts).expanduser().resolve())
-        pip = config.pip
+        pip, env_vars = config.pip, config.env_vars
         if isinstance(pip, str):  # from the command line: --pip "tracerl[train],vllm"
             pip = [p.strip() for p in pip.split(",") if p.strip()]
-        return dataclasses.replace(config, address=address, artifacts=artifacts, pip=list(pip))
+        if isinstance(env_vars, str):  # --env-vars AWS_ENDPOINT_URL,AWS_REGION
+            env_vars = [v.strip() for v in env_vars.split(",") if v.strip()]
+        return dataclasses.replace(
+            config, address=address, artifacts=artifacts, pip=list(pip), env_vars=list(env_vars)
+        )
 
     def check_credentials(self, config: RayConfig) -> None:
         """Nothing to check before connecting: Ray's token or proxy headers are read from the environment."""
@@ -354,7 +368,7 @@ class RayTrainer(RemoteTrainer):
             "py_modules": [str(Path(sdk.__file__).parent), str(Path(trainers.__file__).parent)],
             "env_vars": {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"},
         }
-        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", *config.env_vars):
             if os.environ.get(name):
                 env["env_vars"][name] = os.environ[name]
         if config.pip:

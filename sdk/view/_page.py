@@ -111,6 +111,24 @@ function applyFilters() {
   page = 0;
   renderList();
   if (!selected || !filtered.includes(selected)) select(filtered[0] || null);
+  else writeHash();
+}
+
+// The filters and the selected episode live in the URL's hash (#task=…&min=…&ep=…): a link shows the same view.
+const FILTERS = [["task", "f-task"], ["min", "f-min"], ["max", "f-max"], ["status", "f-status"]];
+function writeHash() {
+  const q = new URLSearchParams();
+  for (const [k, id] of FILTERS) { const v = document.getElementById(id).value.trim(); if (v) q.set(k, v); }
+  if (document.getElementById("f-tokens").checked) q.set("tokens", "1");
+  if (selected) q.set("ep", selected.id);
+  const hash = "#" + q.toString();
+  if (location.hash !== hash) history.replaceState(null, "", hash);
+}
+function readHash() {
+  const q = new URLSearchParams(location.hash.slice(1));
+  for (const [k, id] of FILTERS) if (q.has(k)) document.getElementById(id).value = q.get(k);
+  document.getElementById("f-tokens").checked = q.get("tokens") === "1";
+  return q.get("ep") || "";
 }
 
 function renderList() {
@@ -179,8 +197,8 @@ function select(e) {
   for (const r of document.querySelectorAll(".row")) r.classList.toggle("sel", e !== null && r.dataset.id === e.id);
   const d = document.getElementById("detail");
   d.replaceChildren();
+  writeHash();
   if (!e) { d.appendChild(el("div", "empty", "No episode matches the filters.")); return; }
-  if (location.hash !== "#ep=" + encodeURIComponent(e.id)) history.replaceState(null, "", "#ep=" + encodeURIComponent(e.id));
   d.appendChild(el("h2", null, e.id));
   const m = el("div", "meta");
   const add = (k, v) => { const s = el("span", null, k + " "); s.appendChild(el("b", null, v)); m.appendChild(s); };
@@ -221,7 +239,7 @@ function select(e) {
 }
 
 for (const id of ["f-task", "f-min", "f-max", "f-status", "f-tokens"]) document.getElementById(id).addEventListener("input", applyFilters);
-const fromHash = decodeURIComponent((location.hash.match(/^#ep=(.*)$/) || [])[1] || "");
+const fromHash = readHash();
 applyFilters();
 if (fromHash) {
   const i = filtered.findIndex(e => e.id === fromHash);

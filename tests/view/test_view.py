@@ -144,3 +144,34 @@ def test_page_in_headless_chromium(tmp_path: Path) -> None:
     shot = tmp_path / "report.png"
     subprocess.run([*browser, f"--screenshot={shot}", url], capture_output=True, timeout=120, check=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+    # Filters read from the link's hash (the page writes them there as they change).
+    def count(fragment: str) -> str:
+        dom = subprocess.run(
+            [*browser, "--dump-dom", url + fragment], capture_output=True, text=True, timeout=120
+        ).stdout
+        return re.search(r'<span id="count">([^<]*)</span>', dom).group(1) + (
+            " (empty)" if '<div class="empty">No episode matches the filters.</div>' in dom else ""
+        )
+
+    assert count("#min=0.5") == "1 of 3 episodes · 1 task group"
+    assert count("#max=0&status=ok") == "2 of 3 episodes · 1 task group"
+    assert count("#task=nomatch") == "0 of 3 episodes · 0 task groups (empty)"
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no chromium (Debian: apt-get install chromium)")
+def test_10k_episodes_page_and_filter(tmp_path: Path) -> None:
+    """10 000 episodes: the page draws one page of 100 rows, and a filter runs over all of them."""
+    episodes = []
+    for i in range(10_000):
+        messages = [{"role": "user", "content": f"{i} + {i}?"}, {"role": "assistant", "content": str(2 * i)}]
+        ep = {"episode_id": f"s{i}:0", "session_id": f"s{i}", "task_id": f"t{i // 8}", "sample": i % 8}
+        episodes.append(SourcedEpisode({**ep, "messages": messages, "reward": float(i % 4 == 0)}))
+    out = tmp_path / "big.html"
+    summary = build_report(episodes, out)
+    assert summary.episodes == 10_000 and summary.groups == 1250
+    browser = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,900"]
+    url = out.resolve().as_uri() + "#min=1"
+    dom = subprocess.run([*browser, "--dump-dom", url], capture_output=True, text=True, timeout=180).stdout
+    assert "2500 of 10000 episodes · 1250 task groups" in dom
+    assert dom.count('<div class="row') == 100 and "page 1 / 25" in dom

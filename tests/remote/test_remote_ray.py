@@ -197,3 +197,26 @@ def test_data_and_artifacts_on_object_storage(
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in (out / "job.json").read_text()
     err = capsys.readouterr().err  # the job's own log, followed here as it ran
     assert "[tracerl] running:" in err and "tracerl training finished" in err
+
+
+def test_job_entrypoint_launches_one_process_per_gpu(tmp_path, monkeypatch):
+    """On the cluster, num_gpus > 1 runs sdk.train under accelerate launch (no GPU here: the command line)."""
+    from trainers.remote import ray_jobs
+
+    ran = []
+
+    def call(cmd):
+        ran.append(cmd)
+        out = Path(cmd[cmd.index("--output") + 1])
+        (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n")
+        return 0
+
+    monkeypatch.setattr(ray_jobs.subprocess, "call", call)
+    for gpus, launcher in (("4", ["accelerate", "launch", "--num_processes", "4"]), ("1", [sys.executable])):
+        art = tmp_path / f"art-{gpus}"
+        assert (
+            ray_jobs.run_job(["--artifacts", str(art), "--num-gpus", gpus, "--", "--config", "j.yaml"]) == 0
+        )
+        assert ran[-1] == [*launcher, "-m", "sdk.train", "--config", "j.yaml", "--output", str(art)]
+        result = json.loads((art / "result.json").read_text())
+        assert result["status"] == "succeeded" and result["global_step"] == 1

@@ -27,6 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def bench_rollout(units: int, concurrency: int) -> dict:
+    # A token of this run's own: a fresh local cluster would otherwise write one to ~/.ray/auth_token.
+    # Set before Ray is imported: it reads RAY_AUTH_MODE at import.
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    os.environ.setdefault("RAY_AUTH_TOKEN", os.urandom(16).hex())
     import ray
 
     from sdk.rollout import run_rollout
@@ -36,9 +40,6 @@ def bench_rollout(units: int, concurrency: int) -> dict:
     t0 = time.perf_counter()
     run_rollout("builtins:len", tasks, concurrency=concurrency, store=tmp / "s1", results=tmp / "r1.jsonl")
     local = time.perf_counter() - t0
-    # A token of this run's own: a fresh local cluster would otherwise write one to ~/.ray/auth_token.
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
-    os.environ.setdefault("RAY_AUTH_TOKEN", os.urandom(16).hex())
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     try:
         kw = {"concurrency": concurrency, "store": tmp / "s2", "ray": "auto"}

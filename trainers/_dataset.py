@@ -1177,33 +1177,61 @@ def convert_episodes(
         if conv.skipped:
             rep.notes.append(f"episode {conv.episode_id} skipped: {conv.skipped}")
             continue
-        rep.samples += len(conv.samples)
-        rep.per_turn_episodes += conv.per_turn
-        rep.context_turns += conv.untrained_turns
-        if conv.path == "exact_ids":
-            rep.exact_ids += 1
-        elif conv.path == "rerender_match":
-            rep.rerender_match += 1
-        elif conv.path == "rerender_differs":
-            rep.rerender_differs += 1
-            why = conv.differs or "?"
-            rep.rerender_differs_why[why] = rep.rerender_differs_why.get(why, 0) + 1
-        else:
-            rep.template_no_ids += 1
-        rep.truncated += conv.truncated
-        if conv.faithful:
-            rep.faithful += 1
-        else:
-            rep.unfaithful += 1
-            if conv.unfaithful_reason == "mismatch":
-                rep.unfaithful_mismatch += 1
-            else:
-                rep.unfaithful_no_token_ids += 1
+        _count_converted(rep, conv)
         out.append(conv)
     return out, rep
 
 
+def _count_converted(rep: DataReport, conv: ConvertedEpisode) -> None:
+    """Count a converted episode's samples, token path and faithfulness in ``rep``."""
+    rep.samples += len(conv.samples)
+    rep.per_turn_episodes += conv.per_turn
+    rep.context_turns += conv.untrained_turns
+    if conv.path == "exact_ids":
+        rep.exact_ids += 1
+    elif conv.path == "rerender_match":
+        rep.rerender_match += 1
+    elif conv.path == "rerender_differs":
+        rep.rerender_differs += 1
+        why = conv.differs or "?"
+        rep.rerender_differs_why[why] = rep.rerender_differs_why.get(why, 0) + 1
+    else:
+        rep.template_no_ids += 1
+    rep.truncated += conv.truncated
+    if conv.faithful:
+        rep.faithful += 1
+    else:
+        rep.unfaithful += 1
+        if conv.unfaithful_reason == "mismatch":
+            rep.unfaithful_mismatch += 1
+        else:
+            rep.unfaithful_no_token_ids += 1
+
+
 # ------------------------------------------------------------------------------------------------ grouping
+
+
+def _split_task(
+    eps: list[ConvertedEpisode],
+    G: int,
+    overflow: Literal["split", "trim"],
+    underflow: Literal["resample", "drop"],
+    rng: random.Random,
+    rep: DataReport,
+) -> list[list[ConvertedEpisode]]:
+    """One task's episodes as chunks of at most G (more than G: split or trimmed, as ``overflow`` says)."""
+    if len(eps) <= G:
+        return [eps]
+    rng.shuffle(eps)
+    if overflow == "trim":
+        rep.episodes_trimmed += len(eps) - G
+        return [eps[:G]]
+    chunks = [eps[i : i + G] for i in range(0, len(eps), G)]
+    rep.groups_split += 1
+    if len(chunks[-1]) < 2 or underflow == "drop" and len(chunks[-1]) < G:
+        rep.episodes_trimmed += len(chunks[-1])
+        chunks.pop()
+    return chunks
 
 
 def build_groups(
@@ -1238,7 +1266,7 @@ def build_groups(
         ``(groups, report)``; groups are sorted by group id.
 
     Example:
-        >>> eps = [ConvertedEpisode(f"e{i}", "t", float(i % 2)) for i in range(3)]
+        >>> eps = [ConvertedEpisode(f"e{i}", "t", float(i % 2), [TrainingSample("t", f"e{i}")]) for i in range(3)]
         >>> groups, rep = build_groups(eps, 4)
         >>> len(groups[0].episodes), rep.duplicates_added
         (4, 1)
@@ -1259,20 +1287,7 @@ def build_groups(
         if len(eps) < 2:
             rep.tasks_too_small += 1
             continue
-        chunks: list[list[ConvertedEpisode]]
-        if len(eps) > G:
-            rng.shuffle(eps)
-            if overflow == "trim":
-                chunks = [eps[:G]]
-                rep.episodes_trimmed += len(eps) - G
-            else:
-                chunks = [eps[i : i + G] for i in range(0, len(eps), G)]
-                rep.groups_split += 1
-                if len(chunks[-1]) < 2 or underflow == "drop" and len(chunks[-1]) < G:
-                    rep.episodes_trimmed += len(chunks[-1])
-                    chunks.pop()
-        else:
-            chunks = [eps]
+        chunks = _split_task(eps, G, overflow, underflow, rng, rep)
         for n, chunk in enumerate(chunks):
             if len(chunk) < G:
                 if underflow == "drop":

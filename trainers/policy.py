@@ -33,7 +33,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from trainers.base import UserError
 
@@ -54,6 +54,7 @@ ENV_MODEL = "TRACERL_POLICY_MODEL"
 """Set by the loop: the model name agents send (a LoRA adapter's name under vLLM)."""
 
 
+@runtime_checkable
 class PolicyServer(Protocol):
     """What the loop needs from a policy server.
 

@@ -312,7 +312,7 @@ def encode_event(event: dict[str, Any]) -> bytes:
 
     Example:
         >>> encode_event({"event": "reward", "value": 1.0})
-        b'{"event":"reward","value":1.0}\\n'
+        b'{"event":"reward","value":1.0}\n'
     """
     text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=_json_default)
     try:

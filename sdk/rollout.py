@@ -80,7 +80,12 @@ _STATUSES = ("ok", "error", "timeout", "reward_error", "no_reward")
 
 
 class SampleTimeout(TimeoutError):
-    """A sample ran past the runner's timeout (recorded on its session under this name)."""
+    """A sample ran past the runner's timeout (recorded on its session under this name).
+
+    Example:
+        >>> isinstance(SampleTimeout("sample took longer than 60 s"), TimeoutError)
+        True
+    """
 
 
 class RolloutError(ValueError):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from trainers.base import PreparedData, Trainer, TrainerConfig, TrainingSample, TrainResult
+from trainers.base import PreparedData, Trainer, TrainerConfig, TrainingSequence, TrainResult
 from trainers.errors import UserError
 
 __all__ = [
@@ -28,7 +28,7 @@ __all__ = [
     "TrainResult",
     "Trainer",
     "TrainerConfig",
-    "TrainingSample",
+    "TrainingSequence",
     "UserError",
     "available_trainers",
     "get_trainer",

@@ -21,7 +21,7 @@ from trainers._dataset import (
     ConvertedEpisode,
     DataReport,
     Group,
-    TrainingSample,
+    TrainingSequence,
     build_groups,
     check_task_sizes,
     convert_episodes,
@@ -34,7 +34,7 @@ __all__ = [
     "TrainResult",
     "Trainer",
     "TrainerConfig",
-    "TrainingSample",
+    "TrainingSequence",
     "check_model",
     "load_tokenizer",
     "prepare_data",
@@ -53,11 +53,11 @@ class TrainerConfig:
         resume: ``"latest"`` (the newest checkpoint in ``output_dir``) or a checkpoint directory.
         seed: seed for grouping choices and training.
 
-    Parameters that control samples and groups:
+    Parameters that control sequences and groups:
         num_generations: GRPO group size G (episodes per task per update).
-        max_length: maximum prompt + completion tokens of a sample.
-        truncation: what to do with longer samples: ``"truncate"`` the completion or ``"skip"`` the episode.
-        per_turn: ``"auto"``, ``"always"`` or ``"never"`` split episodes into one sample per assistant turn.
+        max_length: maximum prompt + completion tokens of a sequence.
+        truncation: what to do with longer sequences: ``"truncate"`` the completion or ``"skip"`` the episode.
+        per_turn: ``"auto"``, ``"always"`` or ``"never"`` split episodes into one sequence per assistant turn.
         group_overflow / group_underflow: how tasks with more / fewer than G episodes become groups.
         filter_zero_std: drop groups whose rewards are all equal.
 
@@ -95,17 +95,19 @@ class TrainerConfig:
     )
     max_length: int | None = field(
         default=4096,
-        metadata={"help": "Maximum prompt + completion tokens per sample (0 or null: no limit)."},
+        metadata={"help": "Maximum prompt + completion tokens per sequence (0 or null: no limit)."},
     )
     truncation: Literal["truncate", "skip"] = field(
         default="truncate",
-        metadata={"help": "Samples longer than max_length: 'truncate' the completion or 'skip' the episode."},
+        metadata={
+            "help": "Sequences longer than max_length: 'truncate' the completion or 'skip' the episode."
+        },
     )
     per_turn: Literal["auto", "always", "never"] = field(
         default="auto",
         metadata={
             "help": "One masked sequence per episode ('never' skips episodes that are not append-only), one "
-            "sample per assistant turn ('always'), or per turn only where needed ('auto')."
+            "sequence per assistant turn ('always'), or per turn only where needed ('auto')."
         },
     )
     group_overflow: Literal["split", "trim"] = field(
@@ -194,7 +196,7 @@ class PreparedData:
     """Episodes converted and grouped for training, plus the report of what happened to them.
 
     Example:
-        >>> PreparedData(groups=[], eval_groups=[], report=DataReport()).num_samples
+        >>> PreparedData(groups=[], eval_groups=[], report=DataReport()).num_sequences
         0
     """
 
@@ -204,18 +206,18 @@ class PreparedData:
     tokenizer: Any = None
 
     @property
-    def num_samples(self) -> int:
-        """Number of training samples over all groups (duplicates from resampling included)."""
-        return sum(len(g.samples) for g in self.groups)
+    def num_sequences(self) -> int:
+        """Number of training sequences over all groups (duplicates from resampling included)."""
+        return sum(len(g.sequences) for g in self.groups)
 
     def stats(self) -> dict[str, Any]:
-        """Length and faithfulness statistics of the training samples.
+        """Length and faithfulness statistics of the training sequences.
 
         Example:
-            >>> PreparedData(groups=[], eval_groups=[], report=DataReport()).stats()["samples"]
+            >>> PreparedData(groups=[], eval_groups=[], report=DataReport()).stats()["sequences"]
             0
         """
-        samples = [s for g in self.groups for s in g.samples]
+        sequences = [s for g in self.groups for s in g.sequences]
 
         def summary(xs: list[int]) -> dict[str, float]:
             if not xs:
@@ -225,12 +227,12 @@ class PreparedData:
         return {
             "groups": len(self.groups),
             "eval_groups": len(self.eval_groups),
-            "samples": len(samples),
-            "prompt_tokens": summary([len(s.prompt_ids) for s in samples]),
-            "completion_tokens": summary([len(s.completion_ids) for s in samples]),
-            "trained_tokens": summary([s.num_trained_tokens for s in samples]),
-            "samples_with_behaviour_logprobs": sum(s.logprobs is not None for s in samples),
-            "truncated_samples": sum(s.truncated for s in samples),
+            "sequences": len(sequences),
+            "prompt_tokens": summary([len(s.prompt_ids) for s in sequences]),
+            "completion_tokens": summary([len(s.completion_ids) for s in sequences]),
+            "trained_tokens": summary([s.num_trained_tokens for s in sequences]),
+            "sequences_with_behaviour_logprobs": sum(s.logprobs is not None for s in sequences),
+            "truncated_sequences": sum(s.truncated for s in sequences),
         }
 
     def group_rows(self) -> list[dict[str, Any]]:
@@ -244,12 +246,12 @@ class PreparedData:
                         "split": split,
                         "episodes": len(g.episodes),
                         "unique": len({e.episode_id for e in g.episodes}),
-                        "samples": len(g.samples),
+                        "sequences": len(g.sequences),
                         "mean_reward": round(g.mean_reward, 4),
                         "reward_std": round(g.reward_std, 4),
                         "per_turn": g.per_turn,
                         "faithful": sum(e.faithful for e in g.episodes),
-                        "trained_tokens": sum(s.num_trained_tokens for s in g.samples),
+                        "trained_tokens": sum(s.num_trained_tokens for s in g.sequences),
                     }
                 )
         return rows
@@ -292,7 +294,7 @@ class Trainer(Protocol):
     """A training backend, registered by name in ``trainers.TRAINERS``.
 
     ``data`` is anything :func:`trainers._dataset.load_episodes` accepts (Parquet path, store directory,
-    DataFrame, list of episode dicts) or a list of :class:`TrainingSample` built with the target tokenizer.
+    DataFrame, list of episode dicts) or a list of :class:`TrainingSequence` built with the target tokenizer.
 
     Example:
         >>> from trainers import get_trainer
@@ -381,15 +383,15 @@ def load_tokenizer(config: TrainerConfig) -> Any:
 # ------------------------------------------------------------------------------------------ data preparation
 
 
-def _episodes_from_samples(samples: Sequence[TrainingSample]) -> list[ConvertedEpisode]:
+def _episodes_from_sequences(sequences: Sequence[TrainingSequence]) -> list[ConvertedEpisode]:
     by_episode: dict[tuple[str, str], ConvertedEpisode] = {}
-    for s in samples:
+    for s in sequences:
         key = (s.group_id, s.episode_id)
         ep = by_episode.get(key)
         if ep is None:
             ep = by_episode[key] = ConvertedEpisode(s.episode_id, s.group_id, s.reward)
             ep.faithful = True
-        ep.samples.append(s)
+        ep.sequences.append(s)
         ep.per_turn |= s.turn is not None
         ep.faithful &= s.logprobs is not None
     return list(by_episode.values())
@@ -421,7 +423,7 @@ def prepare_data(
     """Load episodes, convert them with the target tokenizer, group them by task and split off eval groups.
 
     Args:
-        data: Parquet file, directory, store, DataFrame, episode dicts, or prebuilt :class:`TrainingSample` s.
+        data: Parquet file, directory, store, DataFrame, episode dicts, or built :class:`TrainingSequence` s.
         config: Backend configuration.
         tokenizer: Use this tokenizer instead of loading one from the config.
         max_completion_length: Also cut completions to this many tokens.
@@ -459,12 +461,12 @@ def prepare_data(
 def _convert(
     data: Any, config: TrainerConfig, tokenizer: Any, max_completion_length: int | None
 ) -> tuple[list[ConvertedEpisode], DataReport, Any]:
-    """Episodes (or prebuilt training samples) → converted episodes, their report, and the tokenizer used."""
+    """Episodes (or built training sequences) → converted episodes, their report, and the tokenizer."""
     report = DataReport()
-    if isinstance(data, Sequence) and bool(data) and isinstance(data[0], TrainingSample):
-        converted = _episodes_from_samples(data)
+    if isinstance(data, Sequence) and bool(data) and isinstance(data[0], TrainingSequence):
+        converted = _episodes_from_sequences(data)
         report.episodes = len(converted)
-        report.samples = len(data)
+        report.sequences = len(data)
         check_task_sizes([{"task_id": e.task_id, "reward": e.reward} for e in converted])
         return converted, report, tokenizer
     if tokenizer is None:
@@ -523,5 +525,7 @@ def _no_group_error(report: DataReport, converted: list[ConvertedEpisode]) -> Us
             "has no signal; record rewards that differ between attempts, or set filter_zero_std: false"
         )
     if not converted:
-        return UserError(f"no episode could be converted to a training sample ({'; '.join(report.lines())})")
+        return UserError(
+            f"no episode could be converted to a training sequence ({'; '.join(report.lines())})"
+        )
     return UserError(f"no training group left after grouping ({'; '.join(report.lines())})")

@@ -168,7 +168,7 @@ def _build_parser(config_cls: type | None) -> _ArgumentParser:
     p.add_argument("--backend", help="Training backend (default: trl).")
     p.add_argument("--config", help="YAML file with the same keys as the flags; flags override it.")
     p.add_argument(
-        "--dry-run", action="store_true", help="Print groups and sample statistics; train nothing."
+        "--dry-run", action="store_true", help="Print groups and sequence statistics; train nothing."
     )
     p.add_argument(
         "--cancel", action="store_true", help="With --resume DIR of a remote job: cancel that job."
@@ -300,7 +300,7 @@ def _print_dry_run(prepared: Any) -> None:
         key, _, val = line.rpartition(": ")
         report.add_row(key or line, val if key else "")
     console.print(report)
-    st = Table(title="sample statistics (tokens)", show_header=True)
+    st = Table(title="sequence statistics (tokens)", show_header=True)
     for col in ("", "min", "mean", "max"):
         st.add_column(col)
     for key in ("prompt_tokens", "completion_tokens", "trained_tokens"):
@@ -308,9 +308,9 @@ def _print_dry_run(prepared: Any) -> None:
         st.add_row(key, str(v["min"]), str(v["mean"]), str(v["max"]))
     console.print(st)
     console.print(
-        f"{stats['samples']} samples in {stats['groups']} groups ({stats['eval_groups']} held out); "
-        f"{stats['samples_with_behaviour_logprobs']} with behaviour logprobs; "
-        f"{stats['truncated_samples']} truncated. Dry run: nothing trained."
+        f"{stats['sequences']} sequences in {stats['groups']} groups ({stats['eval_groups']} held out); "
+        f"{stats['sequences_with_behaviour_logprobs']} with behaviour logprobs; "
+        f"{stats['truncated_sequences']} truncated. Dry run: nothing trained."
     )
 
 

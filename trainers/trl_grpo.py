@@ -17,7 +17,7 @@ from a ``rollout_func`` (only its docstring names it), so it would only reach re
   ``transformers==5.23.0`` and a contract test) makes the clipped ratio ``π_θ / π_behaviour`` when the stored
   episodes are token-faithful, which also makes ``num_iterations > 1`` meaningful. Tokens without a known
   behaviour logprob fall back to the policy's own log-prob at generation time (ratio 1).
-- Episodes that are not append-only under the target template become per-turn samples; their group's
+- Episodes that are not append-only under the target template become per-turn sequences; their group's
   advantages are computed here (``(r - mean) / (std + 1e-4)``, following ``scale_rewards``) and packed G per
   row, padded with fully masked dummies; the subclass overrides TRL's advantages for those rows.
 
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from trainers._dataset import Group, TrainingSample
+from trainers._dataset import Group, TrainingSequence
 from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
 from trainers.errors import UserError
 
@@ -165,7 +165,7 @@ class _Unit:
     seqs: list[_Seq]
 
 
-def _seq(s: TrainingSample, reward: float, advantage: float | None) -> _Seq:
+def _seq(s: TrainingSequence, reward: float, advantage: float | None) -> _Seq:
     return _Seq(
         list(s.prompt_ids),
         list(s.completion_ids),
@@ -184,13 +184,14 @@ def build_units(
     """Pack groups into dataset rows of exactly ``num_generations`` sequences each.
 
     A group whose episodes are one sequence each is one unit (TRL computes its advantages). A group with
-    per-turn samples is spread over several units with precomputed advantages, padded with fully masked dummy
-    sequences.
+    per-turn sequences is spread over several units with precomputed advantages, padded with fully masked
+    dummy sequences.
 
     Example:
         >>> from trainers._dataset import ConvertedEpisode
         >>> def ep(i):
-        ...     return ConvertedEpisode(f"e{i}", "t", float(i), [TrainingSample("t", f"e{i}", [1], [2], [1])])
+        ...     seq = TrainingSequence("t", f"e{i}", [1], [2], [1])
+        ...     return ConvertedEpisode(f"e{i}", "t", float(i), [seq])
         >>> eps = [ep(0), ep(1)]
         >>> [len(u.seqs) for u in build_units([Group("t", "t", eps)], 2)]
         [2]
@@ -201,7 +202,7 @@ def build_units(
     units: list[_Unit] = []
     for g in groups:
         if not g.per_turn:
-            seqs = [_seq(s, float(ep.reward or 0.0), None) for ep in g.episodes for s in ep.samples]
+            seqs = [_seq(s, float(ep.reward or 0.0), None) for ep in g.episodes for s in ep.sequences]
             units.append(_Unit(g, seqs))
             continue
         mean = g.mean_reward
@@ -211,7 +212,7 @@ def build_units(
             adv = float(ep.reward or 0.0) - mean
             if scale is not None:
                 adv /= scale + 1e-4
-            seqs += [_seq(s, float(ep.reward or 0.0), adv) for s in ep.samples]
+            seqs += [_seq(s, float(ep.reward or 0.0), adv) for s in ep.sequences]
         while len(seqs) % G:
             # A one-token, fully masked sequence: fills the block; no gradient and no trained tokens.
             seqs.append(_Seq(seqs[0].prompt_ids, [eos_token_id], [0], None, mean, 0.0, "<pad>", g.group_id))
@@ -238,7 +239,7 @@ def _write_episode_paths(path: Path, prepared: Any) -> None:
                     "differs": ep.differs,
                     "faithful": ep.faithful,
                     "per_turn": ep.per_turn,
-                    "samples": len(ep.samples),
+                    "sequences": len(ep.sequences),
                 }
                 f.write(json.dumps(row) + "\n")
 
@@ -736,7 +737,7 @@ def resolve_grpo_kwargs(config: TRLGRPOConfig, prepared: PreparedData) -> dict[s
     Defaults set only when the user did not: ``per_device_train_batch_size`` = G × up to 8/G groups,
     ``logging_steps=1``, ``report_to="none"``, ``bf16`` when CUDA supports it, gradient checkpointing only on
     GPU, ``use_cpu`` without CUDA, and ``max_completion_length`` = the longest completion (only the
-    ``dr_grpo`` normaliser reads it; replayed completions are cut when building samples).
+    ``dr_grpo`` normaliser reads it; replayed completions are cut when building sequences).
 
     Raises:
         UserError: Unknown ``grpo`` keys (with suggestions) or conflicts with top-level fields.
@@ -775,7 +776,7 @@ def resolve_grpo_kwargs(config: TRLGRPOConfig, prepared: PreparedData) -> dict[s
         "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
         "use_cpu": not cuda,
         "max_completion_length": max(
-            [len(s.completion_ids) for g in prepared.groups for s in g.samples] or [1]
+            [len(s.completion_ids) for g in prepared.groups for s in g.sequences] or [1]
         ),
         "save_strategy": "steps",
         "save_steps": 50,
@@ -930,7 +931,7 @@ class TRLGRPOTrainer:
         """Train on ``data`` and save the model/adapter, metrics, plots and resolved config.
 
         Args:
-            data: Episodes (anything ``load_episodes`` accepts) or a list of :class:`TrainingSample`.
+            data: Episodes (anything ``load_episodes`` accepts) or a list of :class:`TrainingSequence`.
             config: A :class:`TRLGRPOConfig`.
             tokenizer: Use this tokenizer instead of loading one from ``config.model``.
             prepared: Already prepared data (skips :meth:`prepare`).

@@ -216,12 +216,12 @@ def export(
         "require_reward": require_reward,
         "strict": strict,
     }
-    groups = plan_workers(
+    shares = plan_workers(
         store, workers, group_rewards=bool(group_reward_fns), unpicklable=not picklable(fns)
     )
-    if groups is not None:
+    if shares is not None:
         return export_parallel(
-            store, out, groups, rejects=rejects, progress=progress, options=options, batch_size=batch_size
+            store, out, shares, rejects=rejects, progress=progress, options=options, batch_size=batch_size
         )
     summary = ExportSummary()
     pipeline = Pipeline(store, group_reward_fns=group_reward_fns, summary=summary, **options)

@@ -1,11 +1,11 @@
-"""Parallel export: this process and worker processes over disjoint groups of segment chains.
+"""Parallel export: this process and worker processes over disjoint shares of segment chains.
 
 Parsing JSON lines dominates an export and Python runs it on one core, so a store written by several
-processes (one chain of segments each) is split by chain into groups of similar size. This process
-exports the first group itself, straight into the output file; a worker process per other group writes a
-part file, and this process appends those parts, in order, once its own group is done (a streaming read,
+processes (one chain of segments each) is split by chain into shares of similar size. This process
+exports the first share itself, straight into the output file; a worker process per other share writes a
+part file, and this process appends those parts, in order, once its own share is done (a streaming read,
 bounded memory). Sessions never span chains, so episodes are identical to a single-process export and
-keep its row order (chains are split into contiguous groups, written in order).
+keep its row order (chains are split into contiguous shares, written in order).
 
 Two things cross chains and are reconciled here: rewards and rewards for unknown sessions. Each process
 first scans its own chains for the rewards it cannot attach as it reads (given after their session ended,
@@ -127,22 +127,22 @@ def _stdio_exchange() -> tuple[str, int]:
     return db_path, int(size)
 
 
-def _group(chains: list[list[Path]], n: int) -> list[list[list[Path]]]:
-    """Split chains into ``n`` contiguous groups of similar byte size (order kept)."""
+def _split_shares(chains: list[list[Path]], n: int) -> list[list[list[Path]]]:
+    """Split chains into ``n`` contiguous shares of similar byte size (order kept)."""
     sizes = [sum(f.stat().st_size for f in chain) for chain in chains]
     total = sum(sizes)
-    groups: list[list[list[Path]]] = [[]]
+    shares: list[list[list[Path]]] = [[]]
     acc = 0
     for chain, size in zip(chains, sizes, strict=True):
-        if groups[-1] and acc >= total * len(groups) / n and len(groups) < n:
-            groups.append([])
-        groups[-1].append(chain)
+        if shares[-1] and acc >= total * len(shares) / n and len(shares) < n:
+            shares.append([])
+        shares[-1].append(chain)
         acc += size
-    return groups
+    return shares
 
 
 def plan_workers(store: Any, workers: int, **blockers: Any) -> list[list[list[Path]]] | None:
-    """Chain groups for a parallel export (``workers`` 0: automatic), or ``None`` to run in this process."""
+    """Chain shares for a parallel export (``workers`` 0: automatic), or ``None`` to run in this process."""
     if workers == 1 or not isinstance(store, (str, os.PathLike)) or not Path(store).is_dir():
         return None
     if any(blockers.values()):
@@ -156,11 +156,11 @@ def plan_workers(store: Any, workers: int, **blockers: Any) -> list[list[list[Pa
     total = sum(f.stat().st_size for chain in chains for f in chain)
     n = workers if workers else min(os.cpu_count() or 1, 8, total // MIN_BYTES_PER_WORKER or 1)
     n = min(n, len(chains))
-    return _group(chains, n) if n >= 2 else None
+    return _split_shares(chains, n) if n >= 2 else None
 
 
 def _files(parts_dir: Path, i: int) -> dict[str, str]:
-    """The files of group ``i``'s export: its part, rejects, reward index and claims."""
+    """The files of share ``i``'s export: its part, rejects, reward index and claims."""
     return {
         "part": str(parts_dir / f"{i:03d}.parquet"),
         "rejects": str(parts_dir / f"{i:03d}.rejects.jsonl"),
@@ -170,7 +170,7 @@ def _files(parts_dir: Path, i: int) -> dict[str, str]:
 
 
 def run_job(job_path: str) -> int:
-    """Worker process entry point (``python -m sdk.episodes._worker JOB``): export one chain group.
+    """Worker process entry point (``python -m sdk.episodes._worker JOB``): export one chain share.
 
     Prints ``progress CALLS BYTES`` lines (read since the last one) on stdout; pickles ``("ok", summary)``
     or ``("error", (is_episode_error, message))`` next to the job file.
@@ -219,7 +219,7 @@ def run_job(job_path: str) -> int:
 
 
 class _Workers:
-    """The worker processes of one parallel export, by group index (1, 2, ...): started, followed, collected.
+    """The worker processes of one parallel export, by share index (1, 2, ...): started, followed, collected.
 
     A thread per worker reads its stdout: ``progress CALLS BYTES`` lines go to the progress bar, and
     ``scanned`` says its reward scan is done (see :meth:`exchange`). Its result is pickled next to its job.
@@ -312,7 +312,7 @@ class _Workers:
         return db, size
 
     def parts(self, batch_size: int) -> Iterator[Any]:
-        """Each worker's part, in order, once that worker is done (by then this process's group is)."""
+        """Each worker's part, in order, once that worker is done (by then this process's share is)."""
         for i in self.procs:
             self.outcomes[i] = self.outcome(i)
             yield from _slices(self.files[i]["part"], batch_size)
@@ -327,26 +327,26 @@ class _Workers:
                 proc.wait()
 
 
-def _worker_env(n_groups: int) -> dict[str, str]:
+def _worker_env(n_shares: int) -> dict[str, str]:
     # Plain subprocesses, not multiprocessing: spawn would re-run the caller's __main__ module.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     # The cores shared out between the processes: each runs Python plus a polars pool, which by default
     # takes every core, and N such pools on the same cores spent CPU on contention.
-    env.setdefault("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // n_groups)))
+    env.setdefault("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // n_shares)))
     return env
 
 
 def export_parallel(
     store: str | os.PathLike[str],
     out: str | os.PathLike[str],
-    groups: list[list[list[Path]]],
+    shares: list[list[list[Path]]],
     *,
     rejects: Any,
     progress: bool,
     options: dict[str, Any],
     batch_size: int,
 ) -> ExportSummary:
-    """Export ``store``: the first chain group here, one worker process per other (see the module)."""
+    """Export ``store``: the first chain share here, one worker process per other (see the module)."""
     started = time.perf_counter()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -355,18 +355,18 @@ def export_parallel(
     rejects_path = default_rejects_path(out) if rejects is True else (Path(rejects) if rejects else None)
     parts_dir = out.with_name(f".{out.name}.parts-{os.getpid()}")
     parts_dir.mkdir(exist_ok=True)
-    files = [_files(parts_dir, i) for i in range(len(groups))]
-    total = sum(f.stat().st_size for group in groups for chain in group for f in chain)
+    files = [_files(parts_dir, i) for i in range(len(shares))]
+    total = sum(f.stat().st_size for share in shares for chain in share for f in chain)
     update, close = progress_bar(progress, total)
     workers = _Workers(parts_dir, files, update)
     summary = ExportSummary()
     try:
-        env = _worker_env(len(groups))
-        for i in range(1, len(groups)):
+        env = _worker_env(len(shares))
+        for i in range(1, len(shares)):
             job = {
                 "index": i,
                 "store": str(store),
-                "chains": groups[i],
+                "chains": shares[i],
                 "options": options,
                 "batch_size": batch_size,
                 **files[i],
@@ -374,8 +374,8 @@ def export_parallel(
             }
             workers.start(i, job, env)
         merged = parts_dir / "merged.parquet"
-        own = _export_own_group(
-            store, groups[0], files[0], workers, merged, options, batch_size, rejects_path
+        own = _export_own_share(
+            store, shares[0], files[0], workers, merged, options, batch_size, rejects_path
         )
         assert workers.rewards is not None  # the reader asked for the merged index before its first session
         summary.merge(own)
@@ -384,7 +384,7 @@ def export_parallel(
         _reconcile_rewards(workers.rewards, files, summary, strict=bool(options.get("strict")))
         extra_rejects = _drop_duplicates(merged, out, batch_size, summary, strict=bool(options.get("strict")))
         _recount(summary, out)
-        _merge_rejects(parts_dir, len(groups), rejects_path, extra_rejects, summary)
+        _merge_rejects(parts_dir, len(shares), rejects_path, extra_rejects, summary)
     finally:
         workers.stop()
         close()
@@ -394,7 +394,7 @@ def export_parallel(
     return summary
 
 
-def _export_own_group(
+def _export_own_share(
     store: str | os.PathLike[str],
     chains: list[list[Path]],
     files: dict[str, str],
@@ -404,7 +404,7 @@ def _export_own_group(
     batch_size: int,
     rejects_path: Path | None,
 ) -> ExportSummary:
-    """Write this process's group straight into ``merged``, then the workers' parts: one writer, in order."""
+    """Write this process's share straight into ``merged``, then the workers' parts: one writer, in order."""
     own = ExportSummary()
     reader = _SubsetReader(str(store), chains, files, workers.exchange)
     progress = workers.count if workers.update is not None else None

@@ -165,7 +165,7 @@ class StoreReader:
         return sum(f.stat().st_size for chain in self.segments() for f in chain)
 
     def segments(self) -> list[list[Path]]:
-        """Segment files grouped by writing process, each group in write order."""
+        """Segment files by writing process: one chain per process, in write order."""
         chains: dict[str, list[Path]] = {}
         skipped: list[str] = []
         # os.scandir, not Path.glob: glob swallows a permission error and an unreadable store would read

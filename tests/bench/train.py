@@ -62,7 +62,7 @@ def _setup(hidden: int, layers: int) -> dict[str, Any]:
     episodes = make_episodes(2, 4, tokenizer=tok, tools_in_prompt=True)
     probe = TRLGRPOConfig(model=str(model_dir), output_dir=str(tmp / "probe"), max_length=None)
     prepared = TRLGRPOTrainer().prepare(episodes, probe, tokenizer=tok)
-    max_c = max(len(s.completion_ids) for g in prepared.groups for s in g.samples)
+    max_c = max(len(s.completion_ids) for g in prepared.groups for s in g.sequences)
     return dict(
         cuda=cuda, tmp=tmp, model_dir=model_dir, tok=tok, episodes=episodes, prepared=prepared, max_c=max_c
     )

@@ -13,7 +13,7 @@ from episode_helpers import RawStore, assistant, system, tool, tool_call, user
 
 from sdk import export as export_cli
 from sdk.episodes import EpisodeError, export
-from sdk.episodes._parallel import _group, plan_workers
+from sdk.episodes._parallel import _split_shares, plan_workers
 
 OK = [system("s"), user("q")]
 
@@ -156,7 +156,7 @@ def test_planning(tmp_path: Path) -> None:
     chains = [[tmp_path / f"c{i}"] for i in range(4)]
     for i, c in enumerate(chains):
         c[0].write_bytes(b"x" * (100 if i == 0 else 10))
-    assert [len(g) for g in _group(chains, 2)] == [1, 3]
+    assert [len(g) for g in _split_shares(chains, 2)] == [1, 3]
 
 
 def test_spilled_indexes_give_the_same_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,7 +24,7 @@ from trainers.remote.tinker_backend import (  # noqa: E402
     TinkerConfig,
     TinkerTrainer,
     group_advantages,
-    sample_to_datum,
+    sequence_to_datum,
 )
 
 
@@ -54,7 +54,7 @@ def test_datums_from_faithful_episodes(prepared):
     for group, datums in zip(data.groups, batches, strict=True):
         adv = group_advantages(group)
         assert math.isclose(sum(adv.values()), 0.0, abs_tol=1e-9)
-        for s, d in zip(group.samples, datums, strict=True):
+        for s, d in zip(group.sequences, datums, strict=True):
             assert isinstance(d, types.Datum)
             full = s.prompt_ids + s.completion_ids
             assert d.model_input.to_ints() == full[:-1]
@@ -92,13 +92,13 @@ def test_datums_survive_tinkers_wire_encoding(prepared):
 
 
 def test_unknown_logprobs_are_nan_until_filled_and_cross_entropy_uses_weights():
-    from trainers._dataset import TrainingSample
+    from trainers._dataset import TrainingSequence
 
-    s = TrainingSample("t", "e", prompt_ids=[5, 6], completion_ids=[7, 8, 9], loss_mask=[1, 0, 1])
-    d = sample_to_datum(s, -1.0)
+    s = TrainingSequence("t", "e", prompt_ids=[5, 6], completion_ids=[7, 8, 9], loss_mask=[1, 0, 1])
+    d = sequence_to_datum(s, -1.0)
     lp = d.loss_fn_inputs["logprobs"].to_numpy()
     assert np.isnan(lp[[1, 3]]).all() and lp[0] == 0.0 and lp[2] == 0.0  # only trained targets need one
-    ce = sample_to_datum(s, 1.0, loss_fn="cross_entropy")
+    ce = sequence_to_datum(s, 1.0, loss_fn="cross_entropy")
     assert set(ce.loss_fn_inputs) == {"target_tokens", "weights"}
     assert ce.loss_fn_inputs["weights"].tolist() == [0.0, 1.0, 0.0, 1.0]
 

@@ -130,7 +130,7 @@ def test_token_in_token_out_trains_on_the_stored_ids(tmp_path: Path, tiny_tokeni
     assert rep.exact_ids == 2 and rep.rerender_match == rep.rerender_differs == rep.template_no_ids == 0
     assert rep.context_turns == 2  # the hand-off, in each episode
     for conv, ep, hook in zip(convs, episodes, hooks, strict=True):
-        (s,) = conv.samples  # one sequence: each prompt extends the previous prompt + completion
+        (s,) = conv.sequences  # one sequence: each prompt extends the previous prompt + completion
         assert conv.path == "exact_ids" and not conv.per_turn and conv.faithful
         last = ep["turns"][-1]
         assert (
@@ -160,7 +160,7 @@ def test_token_in_token_out_trains_on_the_stored_ids(tmp_path: Path, tiny_tokeni
     fake = type("T", (), {"_replay_rows": [{"unit": 0}, {"unit": 0}]})()
     fake.accelerator = type("A", (), {"process_index": 0})()
     out = make_rollout_func(units, 2)(["p", "p"], fake)
-    by_id = {c.episode_id: c.samples[0] for c in convs}
+    by_id = {c.episode_id: c.sequences[0] for c in convs}
     for i, eid in enumerate(out["episode_id"]):
         assert out["completion_ids"][i] == by_id[eid].completion_ids
         assert out["env_mask"][i] == by_id[eid].loss_mask and out["logprobs"][i] == by_id[eid].logprobs
@@ -172,9 +172,9 @@ def test_re_rendered_prompts_give_one_exact_sample_per_call(tmp_path: Path, tiny
     convs, rep = convert_episodes(episodes, tiny_tokenizer)
     assert rep.exact_ids == 2
     for conv, ep in zip(convs, episodes, strict=True):
-        assert conv.per_turn and len(conv.samples) == 3 and conv.faithful
+        assert conv.per_turn and len(conv.sequences) == 3 and conv.faithful
         generated = [t for t in ep["turns"] if t["token_ids"] is not None]
-        for s, t in zip(conv.samples, generated, strict=True):
+        for s, t in zip(conv.sequences, generated, strict=True):
             assert (s.prompt_ids, s.completion_ids, s.logprobs) == (
                 t["prompt_token_ids"],
                 t["token_ids"],
@@ -193,7 +193,7 @@ def test_template_path_keeps_the_hand_off_as_context(tmp_path: Path, tiny_tokeni
     assert rep.rerender_differs == 2 and rep.exact_ids == 0  # the unusual spelling is seen, and said
     assert rep.rerender_differs_why == {"completion ids differ from the re-render": 2}
     for conv in convs:
-        (s,) = conv.samples
+        (s,) = conv.sequences
         trained = tiny_tokenizer.decode([t for t, m in zip(s.completion_ids, s.loss_mask, strict=True) if m])
         assert "Router" not in trained and "fifteen" in trained and s.logprobs is None
 
@@ -220,7 +220,7 @@ def test_old_format_store_fixture_still_converts(
     monkeypatch.chdir(Path(__file__).resolve().parents[1] / "fixtures")
     episodes = [ep for ep in load_episodes("store_v1") if ep["reward"] is not None]
     convs, rep = convert_episodes(episodes, tiny_tokenizer)
-    assert convs and rep.samples and rep.exact_ids == 0
+    assert convs and rep.sequences and rep.exact_ids == 0
     assert rep.rerender_differs + rep.template_no_ids == len(convs)
 
 
@@ -234,7 +234,7 @@ def test_old_format_store_fixture_trains(tmp_path: Path, tiny_model_dir: Any, ca
     rc = main([*argv, "--num-generations", "2", "--max-steps", "1", "--grpo", "logging_steps=1"])
     assert rc == 0, capsys.readouterr().err
     report = json.loads((out / "data_report.json").read_text())["report"]
-    assert report["groups"] == 2 and report["samples"] == 9
+    assert report["groups"] == 2 and report["sequences"] == 9
     assert (out / "final" / "model.safetensors").is_file()
     paths = [json.loads(line) for line in (out / "episode_paths.jsonl").read_text().splitlines()]
     assert len(paths) == 4 and {p["path"] for p in paths} <= {"rerender_differs", "template"}

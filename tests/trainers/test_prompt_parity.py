@@ -1,7 +1,7 @@
 """The policy server's prompt and the trainer's re-rendering are the same token ids (one message contract).
 
 Each case is sent to the server (``trainers.serve.Engine``, tiny model) and recorded into a real store as one
-call; the store is exported to Parquet and read back by the trainer, whose per-turn sample for that call
+call; the store is exported to Parquet and read back by the trainer, whose per-turn sequence for that call
 must start from exactly the ids the server returned as ``prompt_token_ids``.
 """
 
@@ -92,9 +92,9 @@ def test_server_prompt_ids_equal_trainer_ids_after_export(engine: Engine, tmp_pa
     convs, report = convert_episodes(rows, engine.tokenizer, per_turn="always")
     assert report.invalid == 0 and len(convs) == len(CASES)
     for conv in convs:
-        last = conv.samples[-1]  # the turn the server generated
+        last = conv.sequences[-1]  # the turn the server generated
         assert last.prompt_ids == served[conv.task_id], conv.task_id
-    decoded = {c.task_id: engine.tokenizer.decode(c.samples[-1].prompt_ids) for c in convs}
+    decoded = {c.task_id: engine.tokenizer.decode(c.sequences[-1].prompt_ids) for c in convs}
     assert "What is\nit?" in decoded["content-parts"]  # text parts joined as vLLM and the export join them
     assert '"arguments": {}' in decoded["empty-arguments"]  # what a model writes for a call without arguments
     assert decoded["dict-arguments"] == decoded["string-arguments"]

@@ -12,16 +12,16 @@ from _synth import cpu_grpo, make_episode, make_episodes
 pytestmark = pytest.mark.slow
 
 
-def seq_logp(model, sample):
-    """Mean log-prob of the sample's model tokens (loss_mask == 1) under ``model``."""
+def seq_logp(model, sequence):
+    """Mean log-prob of the sequence's model tokens (loss_mask == 1) under ``model``."""
     import torch
 
-    ids = torch.tensor([sample.prompt_ids + sample.completion_ids])
+    ids = torch.tensor([sequence.prompt_ids + sequence.completion_ids])
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0, :-1].float()
     logps = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
-    comp = logps[len(sample.prompt_ids) - 1 :]
-    mask = torch.tensor(sample.loss_mask, dtype=torch.float32)
+    comp = logps[len(sequence.prompt_ids) - 1 :]
+    mask = torch.tensor(sequence.loss_mask, dtype=torch.float32)
     return float((comp * mask).sum() / mask.sum())
 
 
@@ -33,7 +33,7 @@ def policy_logprobs_episodes(model, tok, n_tasks=2, per_task=4):
 
     eps = make_episodes(n_tasks, per_task, tokenizer=tok)
     for ep in eps:
-        s = convert_episode(ep, tok).samples[0]
+        s = convert_episode(ep, tok).sequences[0]
         ids = torch.tensor([s.prompt_ids + s.completion_ids])
         with torch.no_grad():
             lp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1).gather(
@@ -70,14 +70,14 @@ def test_replay_raises_logprob_of_rewarded_completions(tmp_path, tiny_model_dir,
     cfg = config(tmp_path, tiny_model_dir, grpo={"max_steps": 4, "learning_rate": 3e-3, "loss_type": "grpo"})
     trainer = TRLGRPOTrainer()
     prepared = trainer.prepare(eps, cfg, tokenizer=tok)
-    samples = [s for g in prepared.groups for s in g.samples]
+    sequences = [s for g in prepared.groups for s in g.sequences]
     before = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    lp0 = [seq_logp(before, s) for s in samples]
+    lp0 = [seq_logp(before, s) for s in sequences]
     result = trainer.train(eps, cfg, tokenizer=tok, prepared=prepared)
     after = AutoModelForCausalLM.from_pretrained(result.checkpoint)
-    lp1 = [seq_logp(after, s) for s in samples]
-    up_good = [b - a for a, b, s in zip(lp0, lp1, samples, strict=True) if s.reward == 1.0]
-    up_bad = [b - a for a, b, s in zip(lp0, lp1, samples, strict=True) if s.reward == 0.0]
+    lp1 = [seq_logp(after, s) for s in sequences]
+    up_good = [b - a for a, b, s in zip(lp0, lp1, sequences, strict=True) if s.reward == 1.0]
+    up_bad = [b - a for a, b, s in zip(lp0, lp1, sequences, strict=True) if s.reward == 0.0]
     gain = sum(up_good) / len(up_good) - sum(up_bad) / len(up_bad)
     assert result.global_step == 4
     assert gain > 0.05, (up_good, up_bad)
@@ -106,7 +106,7 @@ def test_env_mask_reaches_trl_and_tool_tokens_get_no_gradient(tmp_path, tiny_mod
     inputs = trainer._generate_and_score_completions(batch)
 
     # TRL's tool_mask is our env_mask, row for row, and zeros sit exactly on the tool-result spans
-    by_episode = {s.episode_id: s for g in run["prepared"].groups for s in g.samples}
+    by_episode = {s.episode_id: s for g in run["prepared"].groups for s in g.sequences}
     for i, row in enumerate(batch):
         s = by_episode[row["episode_id"]]
         n = len(s.completion_ids)
@@ -239,7 +239,7 @@ def test_per_turn_groups_train_with_precomputed_advantages(tmp_path, tiny_model_
     trainer, run = TRLGRPOTrainer().build_trainer(eps, cfg, tokenizer=tok)
     assert len(run["units"]) == 4 and all(
         len(u.seqs) == 4 for u in run["units"]
-    )  # 8 samples per group → 2 units
+    )  # 8 sequences per group → 2 units
     trainer.model.train()
     batch = next(iter(trainer.get_train_dataloader()))
     out = trainer._generate_and_score_completions(batch)
@@ -309,14 +309,14 @@ def test_lora_adapter_and_heldout_eval(tmp_path, tiny_model_dir, model_tokenizer
 
 
 def test_training_samples_api(tmp_path, tiny_model_dir, model_tokenizer):
-    """The Trainer protocol also takes prebuilt TrainingSamples."""
+    """The Trainer protocol also takes prebuilt TrainingSequences."""
     from trainers._dataset import convert_episodes
     from trainers.trl_grpo import TRLGRPOTrainer
 
     tok = model_tokenizer
     convs, _ = convert_episodes(make_episodes(2, 4, tokenizer=tok), tok)
-    samples = [s for c in convs for s in c.samples]
+    sequences = [s for c in convs for s in c.sequences]
     res = TRLGRPOTrainer().train(
-        samples, config(tmp_path, tiny_model_dir, grpo={"max_steps": 1}), tokenizer=tok
+        sequences, config(tmp_path, tiny_model_dir, grpo={"max_steps": 1}), tokenizer=tok
     )
     assert res.global_step == 1

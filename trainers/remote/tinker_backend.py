@@ -2,13 +2,13 @@
 
 Tinker trains a LoRA adapter on its GPUs while the training loop runs here, on a machine without GPUs:
 
-1. episodes → :class:`~trainers._dataset.TrainingSample` s with the base model's tokenizer (locally; set
+1. episodes → :class:`~trainers._dataset.TrainingSequence` s with the base model's tokenizer (locally; set
    ``tokenizer`` to a local copy when the hub is unreachable), grouped by task as for GRPO;
 2. group-relative advantages ``(r - mean) / (std + 1e-6)`` per group (``scale_rewards: none`` drops the
    division);
-3. samples → ``tinker.types.Datum`` (:func:`sample_to_datum`): ``model_input`` = prompt + completion
+3. sequences → ``tinker.types.Datum`` (:func:`sequence_to_datum`): ``model_input`` = prompt + completion
    without the last token, and aligned to it (position ``i`` predicts token ``i + 1``):
-   ``target_tokens``, ``logprobs`` (the behaviour/sampling logprobs) and ``advantages`` (the sample's
+   ``target_tokens``, ``logprobs`` (the behaviour/sampling logprobs) and ``advantages`` (the sequence's
    advantage on trained tokens, 0 on the prompt and on loss-masked tool/template tokens, so they get no
    gradient), plus ``weights`` (the loss mask) for ``cross_entropy``;
 4. per step, ``forward_backward(datums, loss_fn)`` with ``importance_sampling`` or ``ppo``, then
@@ -16,7 +16,7 @@ Tinker trains a LoRA adapter on its GPUs while the training loop runs here, on a
 5. ``save_state`` every ``save_every`` steps and at the end (resumable), ``save_weights_for_sampler`` at the
    end; the ``tinker://`` paths are recorded in ``job.json`` and ``result.json``.
 
-Samples from episodes that are not token-faithful have no stored sampling logprobs; the backend first asks
+Sequences from episodes that are not token-faithful have no stored sampling logprobs; the backend first asks
 Tinker for the current policy's logprobs of those tokens (``forward`` with ``cross_entropy``) and uses them,
 so their importance ratio starts at 1 (on-policy), as the ``trl`` backend does.
 
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from trainers._dataset import Group, TrainingSample
+from trainers._dataset import Group, TrainingSequence
 from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
 from trainers.errors import AuthError, RateLimitError, RemoteError, TransientError, UserError
 from trainers.remote import (
@@ -59,7 +59,7 @@ from trainers.remote import (
     with_retries,
 )
 
-__all__ = ["TinkerConfig", "TinkerTrainer", "group_advantages", "sample_to_datum"]
+__all__ = ["TinkerConfig", "TinkerTrainer", "group_advantages", "sequence_to_datum"]
 
 T = TypeVar("T")
 
@@ -70,7 +70,7 @@ class TinkerConfig(RemoteConfig):
 
     Parameters:
         model: base model on Tinker, e.g. ``Qwen/Qwen3-8B`` (inherited field).
-        tokenizer: local directory (or hub id) of the same model's tokenizer, used to build samples.
+        tokenizer: local directory (or hub id) of the same model's tokenizer, used to build sequences.
         loss_fn: ``importance_sampling`` (REINFORCE with importance weights) or ``ppo`` (clipped).
         lora_rank: LoRA rank of the trained adapter.
         learning_rate: Adam learning rate.
@@ -140,19 +140,21 @@ def group_advantages(group: Group, *, scale_rewards: str = "group", eps: float =
     return out
 
 
-def sample_to_datum(sample: TrainingSample, advantage: float, *, loss_fn: str = "importance_sampling") -> Any:
-    """Build a ``tinker.types.Datum`` from a training sample and its advantage.
+def sequence_to_datum(
+    sequence: TrainingSequence, advantage: float, *, loss_fn: str = "importance_sampling"
+) -> Any:
+    """Build a ``tinker.types.Datum`` from a training sequence and its advantage.
 
     The full sequence is ``prompt_ids + completion_ids``; ``model_input`` is all but its last token and every
     ``loss_fn_inputs`` tensor is aligned to it (position ``i`` predicts token ``i + 1``). On positions whose
     target is a prompt token or a loss-masked completion token, ``advantages`` and ``weights`` are 0 and
-    ``logprobs`` is 0. Unknown behaviour logprobs (``None`` sample logprobs, ``NaN`` entries) are left as
+    ``logprobs`` is 0. Unknown behaviour logprobs (``None`` sequence logprobs, ``NaN`` entries) are left as
     ``NaN``; :meth:`TinkerTrainer.train` fills them from the current policy before sending.
 
     Example:
-        >>> s = TrainingSample("t", "e", prompt_ids=[1, 2], completion_ids=[3, 4, 5], loss_mask=[1, 0, 1],
+        >>> s = TrainingSequence("t", "e", prompt_ids=[1, 2], completion_ids=[3, 4, 5], loss_mask=[1, 0, 1],
         ...                    logprobs=[-0.5, 0.0, -0.25])
-        >>> d = sample_to_datum(s, 2.0)
+        >>> d = sequence_to_datum(s, 2.0)
         >>> d.model_input.to_ints(), d.loss_fn_inputs["target_tokens"].tolist()
         ([1, 2, 3, 4], [2, 3, 4, 5])
         >>> d.loss_fn_inputs["advantages"].tolist(), d.loss_fn_inputs["logprobs"].tolist()
@@ -161,15 +163,15 @@ def sample_to_datum(sample: TrainingSample, advantage: float, *, loss_fn: str = 
     import numpy as np
     from tinker import types
 
-    tokens = [int(t) for t in sample.prompt_ids] + [int(t) for t in sample.completion_ids]
-    if len(tokens) < 2 or not sample.completion_ids:
-        raise UserError(f"sample of episode {sample.episode_id} has no completion tokens")
-    n_prompt = len(sample.prompt_ids)
-    mask = [0.0] * n_prompt + [float(m) for m in sample.loss_mask]
+    tokens = [int(t) for t in sequence.prompt_ids] + [int(t) for t in sequence.completion_ids]
+    if len(tokens) < 2 or not sequence.completion_ids:
+        raise UserError(f"sequence of episode {sequence.episode_id} has no completion tokens")
+    n_prompt = len(sequence.prompt_ids)
+    mask = [0.0] * n_prompt + [float(m) for m in sequence.loss_mask]
     behaviour = [0.0] * n_prompt + (
-        [float(x) if x is not None else math.nan for x in sample.logprobs]
-        if sample.logprobs is not None
-        else [math.nan] * len(sample.completion_ids)
+        [float(x) if x is not None else math.nan for x in sequence.logprobs]
+        if sequence.logprobs is not None
+        else [math.nan] * len(sequence.completion_ids)
     )
     # Shift by one: the input is the sequence without its last token, targets without the first.
     weights = np.asarray(mask[1:], dtype=np.float32)
@@ -254,7 +256,9 @@ class TinkerTrainer(RemoteTrainer):
         out = []
         for group in prepared.groups:
             adv = group_advantages(group, scale_rewards=config.scale_rewards)
-            out.append([sample_to_datum(s, adv[s.episode_id], loss_fn=config.loss_fn) for s in group.samples])
+            out.append(
+                [sequence_to_datum(s, adv[s.episode_id], loss_fn=config.loss_fn) for s in group.sequences]
+            )
         return out
 
     def attach(self, output_dir: str | os.PathLike[str]) -> TrainResult:

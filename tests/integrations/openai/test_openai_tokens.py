@@ -140,7 +140,8 @@ def test_abandoned_stream_turn_is_context_in_training(store: Path) -> None:
     (conv,), rep = convert_episodes([ep], tok)
     assert conv.untrained_turns == 1 and rep.context_turns == 1
     trained = "".join(
-        tok.decode([i for i, m in zip(s.completion_ids, s.loss_mask, strict=True) if m]) for s in conv.samples
+        tok.decode([i for i, m in zip(s.completion_ids, s.loss_mask, strict=True) if m])
+        for s in conv.sequences
     )
     assert "nine ten" in trained  # the complete reply is trained ...
     assert ep["messages"][1]["content"] not in trained  # ... the cut one is not

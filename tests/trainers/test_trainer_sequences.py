@@ -1,4 +1,4 @@
-"""Sample construction: normalisation, masks, faithfulness, per-turn, truncation, grouping, loading from a
+"""Sequence construction: normalisation, masks, faithfulness, per-turn, truncation, grouping, loading from a
 real store (no model)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sdk.messages import template_messages
 from trainers._dataset import (
     ConvertedEpisode,
     DataReport,
-    TrainingSample,
+    TrainingSequence,
     UserError,
     build_groups,
     check_task_sizes,
@@ -104,8 +104,8 @@ def test_one_sequence_mask_covers_only_model_tokens(tiny_tokenizer):
     tok = tiny_tokenizer
     ep = make_episode(0, 0, good=True)
     conv = convert_episode(ep, tok)
-    assert not conv.per_turn and len(conv.samples) == 1
-    s = conv.samples[0]
+    assert not conv.per_turn and len(conv.sequences) == 1
+    s = conv.sequences[0]
     segs = segments(tok, s.completion_ids, s.loss_mask)
     assert [m for m, _ in segs] == [1, 0, 1]
     assert (
@@ -128,13 +128,13 @@ def test_one_sequence_mask_covers_only_model_tokens(tiny_tokenizer):
 
 def test_tool_schemas_rendered_in_prompt(tiny_tokenizer):
     ep = make_episode(1, 0, good=True, tools_in_prompt=True)
-    s = convert_episode(ep, tiny_tokenizer).samples[0]
+    s = convert_episode(ep, tiny_tokenizer).sequences[0]
     prompt = tiny_tokenizer.decode(s.prompt_ids)
     assert "<tools>" in prompt and '"name": "get_weather"' in prompt
 
 
 def test_arguments_not_double_encoded(tiny_tokenizer):
-    s = convert_episode(make_episode(0, 0, good=True), tiny_tokenizer).samples[0]
+    s = convert_episode(make_episode(0, 0, good=True), tiny_tokenizer).sequences[0]
     text = tiny_tokenizer.decode(s.completion_ids)
     assert '"arguments": {"city": "Paris"}' in text and '\\"' not in text
 
@@ -145,7 +145,7 @@ def test_arguments_not_double_encoded(tiny_tokenizer):
 def test_token_faithful_episode_gets_aligned_logprobs(tiny_tokenizer):
     ep = make_episode(0, 0, good=True, tokenizer=tiny_tokenizer)
     conv = convert_episode(ep, tiny_tokenizer)
-    s = conv.samples[0]
+    s = conv.sequences[0]
     assert conv.faithful and s.logprobs is not None and len(s.logprobs) == len(s.completion_ids)
     stored = [lp for t in ep["turns"] for lp in t["logprobs"]]
     assert [lp for lp, m in zip(s.logprobs, s.loss_mask, strict=True) if m] == stored
@@ -171,9 +171,11 @@ def test_unfaithful_ids_are_detected_and_counted(tiny_tokenizer):
     convs, rep = convert_episodes([good, bad, exact, no_ids], tiny_tokenizer)
     assert [c.faithful for c in convs] == [True, False, True, False]
     assert [c.path for c in convs] == ["rerender_match", "rerender_differs", "exact_ids", "template"]
-    assert [c.samples[0].logprobs is not None for c in convs] == [True, False, True, False]
-    assert convs[2].per_turn  # its second prompt no longer extends the first call's ids: one sample per call
-    assert convs[2].samples[0].prompt_ids == exact["turns"][0]["prompt_token_ids"]
+    assert [c.sequences[0].logprobs is not None for c in convs] == [True, False, True, False]
+    assert convs[
+        2
+    ].per_turn  # its second prompt no longer extends the first call's ids: one sequence per call
+    assert convs[2].sequences[0].prompt_ids == exact["turns"][0]["prompt_token_ids"]
     assert (rep.faithful, rep.unfaithful, rep.unfaithful_mismatch, rep.unfaithful_no_token_ids) == (
         2,
         2,
@@ -189,7 +191,7 @@ def test_stored_ids_without_eos_are_faithful_with_nan(tiny_tokenizer):
     for t in ep["turns"]:
         t["token_ids"], t["logprobs"] = t["token_ids"][:-1], t["logprobs"][:-1]
     conv = convert_episode(ep, tiny_tokenizer)
-    s = conv.samples[0]
+    s = conv.sequences[0]
     assert conv.faithful
     eos_positions = [
         i for i, t in enumerate(s.completion_ids) if t == tiny_tokenizer.eos_token_id and s.loss_mask[i]
@@ -201,9 +203,9 @@ def test_logprob_count_mismatch_is_unfaithful(tiny_tokenizer):
     ep = make_episode(0, 0, good=True, tokenizer=tiny_tokenizer)
     ep["turns"][0]["logprobs"] = ep["turns"][0]["logprobs"][:-2]
     conv = convert_episode(ep, tiny_tokenizer)  # exact ids, without behaviour logprobs
-    assert conv.path == "exact_ids" and not conv.faithful and conv.samples[0].logprobs is None
+    assert conv.path == "exact_ids" and not conv.faithful and conv.sequences[0].logprobs is None
     conv = convert_episode(_completion_ids_only(ep), tiny_tokenizer)
-    assert not conv.faithful and conv.unfaithful_reason == "mismatch" and conv.samples[0].logprobs is None
+    assert not conv.faithful and conv.unfaithful_reason == "mismatch" and conv.sequences[0].logprobs is None
 
 
 # --------------------------------------------------------------------------------------------------- per-turn
@@ -246,8 +248,8 @@ def test_not_append_only_becomes_per_turn(tiny_tokenizer):
     tok.chat_template = REASONING_TEMPLATE
     try:
         conv = convert_episode(reasoning_episode(), tok)
-        assert conv.per_turn and [s.turn for s in conv.samples] == [0, 1]
-        first, second = conv.samples
+        assert conv.per_turn and [s.turn for s in conv.sequences] == [0, 1]
+        first, second = conv.sequences
         assert tok.decode(first.completion_ids) == "<think>think a</think>one<|im_end|>"
         assert tok.decode(second.completion_ids) == "<think>think b</think>two<|im_end|>"
         # the second turn's prompt is what the model saw then: earlier reasoning dropped
@@ -255,9 +257,9 @@ def test_not_append_only_becomes_per_turn(tiny_tokenizer):
             "one<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n"
         )
         assert "think a" not in tok.decode(second.prompt_ids)
-        assert all(all(m == 1 for m in s.loss_mask) for s in conv.samples)
+        assert all(all(m == 1 for m in s.loss_mask) for s in conv.sequences)
         _, rep = convert_episodes([reasoning_episode()], tok, per_turn="never")
-        assert rep.non_append_only_skipped == 1 and rep.samples == 0
+        assert rep.non_append_only_skipped == 1 and rep.sequences == 0
     finally:
         tok.chat_template = saved
 
@@ -266,8 +268,8 @@ def test_per_turn_always(tiny_tokenizer):
     conv = convert_episode(
         make_episode(0, 0, good=True, tokenizer=tiny_tokenizer), tiny_tokenizer, per_turn="always"
     )
-    assert conv.per_turn and len(conv.samples) == 2 and conv.faithful
-    assert all(s.logprobs is not None and len(s.logprobs) == len(s.completion_ids) for s in conv.samples)
+    assert conv.per_turn and len(conv.sequences) == 2 and conv.faithful
+    assert all(s.logprobs is not None and len(s.logprobs) == len(s.completion_ids) for s in conv.sequences)
 
 
 # ------------------------------------------------------------------------------------------------- truncation
@@ -275,10 +277,10 @@ def test_per_turn_always(tiny_tokenizer):
 
 def test_truncation_cuts_completion_and_ends_on_model_token(tiny_tokenizer):
     ep = make_episode(0, 0, good=True, tokenizer=tiny_tokenizer)
-    full = convert_episode(ep, tiny_tokenizer).samples[0]
+    full = convert_episode(ep, tiny_tokenizer).sequences[0]
     limit = len(full.prompt_ids) + 60  # inside the second assistant turn... or the tool glue
     conv = convert_episode(ep, tiny_tokenizer, max_length=limit)
-    s = conv.samples[0]
+    s = conv.sequences[0]
     assert conv.truncated and s.truncated and s.length <= limit
     assert s.loss_mask[-1] == 1 and len(s.logprobs) == len(s.completion_ids)
     assert s.completion_ids == full.completion_ids[: len(s.completion_ids)]
@@ -287,11 +289,11 @@ def test_truncation_cuts_completion_and_ends_on_model_token(tiny_tokenizer):
 def test_truncation_skip_and_prompt_too_long(tiny_tokenizer):
     eps = make_episodes(1, 2)
     _, rep = convert_episodes(eps, tiny_tokenizer, max_length=60, truncation="skip")
-    assert rep.skipped_too_long == 2 and rep.samples == 0
+    assert rep.skipped_too_long == 2 and rep.sequences == 0
     _, rep = convert_episodes(eps, tiny_tokenizer, max_length=20, truncation="truncate")
     assert rep.skipped_too_long == 2  # the prompt alone is longer: nothing to train on
     _, rep = convert_episodes(eps, tiny_tokenizer, max_completion_length=10)
-    assert rep.truncated == 2 and rep.samples == 2
+    assert rep.truncated == 2 and rep.sequences == 2
 
 
 # --------------------------------------------------------------------------------------------------- grouping
@@ -299,7 +301,9 @@ def test_truncation_skip_and_prompt_too_long(tiny_tokenizer):
 
 def fake(task, n, rewards):
     return [
-        ConvertedEpisode(f"{task}-{i}", task, r, samples=[TrainingSample(task, f"{task}-{i}", [1], [2], [1])])
+        ConvertedEpisode(
+            f"{task}-{i}", task, r, sequences=[TrainingSequence(task, f"{task}-{i}", [1], [2], [1])]
+        )
         for i, r in zip(range(n), rewards, strict=True)
     ]
 
@@ -327,8 +331,8 @@ def test_build_groups_sizing_and_filtering():
     )
     assert (rep.groups_zero_std_filtered, rep.tasks_too_small, rep.groups) == (1, 1, 3)
     for g in groups:
-        advs = [s.advantage for s in g.samples]
-        assert abs(sum(advs)) < 1e-6 and all(s.group_id == g.group_id for s in g.samples)
+        advs = [s.advantage for s in g.sequences]
+        assert abs(sum(advs)) < 1e-6 and all(s.group_id == g.group_id for s in g.sequences)
     groups, rep = build_groups(eps, 4, overflow="trim", underflow="drop", filter_zero_std=False)
     assert sorted(g.group_id for g in groups) == ["big", "flat"] and rep.episodes_trimmed == 5
     assert rep.groups_dropped_small == 1
@@ -358,8 +362,8 @@ def test_load_parquet_roundtrip(tmp_path, tiny_tokenizer):
     assert len(rows) == 4 and rows[0]["messages"][2]["tool_calls"][0]["function"]["name"] == "get_weather"
     a, _ = convert_episodes(eps, tiny_tokenizer)
     b, _ = convert_episodes(rows, tiny_tokenizer)
-    assert [x.samples[0].completion_ids for x in a] == [x.samples[0].completion_ids for x in b]
-    assert [x.samples[0].logprobs for x in a] == [x.samples[0].logprobs for x in b]
+    assert [x.sequences[0].completion_ids for x in a] == [x.sequences[0].completion_ids for x in b]
+    assert [x.sequences[0].logprobs for x in a] == [x.sequences[0].logprobs for x in b]
     assert len(load_episodes(tmp_path)) == 4  # a directory of Parquet files
     assert len(load_episodes(eps)) == 4
 
@@ -419,11 +423,11 @@ def test_store_directory_to_training_samples(tmp_path, tiny_tokenizer):
     convs, rep = convert_episodes(rows, tiny_tokenizer)
     assert (rep.faithful, rep.unfaithful, rep.invalid) == (3, 0, 0)
     for conv, row in zip(convs, rows, strict=True):
-        s = conv.samples[0]
+        s = conv.sequences[0]
         stored = [e for t in row["turns"] for e in t["logprobs"]]
         assert [lp for lp, m in zip(s.logprobs, s.loss_mask, strict=True) if m] == stored
     groups, _ = build_groups(convs, 3)
-    assert [g.task_id for g in groups] == ["weather"] and len(groups[0].samples) == 3
+    assert [g.task_id for g in groups] == ["weather"] and len(groups[0].sequences) == 3
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(UserError, match="no episodes found"):
@@ -500,8 +504,8 @@ def test_build_units_packs_per_turn_groups_with_masked_padding():
     from trainers.trl_grpo import build_units, stored_reward
 
     def ep(i, reward, turns):
-        samples = [TrainingSample("t", f"e{i}", [1, 2], [3, 2], [1, 1], turn=k) for k in range(turns)]
-        return ConvertedEpisode(f"e{i}", "t", reward, samples=samples, per_turn=turns > 1)
+        sequences = [TrainingSequence("t", f"e{i}", [1, 2], [3, 2], [1, 1], turn=k) for k in range(turns)]
+        return ConvertedEpisode(f"e{i}", "t", reward, sequences=sequences, per_turn=turns > 1)
 
     plain = Group("a", "a", [ep(0, 1.0, 1), ep(1, 0.0, 1)])
     per_turn = Group("b", "b", [ep(2, 1.0, 2), ep(3, 0.0, 1)])  # 3 sequences → 2 units of G=2, 1 dummy

@@ -9,6 +9,7 @@ Every other request is passed through untouched. Headers are forwarded and never
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -73,6 +74,8 @@ class GatewayConfig:
         strip_token_data: Remove from responses the token data the client did not ask for.
         timeout_s: Upstream timeout in seconds (connect, read and write).
         max_open_sessions: Sessions a worker keeps open (least recently used ones are forgotten).
+        otlp: Also take OTLP/HTTP trace exports at ``POST /v1/traces`` and write their GenAI chat spans
+            into the store (as ``python -m sdk.otel receive`` does; needs ``tracerl[otel]``).
 
     Example:
         >>> GatewayConfig(upstream="http://127.0.0.1:8000/v1").token_data
@@ -85,6 +88,7 @@ class GatewayConfig:
     strip_token_data: bool = False
     timeout_s: float = 600.0
     max_open_sessions: int = 100_000
+    otlp: bool = False
 
 
 class _Stats:
@@ -282,6 +286,8 @@ class _Gateway:
         self.table = SessionTable(config.max_open_sessions)
         self.stats = _Stats()
         self._client: aiohttp.ClientSession | None = None
+        self.otlp: Any = None  # a SpanCollector with config.otlp, made at start-up
+        self._otlp_flusher: asyncio.Task[None] | None = None
 
     # -- ASGI ------------------------------------------------------------------------------------------
 
@@ -296,10 +302,21 @@ class _Gateway:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if self.config.otlp:
+                    from sdk.otel._collector import SpanCollector
+
+                    self.otlp = SpanCollector(None)  # this worker's configured store
+                    self._otlp_flusher = asyncio.create_task(self._flush_otlp())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self._client is not None:
                     await self._client.close()
+                if self._otlp_flusher is not None:
+                    self._otlp_flusher.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await self._otlp_flusher
+                    with capture_internal_exceptions("gateway.otlp"):
+                        self.otlp.flush(force=True)
                 # Open gateway sessions are not ended: a restarted gateway continues them (the reader
                 # merges the parts). The implicit session of this worker ends, as at any process exit.
                 sdk.shutdown()
@@ -327,6 +344,8 @@ class _Gateway:
         path = scope["path"]
         if method == "GET" and path == "/stats":
             return await _send_json(send, 200, self.stats.snapshot(self.table))
+        if method == "POST" and path == "/v1/traces" and self.otlp is not None:
+            return await self._traces(scope, receive, send)
         path_sid, rel = _split_session(path)
         if method == "POST" and path_sid is not None and rel in ("/reward", "/end"):
             body = _json_or_none(await _read_body(receive))
@@ -337,6 +356,22 @@ class _Gateway:
                 self.table.end(path_sid, None if error is None else str(error))
             return await _send_json(send, 200, {"session_id": path_sid, "ok": True})
         await self._proxy(scope, receive, send, path_sid, rel)
+
+    async def _traces(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        body = await _read_body(receive)
+        status, data, media_type = await asyncio.to_thread(
+            self.otlp.receive, body, headers.get("content-type", ""), headers.get("content-encoding", "")
+        )
+        out = [(b"content-type", media_type.encode()), (b"content-length", str(len(data)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": out})
+        await send({"type": "http.response.body", "body": data})
+
+    async def _flush_otlp(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            with capture_internal_exceptions("gateway.otlp"):  # a bad batch never stops the gateway
+                await asyncio.to_thread(self.otlp.flush)
 
     async def _reward(self, send: Send, session_id: str, body: Any) -> None:
         if not isinstance(body, dict) or "value" not in body:

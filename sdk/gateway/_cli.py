@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import os
 import socket
@@ -38,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --token-data: remove from responses the token data the client did not ask for",
     )
+    p.add_argument(
+        "--otlp",
+        action="store_true",
+        help="also take OTLP/HTTP trace exports at POST /v1/traces and record their GenAI chat spans "
+        "(needs tracerl[otel])",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="upstream timeout in seconds (default 600)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     return p
@@ -55,6 +62,13 @@ def _listen(host: str, port: int, backlog: int) -> socket.socket:
     sock.listen(backlog)
     sock.set_inheritable(True)
     return sock
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # its parent package is missing
+        return False
 
 
 def _bad_argument(args: argparse.Namespace) -> str | None:
@@ -126,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         from sdk.gateway._app import ENV_CONFIG, GatewayConfig
     except ImportError as exc:
         return fail(f"{exc.name or exc} is not installed; run: pip install 'tracerl[gateway]'")
+    if args.otlp and not _installed("opentelemetry.proto"):
+        return fail("--otlp needs OpenTelemetry's protobuf package; run: pip install 'tracerl[otel]'")
 
     import sdk
 
@@ -139,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         token_data=args.token_data,
         strip_token_data=args.strip_token_data,
         timeout_s=args.timeout,
+        otlp=args.otlp,
     )
     os.environ[ENV_CONFIG] = json.dumps(dataclasses.asdict(config))
     server_config = _server_config(uvicorn, args)

@@ -14,8 +14,10 @@ import base64
 import contextlib
 import contextvars
 import dataclasses
+import gzip
 import json
 import os
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -37,6 +39,7 @@ __all__ = [
     "ingest_file",
     "read_otlp_json",
     "sessions_from_spans",
+    "spans_from_otlp_http",
     "spans_from_request",
     "write_sessions",
 ]
@@ -145,6 +148,27 @@ class SessionDraft:
 # ---------------------------------------------------------------------------------------------
 # Decoding OTLP
 # ---------------------------------------------------------------------------------------------
+
+
+def spans_from_otlp_http(body: bytes, content_type: str, content_encoding: str = "") -> list[OtelSpan]:
+    """Decode the body of an OTLP/HTTP ``/v1/traces`` request (protobuf or JSON, gzip/deflate) into spans.
+
+    Raises:
+        ValueError: The body is neither (also for a bad encoding); protobuf's own decode errors too.
+
+    Example:
+        >>> spans_from_otlp_http(b'{"resourceSpans": []}', "application/json")
+        []
+    """
+    if content_encoding == "gzip":
+        body = gzip.decompress(body)
+    elif content_encoding == "deflate":
+        body = zlib.decompress(body)
+    if content_type.split(";")[0].strip() == "application/json":
+        return read_otlp_json(body)
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    return spans_from_request(ExportTraceServiceRequest.FromString(body))
 
 
 def _any_value(v: Any) -> Any:

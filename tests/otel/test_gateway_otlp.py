@@ -1,0 +1,65 @@
+"""The gateway as an OTLP/HTTP receiver (``--otlp``): store → OTLP → gateway → store gives the same episodes,
+beside the OpenAI-compatible calls it records, and bad input gets the OTLP answer."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+pytest.importorskip("aiohttp")
+pytest.importorskip("uvicorn")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))  # tests/gateway/gateway_helpers.py
+
+import httpx
+from gateway_helpers import start_gateway
+from otel_helpers import episodes_of, make_store, text_level
+
+from sdk.otel import export_otlp
+from sdk.testing import ScriptedOpenAIServer
+
+
+def test_gateway_receives_otlp_traces_into_its_store(tmp_path: Path) -> None:
+    source = make_store(tmp_path / "source")
+    with ScriptedOpenAIServer() as upstream:
+        gw = start_gateway(upstream.base_url, tmp_path / "gateway", args=("--otlp",))
+        try:
+            url = gw.url + "/v1/traces"
+            bad = httpx.post(
+                url, content=b"\xff not protobuf", headers={"content-type": "application/x-protobuf"}
+            )
+            assert bad.status_code == 400 and bad.text.startswith("cannot decode the request")
+            summary = export_otlp(source, url, protocol="http")
+            assert summary.failed_spans == 0 and summary.episodes == 4
+            deadline = time.monotonic() + 30  # written once each trace has lingered (1 s)
+            while len(episodes_of(tmp_path / "gateway")) < 4:
+                assert time.monotonic() < deadline, gw.output
+                time.sleep(0.2)
+            # The proxy still proxies: a chat call through the same gateway is recorded too.
+            r = httpx.post(
+                gw.url + "/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                timeout=30,
+            )
+            assert r.status_code == 200
+        finally:
+            gw.stop()
+    received = [e for e in episodes_of(tmp_path / "gateway") if e["task_id"] is not None]
+    assert text_level(received) == text_level(episodes_of(source))
+    assert len(episodes_of(tmp_path / "gateway")) == 5  # the 4 received + the proxied call's episode
+
+
+def test_without_otlp_the_traces_path_is_proxied(tmp_path: Path) -> None:
+    with ScriptedOpenAIServer() as upstream:
+        gw = start_gateway(upstream.base_url, tmp_path / "gateway")
+        try:
+            r = httpx.post(
+                gw.url + "/v1/traces", content=b"x", headers={"content-type": "application/x-protobuf"}
+            )
+            assert r.status_code == 404  # the upstream's answer: the gateway did not take it
+        finally:
+            gw.stop()

@@ -30,6 +30,43 @@ rejects file and counted in the summary; --strict stops at the first problem ins
 Exit status: 0 on success, 1 when no episode was written, 2 on an error (one line on stderr)."""
 
 
+def _add_reward_args(rw: Any) -> None:
+    """The ``rewards`` options: reward functions, group rewards and the LLM judge."""
+    rw.add_argument(
+        "--reward-fn",
+        action="append",
+        default=[],
+        metavar="[NAME=]MODULE:FUNCTION",
+        help="post-hoc reward function (repeatable; NAME defaults to 'reward')",
+    )
+    rw.add_argument(
+        "--reward-name",
+        default="reward",
+        metavar="NAME",
+        help="named reward used as the episode reward (default: reward)",
+    )
+    rw.add_argument(
+        "--judge-model",
+        metavar="MODEL",
+        help="score each task's episodes against each other with this LLM judge (RULER-style; "
+        "holds all episodes in memory)",
+    )
+    rw.add_argument("--judge-base-url", metavar="URL", help="OpenAI-compatible base URL of the judge")
+    rw.add_argument(
+        "--judge-api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="VAR",
+        help="environment variable holding the judge's API key (default: OPENAI_API_KEY)",
+    )
+    rw.add_argument(
+        "--judge-name",
+        default="judge",
+        metavar="NAME",
+        help="reward name of the judge score (default: judge; use 'reward' to make it the reward)",
+    )
+    rw.add_argument("--judge-rubric", metavar="FILE", help="text file with the judge rubric")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m sdk.export",
@@ -74,40 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         help="never continue a thread across agents / models (repeatable)",
     )
 
-    rw = p.add_argument_group("rewards")
-    rw.add_argument(
-        "--reward-fn",
-        action="append",
-        default=[],
-        metavar="[NAME=]MODULE:FUNCTION",
-        help="post-hoc reward function (repeatable; NAME defaults to 'reward')",
-    )
-    rw.add_argument(
-        "--reward-name",
-        default="reward",
-        metavar="NAME",
-        help="named reward used as the episode reward (default: reward)",
-    )
-    rw.add_argument(
-        "--judge-model",
-        metavar="MODEL",
-        help="score each task's episodes against each other with this LLM judge (RULER-style; "
-        "holds all episodes in memory)",
-    )
-    rw.add_argument("--judge-base-url", metavar="URL", help="OpenAI-compatible base URL of the judge")
-    rw.add_argument(
-        "--judge-api-key-env",
-        default="OPENAI_API_KEY",
-        metavar="VAR",
-        help="environment variable holding the judge's API key (default: OPENAI_API_KEY)",
-    )
-    rw.add_argument(
-        "--judge-name",
-        default="judge",
-        metavar="NAME",
-        help="reward name of the judge score (default: judge; use 'reward' to make it the reward)",
-    )
-    rw.add_argument("--judge-rubric", metavar="FILE", help="text file with the judge rubric")
+    _add_reward_args(p.add_argument_group("rewards"))
 
     val = p.add_argument_group("validation")
     val.add_argument("--strict", action="store_true", help="fail at the first problem instead of rejecting")

@@ -343,7 +343,12 @@ class _Gateway:
         method = scope["method"]
         path = scope["path"]
         if method == "GET" and path == "/stats":
-            return await _send_json(send, 200, self.stats.snapshot(self.table))
+            snapshot = self.stats.snapshot(self.table)
+            if self.otlp is not None:
+                o = self.otlp.summary
+                snapshot["otlp"] = {"spans": o.spans, "chat_spans": o.chat_spans, "sessions": o.sessions}
+                snapshot["otlp"]["skipped"] = dict(o.skipped)
+            return await _send_json(send, 200, snapshot)
         if method == "POST" and path == "/v1/traces" and self.otlp is not None:
             return await self._traces(scope, receive, send)
         path_sid, rel = _split_session(path)

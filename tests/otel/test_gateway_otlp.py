@@ -39,6 +39,8 @@ def test_gateway_receives_otlp_traces_into_its_store(tmp_path: Path) -> None:
             while len(episodes_of(tmp_path / "gateway")) < 4:
                 assert time.monotonic() < deadline, gw.output
                 time.sleep(0.2)
+            otlp = httpx.get(gw.url + "/stats", timeout=30).json()["otlp"]
+            assert otlp["sessions"] == 4 and otlp["skipped"] == {"undecodable_requests": 1}
             # The proxy still proxies: a chat call through the same gateway is recorded too.
             r = httpx.post(
                 gw.url + "/v1/chat/completions",

@@ -411,15 +411,15 @@ class _Gateway:
         method = scope["method"]
         headers: list[tuple[str, str]] = []
         tracerl: dict[str, str] = {}
+        accept_encoding: list[tuple[str, str]] = []
         for k, v in scope["headers"]:
             name = k.decode("latin-1").lower()
             if name.startswith("x-tracerl-"):
                 tracerl[name] = v.decode("latin-1")
-            elif name not in _HOP and name != "accept-encoding":
+            elif name == "accept-encoding":
+                accept_encoding.append((name, v.decode("latin-1")))
+            elif name not in _HOP:
                 headers.append((name, v.decode("latin-1")))
-        # Loopback or LAN to the model server: an uncompressed body is cheaper than gzip, and can be
-        # forwarded and recorded without decoding.
-        headers.append(("accept-encoding", "identity"))
         body = await _read_body(receive)
         url = self.target_url(scope, path_sid)
         endpoint = None
@@ -428,7 +428,11 @@ class _Gateway:
             endpoint = next((name for suffix, name in _ENDPOINTS if route.endswith(suffix)), None)
         payload: Any = _json_or_none(body) if endpoint is not None else None
         if endpoint is None or not isinstance(payload, dict):
-            return await self._passthrough(send, method, url, headers, body)
+            # Not recorded: the body is never read here, so the client's own encodings go through.
+            return await self._passthrough(send, method, url, headers + accept_encoding, body)
+        # Recorded: loopback or LAN to the model server, an uncompressed body is cheaper than gzip, and can
+        # be forwarded and recorded without decoding.
+        headers.append(("accept-encoding", "identity"))
         added: frozenset[str] = frozenset()
         if self.config.token_data:
             payload, added = token_data_params(endpoint, payload)

@@ -140,6 +140,8 @@ def test_other_paths_pass_through_and_are_not_recorded(
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
     assert httpx.get(gateway.url + "/health").json() == {"status": "ok"}  # outside /v1: the origin's path
     assert [r.path for r in upstream.requests] == ["/v1/models", "/v1/models", "/v1/embeddings", "/health"]
+    # Headers go through as the client sent them, its accepted encodings included (the body is not read).
+    assert upstream.requests[1].headers["accept-encoding"] == upstream.requests[0].headers["accept-encoding"]
     assert all(s.session_id != sid for s in StoreReader(gateway.store).sessions())
 
 

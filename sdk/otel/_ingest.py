@@ -154,7 +154,8 @@ def spans_from_otlp_http(body: bytes, content_type: str, content_encoding: str =
     """Decode the body of an OTLP/HTTP ``/v1/traces`` request (protobuf or JSON, gzip/deflate) into spans.
 
     Raises:
-        ValueError: The body is neither (also for a bad encoding); protobuf's own decode errors too.
+        Exception: Whatever the decoders raise on a bad body (gzip, zlib, JSON, protobuf's ``DecodeError``);
+            the receivers answer those with a 400.
 
     Example:
         >>> spans_from_otlp_http(b'{"resourceSpans": []}', "application/json")

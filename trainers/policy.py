@@ -88,6 +88,16 @@ def export_env(policy: PolicyServer) -> None:
     os.environ[ENV_MODEL] = policy.model_name
 
 
+def _terminate(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGTERM ``proc``, and SIGKILL it if it has not exited within ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -193,12 +203,7 @@ class LocalPolicy:
             self._server.stop()
             self._server = None
         if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            _terminate(self._proc, 30)
             self._proc = None
 
 
@@ -334,12 +339,7 @@ class VLLMPolicy:
         """Terminate the server."""
         if self._proc is None:
             return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        _terminate(self._proc, 60)
         self._proc = None
 
 

@@ -74,6 +74,13 @@ def _result(proc: subprocess.Popen) -> tuple[dict, str]:
     return json.loads(out.strip().splitlines()[-1]), err
 
 
+def _run_script(script: str, server: ScriptedOpenAIServer, store: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a child Python against ``server`` and ``store`` (its argv[1:])."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-c", script, server.base_url, str(store)]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+
+
 def _stored(store: Path) -> tuple[set[str], StoreReader]:
     reader = StoreReader(store)
     ids = {c["request_id"] for s in reader.sessions() for c in s.calls}
@@ -144,14 +151,7 @@ FORK = textwrap.dedent(
 def test_a_forked_child_writes_its_own_segment_and_both_processes_calls_read_back(tmp_path: Path) -> None:
     store = tmp_path / "store"
     with ScriptedOpenAIServer() as server:
-        out = subprocess.run(
-            [sys.executable, "-c", FORK, server.base_url, str(store)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            timeout=120,
-        )
+        out = _run_script(FORK, server, store)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(result["parent"]) == 10 and len(result["child"]) == 5
@@ -234,14 +234,7 @@ FSIZE = textwrap.dedent(
 def test_a_write_cut_short_leaves_no_fragment_and_strict_export_accepts_the_store(tmp_path: Path) -> None:
     store = tmp_path / "store"
     with ScriptedOpenAIServer() as server:
-        out = subprocess.run(
-            [sys.executable, "-c", FSIZE, server.base_url, str(store)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            timeout=120,
-        )
+        out = _run_script(FSIZE, server, store)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["failures"] >= 1 and result["flush"] is True
@@ -384,14 +377,7 @@ def test_read_only_store_directory_runs_even_as_root(tmp_path: Path) -> None:
         store.mkdir(mode=0o555)
         store.chmod(0o555)
         with ScriptedOpenAIServer() as server:
-            out = subprocess.run(
-                [sys.executable, "-c", READ_ONLY, server.base_url, str(store)],
-                capture_output=True,
-                text=True,
-                cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-                timeout=120,
-            )
+            out = _run_script(READ_ONLY, server, store)
         assert out.returncode == 0, out.stderr
         result = json.loads(out.stdout.strip().splitlines()[-1])
         assert result["content"]  # the agent's call went through

@@ -1026,51 +1026,38 @@ def _max_token_chars(tokenizer: Any) -> int:
     return out
 
 
-def _too_long_to_tokenize(ep: Mapping[str, Any], tokenizer: Any, max_length: int, truncation: str) -> bool:
-    """Whether the episode certainly exceeds ``max_length`` tokens, judged from its characters alone.
+def _screen_length(
+    ep: Mapping[str, Any], tokenizer: Any, max_length: int, truncation: str
+) -> Mapping[str, Any] | None:
+    """Judge the episode against ``max_length`` from its characters alone: ``None``, ``ep`` or a cut copy.
 
-    Tokenizing bounds nothing: a 50 MB message took minutes and gigabytes before being skipped as too long.
-    A token covers at most ``_max_token_chars`` characters, so more characters than ``max_length`` times that
-    can never fit. Cut completions still train with ``truncate``: only the prompt before the first assistant
-    message (never cut) is judged then; with ``skip`` the whole episode.
-    """
-    per_token = _max_token_chars(tokenizer)
-    if not per_token:
-        return False
-    messages = ep.get("messages")
-    if not isinstance(messages, list):
-        return False
-    if truncation == "truncate":
-        first = next(
-            (i for i, m in enumerate(messages) if isinstance(m, Mapping) and m.get("role") == "assistant"), 0
-        )
-        messages = messages[:first]
-    return _text_chars(messages) > max_length * per_token
+    ``None`` when it is certainly too long (skip it), else ``ep`` or a copy cut short, all before tokenizing.
 
-
-def _cut_at_length(ep: Mapping[str, Any], tokenizer: Any, max_length: int) -> Mapping[str, Any] | None:
-    """With ``truncate``: the episode without the messages that start past ``max_length`` tokens, or None.
-
-    A 3 MB tool result late in a thread took seconds to tokenize (50 MB: minutes) only for its sequence to
-    be cut or skipped. Text that starts more than ``max_length`` × ``_max_token_chars`` characters into the
-    thread can never be inside a sequence: a per-turn sequence whose prompt holds it is skipped, and a cut
-    completion ends before it. So the thread is cut before the first message whose text would reach past
-    that bound (that message goes too: its start may have fitted, but it could not fit whole). Messages are
-    only dropped at the end, so stored per-turn records keep their indices.
+    Tokenizing bounds nothing: a 50 MB message took minutes and gigabytes before being skipped as too long,
+    and a 3 MB tool result late in a thread 8 s only for its sequence to be cut. A token covers at most
+    ``_max_token_chars`` characters, so text that starts more than ``max_length`` times that into the thread
+    can never be inside a sequence. With ``skip`` such an episode is dropped. With ``truncate`` it is dropped
+    only when that text comes before the first assistant message (the prompt, never cut); otherwise the
+    thread is cut before the first message that reaches past the bound (a per-turn sequence whose prompt
+    holds it would be skipped, a cut completion ends before it). Messages are only dropped at the end, so
+    stored per-turn records keep their indices.
     """
     per_token = _max_token_chars(tokenizer)
     messages = ep.get("messages")
     if not per_token or not isinstance(messages, list):
-        return None
+        return ep
     budget = max_length * per_token
-    if _text_chars(messages) <= budget:
-        return None
+    first = next(
+        (i for i, m in enumerate(messages) if isinstance(m, Mapping) and m.get("role") == "assistant"), 0
+    )
     used = 0
     for j, m in enumerate(messages):
         used += _text_chars([m])
         if used > budget:
+            if truncation != "truncate" or j < first:
+                return None
             return {**ep, "messages": messages[:j]}
-    return None
+    return ep
 
 
 def _without_surrogates(value: Any) -> Any:
@@ -1144,14 +1131,14 @@ def convert_episodes(
             for code in problems:
                 rep.invalid_problems[code] = rep.invalid_problems.get(code, 0) + 1
             continue
-        if max_length and _too_long_to_tokenize(ep, tokenizer, max_length, truncation):
-            rep.skipped_too_long += 1
-            continue
-        if max_length and truncation == "truncate":
-            cut = _cut_at_length(ep, tokenizer, max_length)
-            if cut is not None:
+        if max_length:
+            screened = _screen_length(ep, tokenizer, max_length, truncation)
+            if screened is None:
+                rep.skipped_too_long += 1
+                continue
+            if screened is not ep:
                 rep.cut_at_length += 1
-                ep = cut
+                ep = screened
         kw: dict[str, Any] = dict(
             max_length=max_length,
             max_completion_length=max_completion_length,

@@ -71,9 +71,10 @@ class EvalSummary:
         mean_reward / mean_reward_se: Mean over tasks of the task's mean reward.
         counts: Samples by runner status, plus ``no_answer`` (finished without an answer).
         rates: ``counts`` over ``samples`` for error, timeout, reward_error, no_reward, no_answer.
-        per_sample: ``{"mean", "p50", "p95"}`` of ``seconds`` (a sample's wall time) and, read from the
-            store, ``calls``, ``prompt_tokens``, ``completion_tokens`` per sample and ``call_seconds``
-            (one LLM call's latency).
+        per_sample: ``{"n", "mean", "p50", "p95"}`` of ``seconds`` (a sample's wall time) and, read
+            from the store, ``calls``, ``prompt_tokens``, ``completion_tokens`` per sample and
+            ``call_seconds`` (one LLM call's latency); ``n``: how many values (for the store's figures,
+            the samples whose session was found).
         per_task: One :class:`TaskMetrics` per task, in id order.
 
     Example:
@@ -164,7 +165,9 @@ class EvalSummary:
         ):
             st = self.per_sample.get(name)
             if st and st["mean"] is not None:
-                rows.append((label, f"mean {_num(st['mean'])}  p50 {_num(st['p50'])}  p95 {_num(st['p95'])}"))
+                found = f"  ({st['n']} of {self.samples} samples in the store)" if name == "calls" else ""
+                value = f"mean {_num(st['mean'])}  p50 {_num(st['p50'])}  p95 {_num(st['p95'])}"
+                rows.append((label, value + (found if st["n"] < self.samples else "")))
         return rows
 
     def format_table(self, tasks: bool = True) -> str:
@@ -376,11 +379,11 @@ def _is_number(value: Any) -> bool:
 
 def _stats(values: list[float]) -> dict[str, float | None]:
     if not values:
-        return {"mean": None, "p50": None, "p95": None}
+        return {"n": 0, "mean": None, "p50": None, "p95": None}
     if len(values) == 1:
-        return {"mean": values[0], "p50": values[0], "p95": values[0]}
+        return {"n": 1, "mean": values[0], "p50": values[0], "p95": values[0]}
     q = statistics.quantiles(sorted(values), n=100, method="inclusive")  # linear, as numpy's default
-    return {"mean": statistics.fmean(values), "p50": q[49], "p95": q[94]}
+    return {"n": len(values), "mean": statistics.fmean(values), "p50": q[49], "p95": q[94]}
 
 
 def _per_sample(rows: list[dict[str, Any]], store: Any) -> dict[str, dict[str, float | None]]:

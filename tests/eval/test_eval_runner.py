@@ -51,6 +51,9 @@ def test_runner_summary_json_and_metrics_file_show_the_figures(policy_env, tmp_p
     assert m.maj_at_k[4] == pytest.approx((4 + 1 / 3) / 12)
     assert m.per_sample["calls"]["mean"] == pytest.approx(47 / 48)  # the failing sample made no call
     assert m.per_sample["prompt_tokens"]["p50"] > 0 and m.per_sample["call_seconds"]["p95"] is not None
+    assert m.per_sample["calls"]["n"] == 48  # every sample's session was found in the store
+    (tmp_path / "other-store").mkdir()
+    assert summarize(results, store=tmp_path / "other-store").per_sample["calls"]["n"] == 0
     table = s.format_table()
     for label in ("pass@1", "50.0% ± ", "pass@k", "k=4 100.0%", "pass^k", "maj@k", "LLM calls per sample"):
         assert label in table, table

@@ -18,6 +18,11 @@ them before its sample counts as done. The results file stays with this process,
 done, as locally. The agent's code must be importable on the workers (installed there, or shipped with
 ``--ray-working-dir .``); ``TRACERL_*`` environment variables are passed on to them.
 
+The summary adds the :mod:`sdk.eval` figures (pass@1 ± standard error, pass@k, pass^k, maj@k, rates,
+calls/tokens/latency per sample), also written to ``<results>.metrics.json``. ``--shard I/N`` runs the
+I-th of N disjoint slices of the tasks (by a hash of the task id), so N machines cover the task set;
+``python -m sdk.eval summarize`` merges their results files into the numbers of one run.
+
 Usage::
 
     python -m sdk.rollout my_agent:solve tasks.jsonl --samples 8 --concurrency 16 --timeout 120
@@ -64,6 +69,8 @@ from pathlib import Path
 from typing import Any
 
 from sdk._internal import load_function as _load_function
+from sdk.eval import EvalError, EvalSummary, metrics_path, parse_shard, shard_of
+from sdk.eval import summarize as _eval_summary
 
 __all__ = [
     "RolloutError",
@@ -245,6 +252,8 @@ class RolloutSummary:
         mean_task_std: Mean over tasks of the standard deviation of their samples' rewards (GRPO signal).
         seconds: Wall time of this call.
         interrupted: The run stopped early (Ctrl-C); re-run the same command to continue.
+        metrics: pass@k, pass^k, maj@k with standard errors, rates and per-sample costs
+            (:class:`sdk.eval.EvalSummary`; also written to ``<results>.metrics.json``).
 
     Example:
         >>> RolloutSummary(split="eval", results_path="r.jsonl").success_rate
@@ -266,6 +275,7 @@ class RolloutSummary:
     mean_task_std: float | None = None
     seconds: float = 0.0
     interrupted: bool = False
+    metrics: EvalSummary | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly dict (``--json``); per-task rewards included.
@@ -274,7 +284,9 @@ class RolloutSummary:
             >>> RolloutSummary(split="eval", results_path="r.jsonl").as_dict()["done"]
             0
         """
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["metrics"] = None if self.metrics is None else self.metrics.as_dict()
+        return out
 
     def format_table(self) -> str:
         """A plain-text summary table.
@@ -303,6 +315,7 @@ class RolloutSummary:
             ("timeouts", str(c.get("timeout", 0))),
             ("reward function failures", str(c.get("reward_error", 0))),
             ("samples without a reward", str(c.get("no_reward", 0))),
+            *(self.metrics.metric_lines() if self.metrics is not None else []),
             ("results", self.results_path),
         ]
         width = max(len(k) for k, _ in rows)
@@ -475,6 +488,7 @@ def run_rollout(
     metadata: dict[str, Any] | None = None,
     ray: str | None = None,
     ray_runtime_env: dict[str, Any] | None = None,
+    shard: str | tuple[int, int] | None = None,
 ) -> RolloutSummary:
     """Run ``agent`` ``samples`` times on every task, each run in its own session; resumable.
 
@@ -500,6 +514,9 @@ def run_rollout(
             shared directory or an object-store URI).
         ray_runtime_env: Ray runtime environment for the workers (e.g. ``{"working_dir": "."}``); the
             ``TRACERL_*`` environment variables of this process are added to its ``env_vars``.
+        shard: ``"I/N"`` or ``(I, N)``: run only the I-th of N disjoint slices of the tasks (by a hash of
+            the task id, the same on every machine); ``python -m sdk.eval summarize`` merges the shards'
+            results files.
 
     Returns:
         A :class:`RolloutSummary` over the whole results file.
@@ -521,6 +538,8 @@ def run_rollout(
     fn = load_function(agent, "agent")
     score = load_function(reward_fn, "reward function") if reward_fn is not None else None
     task_list = load_tasks(tasks, id_field)
+    if shard is not None:
+        task_list = _shard_tasks(task_list, shard)
     results_path = Path(results)
     if store is not None and _current_store().resolve() != Path(store).resolve():
         sdk.configure(store=store)
@@ -581,6 +600,7 @@ def run_rollout(
     summary.ran = len(new_rows)
     summary.seconds = time.monotonic() - started
     summary.interrupted = interrupted
+    summary.metrics = _write_metrics(rows + new_rows, location, results_path)
     if interrupted:
         raise KeyboardInterrupt(summary)
     return summary
@@ -606,6 +626,26 @@ def _resume(
         rows.append(r)
         _append(results_path, r)
     return rows
+
+
+def _shard_tasks(tasks: list[dict[str, Any]], shard: str | tuple[int, int]) -> list[dict[str, Any]]:
+    try:
+        i, n = parse_shard(shard if isinstance(shard, str) else "/".join(map(str, shard)))
+    except EvalError as exc:
+        raise RolloutError(str(exc)) from None
+    return [t for t in tasks if shard_of(t["id"], n) == i]
+
+
+def _write_metrics(rows: list[dict[str, Any]], store: str | Path, results: Path) -> EvalSummary | None:
+    """The :mod:`sdk.eval` figures of the run, also written beside the results; never fails the run."""
+    try:
+        metrics = _eval_summary(rows, store=store) if rows else None
+        if metrics is not None:
+            metrics.write(metrics_path(results))
+    except Exception as exc:  # e.g. an unreadable store: the samples are safe, only the figures lack
+        print(f"warning: no evaluation figures: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+    return metrics
 
 
 def _current_store() -> Path:
@@ -900,6 +940,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="directory shipped to the Ray workers (runtime_env working_dir), e.g. . for the agent's code",
     )
+    p.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run the I-th of N disjoint slices of the tasks (by task id); sdk.eval summarize merges them",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -923,8 +969,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.store is not None:
             sdk.configure(store=args.store)
         store = _current_store()
+        shard = "" if args.shard is None else "-shard-" + "-of-".join(map(str, parse_shard(args.shard)))
         results = args.results or str(
-            store.parent / f"{store.name.lstrip('.') or 'store'}-rollout-{args.split}.jsonl"
+            store.parent / f"{store.name.lstrip('.') or 'store'}-rollout-{args.split}{shard}.jsonl"
         )
         summary = run_rollout(
             args.agent,
@@ -940,6 +987,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.no_progress and not args.json,
             ray=args.ray,
             ray_runtime_env={"working_dir": args.ray_working_dir} if args.ray_working_dir else None,
+            shard=args.shard,
         )
     except (RolloutError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

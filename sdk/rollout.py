@@ -521,6 +521,9 @@ def run_rollout(
     fn = load_function(agent, "agent")
     score = load_function(reward_fn, "reward function") if reward_fn is not None else None
     task_list = load_tasks(tasks, id_field)
+    if not task_list:
+        named = isinstance(tasks, (str, os.PathLike))
+        raise RolloutError(f"no tasks in {os.fspath(tasks)}" if named else "no tasks given")
     results_path = Path(results)
     if store is not None and _current_store().resolve() != Path(store).resolve():
         sdk.configure(store=store)

@@ -28,6 +28,12 @@ def policy_env(openai_server, monkeypatch):
     return openai_server
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a ``python -m sdk.rollout`` child: this checkout and the test agents importable."""
+    path = os.pathsep.join([str(HERE), os.getcwd(), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def write_tasks(path: Path, tasks: list[dict]) -> str:
     path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
     return str(path)
@@ -173,10 +179,7 @@ def test_killed_run_resumes_with_every_pair_exactly_once(policy_env, tmp_path, s
         sys.executable, "-m", "sdk.rollout", "rollout_agents:chat", tasks, "-G", "3", "-c", "4",
         "--reward-fn", "rollout_agents:score", "--store", str(store), "--results", str(res), "--no-progress",
     ]  # fmt: skip
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.getcwd(), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = child_env()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and len(read_results(res)) < 12:
@@ -230,3 +233,18 @@ def test_task_sources_and_bad_input(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("error: ") and msg in err and "Traceback" not in err
     sdk.flush()
+
+
+def test_an_empty_task_file_is_one_error_line_and_exit_2(tmp_path):
+    """As the loop does: nothing to run is bad input, not ``samples done 0/0`` and exit 0."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    argv = ["rollout_agents:chat", str(empty), "--store", str(tmp_path / "st"), "--no-progress"]
+    env = child_env()
+    got = subprocess.run(
+        [sys.executable, "-m", "sdk.rollout", *argv], env=env, capture_output=True, text=True
+    )
+    assert got.returncode == 2 and got.stdout == ""
+    assert got.stderr == f"error: no tasks in {empty}\n"
+    with pytest.raises(RolloutError, match="no tasks given"):
+        run_rollout("rollout_agents:chat", [], results=tmp_path / "r.jsonl")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -71,7 +72,10 @@ def _httpx_module() -> ModuleType:
 class _Exchange:
     """State of one recorded request: what is needed to finalise it when the body is closed."""
 
-    __slots__ = ("endpoint", "body", "session", "started_at", "status", "headers", "chunks", "done", "sink")
+    __slots__ = (
+        "endpoint", "body", "session", "started_at", "status", "headers", "chunks", "done", "sink",
+        "read_all", "left_open", "untrack", "lock",
+    )  # fmt: skip
 
     def __init__(
         self, endpoint: str, body: dict[str, Any], session: capture.Session | None, sink: RecordSink
@@ -85,22 +89,53 @@ class _Exchange:
         self.headers: Any = None
         self.chunks: list[bytes] = []
         self.done = False
+        self.read_all = False  # the body was read to its end
+        self.left_open: str | None = None  # why it was recorded while still open (see finish_open)
+        self.lock = threading.Lock()  # the reading thread and a session's end may finish it at once
+        # An agent may stop reading a stream without closing it: its session's end (or the SDK's shutdown)
+        # then records it, in that session, instead of a garbage collection after the session ended.
+        self.untrack = capture.track_open_call(session, self.finish_open)
 
     def finish(self, error: BaseException | None = None) -> None:
         """Record the exchange once: when its body is closed, or with the error that ended it."""
-        if self.done:
-            return
-        self.done = True
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+        self.untrack()
         self._record(error)
+
+    def finish_open(self, reason: str) -> None:
+        """Record the exchange with what was read so far: still open when ``reason`` (a session's end)."""
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+            self.left_open = reason
+        capture.count("streams_left_open")
+        self._record(None)
+
+    def _unread(self) -> dict[str, Any] | None:
+        """The error of a call recorded while open whose body cannot be parsed as it stands, else ``None``."""
+        if self.left_open is None or self.read_all:
+            return None
+        if "text/event-stream" in (self.headers.get("content-type", "") if self.headers is not None else ""):
+            return None  # a stream's events so far are parsed; it is marked incomplete_stream
+        return {
+            "type": "incomplete_stream",
+            "message": f"response still unread when {self.left_open}",
+            "status": self.status or None,
+        }
 
     @firewall("openai.finish")
     def _record(self, error: BaseException | None) -> None:
         ended = time.time()
-        if error is not None:
+        unread = self._unread()
+        if error is not None or unread is not None:
             record = parse_exchange(
                 self.endpoint, self.body, 599, b"", started_at=self.started_at, ended_at=ended
             )
-            record.error = capture.call_error(error)
+            record.error = capture.call_error(error) if error is not None else unread
         else:
             headers = self.headers
             raw = b"".join(self.chunks)
@@ -122,6 +157,12 @@ class _Exchange:
                 ended_at=ended,
                 request_id=headers.get("x-request-id"),
             )
+            if (
+                self.left_open is not None
+                and record.error
+                and record.error.get("type") == "incomplete_stream"
+            ):
+                record.error["message"] = f"still open when {self.left_open}: {record.error['message']}"
         self.sink(record, self.session)
 
 
@@ -198,6 +239,7 @@ def _transport_classes(module_name: str) -> tuple[type, type]:
             for chunk in self._inner:
                 self._ex.chunks.append(chunk)
                 yield chunk
+            self._ex.read_all = True
 
         def close(self) -> None:
             try:
@@ -213,6 +255,7 @@ def _transport_classes(module_name: str) -> tuple[type, type]:
             async for chunk in self._inner:
                 self._ex.chunks.append(chunk)
                 yield chunk
+            self._ex.read_all = True
 
         async def aclose(self) -> None:
             try:

@@ -3,7 +3,12 @@
 One rule for every integration, applied when a record becomes a store event (see ``CallRecord.to_event``):
 
 - a key whose name, lower-cased with everything but letters and digits removed, matches
-  :data:`SECRET_NAME` has its value replaced by ``"[redacted]"``, at any depth of dicts and lists;
+  :data:`SECRET_NAME` (and is not a token count, :data:`TOKEN_COUNT`) has its value replaced by
+  ``"[redacted]"``, at any depth of dicts and lists;
+- JSON schemas are structure, not secrets: the names in a schema's ``properties``,
+  ``patternProperties``, ``$defs``, ``definitions`` or ``dependentSchemas`` map (a map whose every value is
+  a schema: a dict or a bool) are never taken for secret keys, so ``response_format`` JSON schemas and
+  tool parameter schemas are stored as the model saw them (their string values still lose URL passwords);
 - in every string value, a URL's password (``https://user:PASSWORD@host``) and the values of query
   parameters whose names match the same rule are replaced by ``[redacted]``; a string that starts with
   an HTTP auth scheme (``Bearer ...``, ``Basic ...``) is replaced whole;
@@ -19,7 +24,9 @@ from typing import Any
 __all__ = [
     "DROPPED_PARAMS",
     "REDACTED",
+    "SCHEMA_MAPS",
     "SECRET_NAME",
+    "TOKEN_COUNT",
     "is_secret_name",
     "redact",
     "redact_params",
@@ -30,14 +37,26 @@ REDACTED = "[redacted]"
 """What a secret value is replaced by."""
 
 SECRET_NAME = re.compile(
-    r"apikey|accesskey|secretkey|privatekey|signingkey|subscriptionkey|^key$"
-    r"|secret|passw(?:or)?d|^pwd$|credential|authorization|^auth$|bearer|cookie|token$"
+    r"(?:api|access|secret|private|signing|subscription|session|master|encryption|auth|client|license)key"
+    r"|^key$|secret|passw(?:or)?d|passphrase|^pwd$|credential|authorization|^auth$|bearer|cookie|jwt"
+    r"|tokens?$"
 )
 """Matched (``search``) against a normalised key name: ``api_key``, ``apiKey``, ``X-API-KEY`` -> ``apikey``.
 
-``token$`` catches ``token``, ``access_token``, ``session_token``, ``x-session-token``, but not the
-token counts and logprob settings (``max_tokens``, ``max_completion_tokens``, ``top_logprobs``).
+``tokens?$`` catches ``token``, ``access_token``, ``session_token``, ``x-session-token``, ``auth_tokens``;
+the token counts and switches among those names are :data:`TOKEN_COUNT` and kept. Names that only end in
+``key`` are kept (``prompt_cache_key``, ``idempotency_key``): only the key kinds listed are secrets.
 """
+
+TOKEN_COUNT = re.compile(
+    r"(?:max|min|num|total|prompt|completion|input|output|new|special|reasoning|cached|audio|image|text"
+    r"|budget|context)tokens?$"
+)
+"""Normalised names ending in ``token(s)`` that are counts or settings, not credentials: ``max_tokens``,
+``max_completion_tokens``, ``max_new_tokens``, ``skip_special_tokens``, ``min_tokens``, ``prompt_tokens``."""
+
+SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+"""JSON-schema keywords whose value maps names to schemas: those names are structure, never secrets."""
 
 DROPPED_PARAMS = frozenset(
     {"headers", "extra_headers", "default_headers", "http_client", "http_async_client", "client"}
@@ -58,7 +77,8 @@ def is_secret_name(name: str) -> bool:
         >>> [is_secret_name(n) for n in ("apiKey", "X-API-KEY", "access_token", "max_tokens", "top_logprobs")]
         [True, True, True, False, False]
     """
-    return SECRET_NAME.search(_NORMALISE.sub("", name.lower())) is not None
+    norm = _NORMALISE.sub("", name.lower())
+    return SECRET_NAME.search(norm) is not None and TOKEN_COUNT.search(norm) is None
 
 
 def _query_param(match: re.Match[str]) -> str:
@@ -84,21 +104,36 @@ def redact_text(text: str) -> str:
     return text
 
 
-def redact(value: Any) -> Any:
+def _is_schema_map(key: Any, value: Any) -> bool:
+    """Whether ``value`` under ``key`` maps names to JSON schemas (``"properties": {"password": {...}}``)."""
+    return (
+        key in SCHEMA_MAPS
+        and isinstance(value, dict)
+        and all(isinstance(v, (dict, bool)) for v in value.values())
+    )
+
+
+def redact(value: Any, *, names: bool = True) -> Any:
     """``value`` with every credential in it redacted (see the module docstring); the input is not changed.
 
-    Dicts and lists are copied only where something was redacted below them.
+    Dicts and lists are copied only where something was redacted below them. ``names=False``: the keys of
+    this dict are not checked (the names of a JSON schema's properties); its values still are.
 
     Example:
         >>> redact({"temperature": 0.2, "max_tokens": 9, "extra_body": {"metadata": {"apiKey": "sk-1"}}})
         {'temperature': 0.2, 'max_tokens': 9, 'extra_body': {'metadata': {'apiKey': '[redacted]'}}}
+        >>> redact({"type": "object", "properties": {"password": {"type": "string"}}})
+        {'type': 'object', 'properties': {'password': {'type': 'string'}}}
     """
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, dict):
         out = None
         for k, v in value.items():
-            new = REDACTED if isinstance(k, str) and is_secret_name(k) and v is not None else redact(v)
+            if names and isinstance(k, str) and v is not None and is_secret_name(k):
+                new = REDACTED
+            else:
+                new = redact(v, names=not _is_schema_map(k, v))
             if new is not v and out is None:
                 out = dict(value)
             if out is not None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import itertools
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sdk._config import Config, validate_store_path
@@ -39,6 +41,11 @@ class Tracer:
         self._implicit: Session | None = None
         self._implicit_pid = -1
         self._atexit = False
+        # Calls whose response is still being read: (session, finish(reason), pid) by key. A session that
+        # ends, or a shutdown, finishes them first, so a stream never left closed is recorded in time.
+        self._open_calls: dict[int, tuple[Session | None, Callable[[str], None], int]] = {}
+        self._open_lock = threading.Lock()
+        self._open_keys = itertools.count()
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -128,8 +135,35 @@ class Tracer:
             )
             count("sessions_started")
 
+    def track_open_call(self, s: Session | None, finish: Callable[[str], None]) -> Callable[[], None]:
+        """Have ``finish(reason)`` called if ``s`` ends or the tracer shuts down first; returns untrack."""
+        key = next(self._open_keys)
+        with self._open_lock:
+            self._open_calls[key] = (s, finish, os.getpid())
+
+        def untrack() -> None:
+            with self._open_lock:
+                self._open_calls.pop(key, None)
+
+        return untrack
+
+    def _finish_open_calls(self, s: Session | None, reason: str) -> None:
+        """Finish this process's open calls of ``s`` (every one when ``None``), each recorded once."""
+        if not self._open_calls:
+            return
+        pid = os.getpid()  # a forked child does not record its parent's streams
+        with self._open_lock:
+            due = [
+                k for k, (owner, _, p) in self._open_calls.items() if p == pid and (s is None or owner is s)
+            ]
+            finishers = [self._open_calls.pop(k)[1] for k in due]
+        for finish in finishers:
+            with capture_internal_exceptions("open_call"):
+                finish(reason)
+
     def session_ended(self, s: Session, error: BaseException | None) -> None:
-        """Write the ``session_end`` event of ``s``."""
+        """Write the ``session_end`` event of ``s`` (after the calls still open in it)."""
+        self._finish_open_calls(s, "its session ended")
         if not self.config.enabled:
             return
         with capture_internal_exceptions("session_end"):
@@ -210,6 +244,7 @@ class Tracer:
     def shutdown(self) -> None:
         """End the implicit session, flush and close the store. Safe to call more than once."""
         with capture_internal_exceptions("shutdown"), self._lock:
+            self._finish_open_calls(None, "the SDK shut down (sdk.shutdown() or the process exited)")
             self._close_locked()
 
     def stats(self) -> dict[str, Any]:
@@ -223,6 +258,7 @@ class Tracer:
             "internal_errors": 0,
             "values_stored_as_repr": 0,
             "calls_outside_session_skipped": 0,
+            "streams_left_open": 0,
         }
         out.update(counters())
         out["store"] = self.config.store_uri or str(self.config.store)

@@ -59,6 +59,7 @@ __all__ = [
     "record_call",
     "redact",
     "tool_call",
+    "track_open_call",
     "warn_once",
 ]
 
@@ -95,6 +96,23 @@ def record_call(record: CallRecord, session: Session | None = None) -> None:
         >>> record_call(CallRecord(framework="custom", messages=[{"role": "user", "content": "hi"}]))
     """
     tracer.record_call(record, session)
+
+
+def track_open_call(session: Session | None, finish: Callable[[str], None]) -> Callable[[], None]:
+    """Have ``finish(reason)`` called if ``session`` ends, or the SDK shuts down, while a call is still open.
+
+    For calls whose response the agent may stop reading without closing it (a ``break`` out of a stream):
+    ``finish`` records the call with what was read, in its own session and before that session's end, so
+    it is never lost nor written after the session ended. Call the returned function when the call
+    finishes normally. ``finish`` runs at most once, and never if untracked first.
+
+    Example:
+        >>> from sdk import session
+        >>> with session(task_id="t1") as s:
+        ...     untrack = track_open_call(s, lambda reason: print("recorded:", reason))
+        recorded: its session ended
+    """
+    return tracer.track_open_call(session, finish)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -140,6 +140,7 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
         c
         for c in (
             "schema_version",
+            "episode_id",
             "task_id",
             "reward",
             "token_faithful",
@@ -165,6 +166,13 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
         lengths = pl.scan_parquet(files).select(pl.col("messages").list.len()).collect().to_series()
         msg_stats = {"messages_mean": float(lengths.mean() or 0), "messages_max": int(lengths.max() or 0)}
 
+    duplicates: dict[str, Any] = {"count": 0, "example": None}
+    if "episode_id" in df.columns:  # as training counts them: each copy after the first of an id
+        ids = df["episode_id"]
+        repeated = ids.filter(ids.is_duplicated())
+        if len(repeated):
+            duplicates = {"count": n - ids.n_unique(), "example": repeated[0]}
+
     def counts(col: str) -> dict[str, int]:
         if col not in df.columns:
             return {}
@@ -184,6 +192,7 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
         else 0,
         "reward": _mean_std(rewards),
         "reward_per_task": {str(t): _mean_std(v) for t, v in per_task.items()},
+        "duplicate_episode_ids": duplicates,
         "token_faithful": int(df["token_faithful"].sum()) if "token_faithful" in df.columns else 0,
         "calls": int(df["num_calls"].sum()) if "num_calls" in df.columns else 0,
         "status": counts("status"),
@@ -191,6 +200,12 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
         "agents": counts("agent"),
         **msg_stats,
     }
+
+
+def _duplicates(dup: dict[str, Any]) -> str:
+    if not dup["count"]:
+        return "none"
+    return f"{dup['count']} (e.g. {dup['example']}; training drops every copy after the first)"
 
 
 def _rows(info: dict[str, Any], max_tasks: int) -> list[tuple[str, str]]:
@@ -226,6 +241,7 @@ def _rows(info: dict[str, Any], max_tasks: int) -> list[tuple[str, str]]:
             else f"differs (missing {info['missing_columns'] or '-'}, extra {info['extra_columns'] or '-'})",
         ),
         ("tasks", str(info["tasks"])),
+        ("duplicate episode ids", _duplicates(info["duplicate_episode_ids"])),
         ("calls", str(info["calls"])),
         ("token-faithful", f"{info['token_faithful']} of {info['episodes']}"),
         (

@@ -8,7 +8,9 @@ dict and returns an answer (scored by ``--reward-fn module:function(task, answer
 
 Every finished sample appends one line to the results file (JSON lines); re-running the same command skips
 the (task, sample) pairs already there, so an interrupted run (Ctrl-C, a crash, a kill) continues where
-it stopped. Agent exceptions and timeouts end the sample's session with an error (recorded in the store)
+it stopped. Sessions of a (task, sample) cut short by that interruption are marked superseded in the store
+when the pair runs again (see :func:`sdk.store._events.supersede`): the export trains each pair once.
+Agent exceptions and timeouts end the sample's session with an error (recorded in the store)
 and are counted; they never stop the run. ``--split eval`` is the same runner used for evaluation.
 
 On a Ray cluster (``--ray ADDRESS``, e.g. ``--ray auto`` on a cluster node or ``--ray ray://head:10001``)
@@ -383,13 +385,19 @@ def _json_safe(value: Any, limit: int = 2000) -> Any:
 
 
 def _recover_from_store(
-    store: str | Path, key: str, split: str, done: set[tuple[str, int]], tasks: dict[str, dict[str, Any]]
+    store: str | Path,
+    key: str,
+    split: str,
+    done: set[tuple[str, int]],
+    tasks: dict[str, dict[str, Any]],
+    attempts: list[tuple[tuple[str, int], str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Result lines for samples whose session ended in the store but whose line was not written.
 
     Only a kill between a session's end and its result line leaves such a sample; writing its line from
     the store (instead of running it again) keeps every (task, sample) once in the store's finished
-    sessions. Sessions cut short (no end, or interrupted) are run again.
+    sessions. Sessions cut short (no end, or interrupted) are run again. ``attempts`` receives
+    ``((task, sample), session_id)`` of every session of this run's tasks not yet marked superseded.
     """
     from sdk.store import StoreReader
 
@@ -405,7 +413,9 @@ def _recover_from_store(
         if md.get("rollout") != key or md.get("split") != split or s.sample is None:
             continue
         pair = (str(s.task_id), int(s.sample))
-        if pair in done or pair[0] not in tasks or s.status not in ("ok", "error"):
+        if attempts is not None and pair[0] in tasks and not s.superseded:
+            attempts.append((pair, s.session_id))
+        if pair in done or pair[0] not in tasks or s.status not in ("ok", "error") or s.superseded:
             continue
         err = s.error or {}
         if s.status == "error" and err.get("type") in ("CancelledError", "KeyboardInterrupt"):
@@ -538,6 +548,9 @@ def run_rollout(
     fn = load_function(agent, "agent")
     score = load_function(reward_fn, "reward function") if reward_fn is not None else None
     task_list = load_tasks(tasks, id_field)
+    if not task_list:
+        named = isinstance(tasks, (str, os.PathLike))
+        raise RolloutError(f"no tasks in {os.fspath(tasks)}" if named else "no tasks given")
     if shard is not None:
         task_list = _shard_tasks(task_list, shard)
     results_path = Path(results)
@@ -617,14 +630,17 @@ def _resume(
     """The rows of an earlier run of this results file, plus the samples its store holds but it lacks."""
     rows = read_results(results_path)
     if not results_path.exists():
+        results_path.touch()  # a run killed before its first line is resumed too (its attempts superseded)
         return rows
     done = {(str(r["task_id"]), int(r["sample"])) for r in rows}
+    attempts: list[tuple[tuple[str, int], str]] = []
     # A run killed between a session's end and its results line: the store has the sample, so take it
     # from there rather than run it again.
-    for r in _recover_from_store(location, key, split, done, {t["id"]: t for t in task_list}):
+    for r in _recover_from_store(location, key, split, done, {t["id"]: t for t in task_list}, attempts):
         r["success"] = r["reward"] is not None and r["reward"] >= success_threshold
         rows.append(r)
         _append(results_path, r)
+    _supersede(attempts, rows, key)
     return rows
 
 
@@ -646,6 +662,25 @@ def _write_metrics(rows: list[dict[str, Any]], store: str | Path, results: Path)
         print(f"warning: no evaluation figures: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
     return metrics
+
+
+def _supersede(attempts: list[tuple[tuple[str, int], str]], rows: list[dict[str, Any]], key: str) -> None:
+    """Mark in the store every attempt that is not its (task, sample)'s result: each pair is trained once.
+
+    Such attempts were cut short (killed, interrupted) and their pair is run again now, or was run again
+    by an earlier resume that did not mark them. An agent may have given its reward before the cut, so
+    without the mark the export would train the cut attempt beside the finished one.
+    """
+    from sdk._tracer import tracer
+    from sdk.store import _events as events
+
+    result = {(str(r["task_id"]), int(r["sample"])): r.get("session_id") for r in rows}
+    stale = [sid for pair, sid in attempts if pair not in result or result[pair] not in (None, sid)]
+    now = time.time()
+    for sid in stale:
+        tracer.append(events.supersede(sid, reason="rerun", ts=now, run=key))
+    if stale:
+        tracer.flush()
 
 
 def _current_store() -> Path:

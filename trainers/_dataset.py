@@ -198,6 +198,7 @@ class DataReport:
 
     episodes: int = 0
     store_problems: dict[str, int] = field(default_factory=dict)
+    superseded: int = 0
     no_reward: int = 0
     no_task: int = 0
     no_assistant: int = 0
@@ -241,6 +242,7 @@ class DataReport:
         labels = {
             "episodes": "episodes loaded",
             "store_problems": "store problems (lines skipped)",
+            "superseded": "sessions superseded by a re-run of their (task, sample) (left out)",
             "no_reward": "episodes without a reward (dropped)",
             "no_task": "episodes without a task_id (dropped)",
             "no_assistant": "episodes without an assistant turn (dropped)",
@@ -331,6 +333,7 @@ def _read_store(path: str | Path, report: DataReport | None, strict: bool) -> li
         raise UserError(f"cannot read the store {path}: {exc}") from None
     if report is not None:
         report.store_problems = dict(summary.store_problems)
+        report.superseded = summary.skipped["sessions_superseded"]
         # Episodes the store builder rejected (e.g. a damaged thread) count as invalid ones.
         report.episodes += summary.rejected_total
         report.invalid += summary.rejected_total

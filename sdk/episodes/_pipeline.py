@@ -127,7 +127,10 @@ class Pipeline:
             n = len(s.calls)
             summary.calls += n
             self._check_store()
-            if opts.splits and s.metadata.get("split") not in opts.splits:
+            if s.superseded:  # a later attempt at its (task, sample) replaces it: trained once, by that one
+                summary.skipped["sessions_superseded"] += 1
+                summary.skipped["calls_superseded"] += n
+            elif opts.splits and s.metadata.get("split") not in opts.splits:
                 summary.skipped["sessions_filtered"] += 1
                 summary.skipped["calls_filtered"] += n
             elif n == 0:

@@ -51,7 +51,8 @@ class ExportSummary:
         store_problems: The store reader's problem counts (torn lines, corrupt lines, ...).
         store_examples: The first ``file:line`` for each store problem.
         skipped: Input set aside before building, by reason (``calls_filtered``, ``sessions_filtered``,
-            ``sessions_without_calls``, ``call_rewards_unmatched``).
+            ``sessions_without_calls``, ``call_rewards_unmatched``, ``sessions_superseded`` /
+            ``calls_superseded``: attempts a re-run of their (task, sample) replaced).
         token_faithful: Written episodes that are token-faithful.
         out: Output Parquet path (export only).
         rejects_path: Where rejected episodes were written, if any.

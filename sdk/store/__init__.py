@@ -19,6 +19,8 @@ Event lines (``v`` = 1), one JSON object per line, built only by the constructor
   hook's record to the recording transport's record of the same call (merged on read)
 - ``reward``: ``session_id, value, name, call_id, ts``
 - ``session_end``: ``session_id, ts, status ("ok" | "error"), error, num_calls``
+- ``supersede``: ``session_id, reason, run, ts``: that session is replaced by a later attempt (the rollout
+  runner's re-run of its (task, sample)); read as ``StoredSession.superseded``, left out of episodes
 
 Example:
     >>> import tempfile

@@ -1,9 +1,9 @@
 """The store's event format: the only place events are built and encoded.
 
 One constructor per event type (:func:`session_start`, :func:`call`, :func:`reward`,
-:func:`session_end`) returns the event as a dict with its keys in the order they are written; the
-fields are documented in :mod:`sdk.store`. :func:`encode_event` turns an event into the line appended
-to a segment. The reader checks ``v`` against :data:`EVENT_VERSION` and restores the call fields the
+:func:`session_end`, :func:`supersede`) returns the event as a dict with its keys in the order they are
+written; the fields are documented in :mod:`sdk.store`. :func:`encode_event` turns an event into the line
+appended to a segment. The reader checks ``v`` against :data:`EVENT_VERSION` and restores the call fields the
 writer omitted (:data:`CALL_DEFAULTS`).
 """
 
@@ -30,6 +30,7 @@ __all__ = [
     "reward",
     "session_end",
     "session_start",
+    "supersede",
 ]
 
 EVENT_VERSION = 1
@@ -261,6 +262,30 @@ def session_end(
         "error": None if error is None else {"type": type(error).__name__, "message": str(error)[:2000]},
         "num_calls": num_calls,
     }
+
+
+SUPERSEDE_MARK = b'"supersede"'
+"""Bytes of a ``supersede`` event line (readers find these lines in a first pass, as spread sessions)."""
+
+
+def supersede(session_id: str, *, reason: str, ts: float, run: str | None = None) -> dict[str, Any]:
+    """The ``supersede`` event: session ``session_id`` is replaced by a later attempt and must not be trained.
+
+    Written by the rollout runner for the cut-short attempts of a (task, sample) it runs again
+    (``reason`` ``"rerun"``, ``run`` its results file's key). Readers keep the session and mark it
+    ``superseded``; the episode export leaves it out, counted. Readers from before this event count its
+    line as an ``unknown_event`` and read the rest of the store as before.
+
+    Example:
+        >>> supersede("s1", reason="rerun", ts=3.0)["event"]
+        'supersede'
+    """
+    event: dict[str, Any] = {"event": "supersede", "v": EVENT_VERSION, "session_id": session_id}
+    event["reason"] = reason
+    if run is not None:
+        event["run"] = run
+    event["ts"] = ts
+    return event
 
 
 def check_reward(value: object, name: object) -> float:

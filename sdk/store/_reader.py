@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk._json import JSONError, loads, strict_loads
-from sdk.store._events import CALL_DEFAULTS, EVENT_VERSION, expand_prompt_ids
+from sdk.store._events import CALL_DEFAULTS, EVENT_VERSION, SUPERSEDE_MARK, expand_prompt_ids
 from sdk.store._index import (
     DEFAULT_LIMIT,
     END_MARK,
@@ -29,14 +29,14 @@ from sdk.store._index import (
     reward_of,
     scan_rewards,
 )
-from sdk.store._spread import merge_parts, scan_spread
+from sdk.store._spread import marked_session_ids, merge_parts, scan_spread
 from sdk.store._writer import SEGMENT_SUFFIX
 
 __all__ = ["EVENT_VERSION", "StoreReader", "StoredSession", "read_sessions"]
 
 """Version written in every event's ``v`` field; readers reject larger versions (counted)."""
 
-_KNOWN_EVENTS = frozenset({"session_start", "call", "reward", "session_end"})
+_KNOWN_EVENTS = frozenset({"session_start", "call", "reward", "session_end", "supersede"})
 _DEFAULTS = {k: v for k, v in CALL_DEFAULTS.items() if not isinstance(v, list) and k != "prompt_token_suffix"}
 
 
@@ -60,6 +60,8 @@ class StoredSession:
             ``prompt_token_ids`` rebuilt; ``logprobs`` holds per-token entries or (compact stores, see
             ``sdk.store._events.compact_logprobs``) plain numbers.
         rewards: ``{"value", "name", "call_id", "ts"}`` dicts in the order they were given.
+        superseded: A later attempt replaces this one (a ``supersede`` event names it: the rollout runner
+            ran its (task, sample) again); the episode export leaves it out, counted.
 
     Example:
         >>> s = StoredSession(session_id="s1")
@@ -79,6 +81,7 @@ class StoredSession:
     implicit: bool = False
     calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     rewards: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    superseded: bool = False
 
     @property
     def reward(self) -> float | None:
@@ -153,6 +156,7 @@ class StoreReader:
         self._bytes_done = 0  # segments read whole by the main pass
         self._damage = 0  # unusable lines met so far (see _Open.damage)
         self._segment: Any = None  # the one it is reading
+        self._superseded: set[str] = set()  # sessions a supersede event names (found by sessions())
 
     @property
     def bytes_read(self) -> int:
@@ -256,6 +260,8 @@ class StoreReader:
     def sessions(self) -> Iterator[StoredSession]:
         """Yield every session in the store, each when complete (or at the end, if it never ended)."""
         chains = self.segments()
+        # Marks are store-wide: a reader of some chains (a parallel export's share) scans every chain.
+        self._superseded = _scan_superseded(StoreReader.segments(self))
         rewards = self._rewards(chains)
         seen = SeenSessions(self.index_limit)
         # Sessions several processes wrote parts of (see sdk.store._spread): held, merged, yielded once the
@@ -279,6 +285,8 @@ class StoreReader:
         self, sessions: Iterator[StoredSession], rewards: RewardIndex
     ) -> Iterator[StoredSession]:
         """Add each session's indexed rewards: a lookup per session in memory, one per 32 from SQLite."""
+        if self._superseded:
+            sessions = self._marked(sessions)
         if not len(rewards):
             for s in sessions:
                 self.num_sessions += 1
@@ -291,6 +299,11 @@ class StoreReader:
                 yield from self._attach(batch, rewards)
                 batch = []
         yield from self._attach(batch, rewards)
+
+    def _marked(self, sessions: Iterator[StoredSession]) -> Iterator[StoredSession]:
+        for s in sessions:
+            s.superseded = s.session_id in self._superseded
+            yield s
 
     def _attach(self, batch: list[StoredSession], rewards: RewardIndex) -> Iterator[StoredSession]:
         found = rewards.take_many([s.session_id for s in batch]) if batch else {}
@@ -330,6 +343,8 @@ class StoreReader:
         for event, name, n, raw in self._lines(chain):
             kind = event["event"]
             sid = event["session_id"]
+            if kind == "supersede":
+                continue  # read in the first pass (sessions())
             if kind == "reward":
                 if inline:
                     self._given(event, raw, given, f"{name}:{n}")
@@ -381,7 +396,7 @@ class StoreReader:
             if spread and s.session_id in spread:
                 held.setdefault(s.session_id, []).append(s)  # type: ignore[union-attr]
                 continue
-            if not s.implicit:
+            if not s.implicit and s.session_id not in self._superseded:  # a superseded one is accounted for
                 self._problem("missing_session_end", s.session_id)
             s.status = "implicit" if s.implicit else "incomplete"
             seen.add(s.session_id)
@@ -491,6 +506,13 @@ class StoreReader:
         state.last = state.bases[call.get("call_id", "")] = (thread, request.get("tools"), *tokens)
         state.damage = self._damage
         return call
+
+
+def _scan_superseded(chains: list[list[Path]]) -> set[str]:
+    """First pass: the sessions that ``supersede`` events name (one ``find`` over each segment's bytes)."""
+    return {
+        sid for chain in chains for f in chain for sid in marked_session_ids(f, SUPERSEDE_MARK, "supersede")
+    }
 
 
 def usable(event: Any) -> bool:

@@ -20,18 +20,30 @@ from sdk._json import JSONError, loads
 if TYPE_CHECKING:
     from sdk.store._reader import StoredSession
 
-__all__ = ["SPREAD_MARK", "merge_parts", "scan_spread"]
+__all__ = ["SPREAD_MARK", "marked_session_ids", "merge_parts", "scan_spread"]
 
 SPREAD_MARK = b'"spans_processes":true'
 """Bytes of a ``session_start`` line whose session other processes may write parts of."""
 
 
-def _marked_session_ids(path: str | os.PathLike[str]) -> Iterable[str]:
+def marked_session_ids(
+    path: str | os.PathLike[str], mark: bytes = SPREAD_MARK, kind: str = "session_start"
+) -> Iterable[str]:
+    r"""The session ids of the ``kind`` events among a segment's lines that hold ``mark`` (one ``find`` each).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile(suffix=".jsonl") as f:
+        ...     _ = f.write(b'{"event":"session_start","session_id":"s1","spans_processes":true}\n')
+        ...     f.flush()
+        ...     list(marked_session_ids(f.name))
+        ['s1']
+    """
     with open(path, "rb") as fh:
         if os.fstat(fh.fileno()).st_size == 0:
             return
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            pos = mm.find(SPREAD_MARK)
+            pos = mm.find(mark)
             while pos >= 0:
                 stop = mm.find(b"\n", pos)
                 if stop < 0:
@@ -41,11 +53,11 @@ def _marked_session_ids(path: str | os.PathLike[str]) -> Iterable[str]:
                     event = loads(line)
                 except JSONError:
                     event = None  # the main pass counts it
-                if isinstance(event, dict) and event.get("event") == "session_start":
+                if isinstance(event, dict) and event.get("event") == kind:
                     sid = event.get("session_id")
                     if isinstance(sid, str):
                         yield sid
-                pos = mm.find(SPREAD_MARK, stop)
+                pos = mm.find(mark, stop)
 
 
 def scan_spread(chains: list[list[Any]]) -> dict[str, int]:
@@ -61,7 +73,7 @@ def scan_spread(chains: list[list[Any]]) -> dict[str, int]:
     last: dict[str, int] = {}
     for position, chain in enumerate(chains):
         for f in chain:
-            for sid in _marked_session_ids(f):
+            for sid in marked_session_ids(f):
                 seen = first.setdefault(sid, position)
                 if seen != position:
                     last[sid] = position

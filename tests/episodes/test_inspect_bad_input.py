@@ -45,6 +45,24 @@ def test_a_directory_of_parquet_files_is_not_an_empty_store(
     assert "e+308" in json.dumps(info["reward_per_task"])
 
 
+def test_duplicate_episode_ids_across_parquet_files_are_counted_with_an_example(
+    raw_store: RawStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same store exported twice into one directory: training would drop 3 copies; inspect says so."""
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    export(_store(raw_store).path, parts / "a.parquet")
+    info = _json(capsys, parts)
+    assert info["duplicate_episode_ids"] == {"count": 0, "example": None}
+    export(raw_store.path, parts / "b.parquet")
+    info = _json(capsys, parts)
+    dup = info["duplicate_episode_ids"]
+    assert dup["count"] == 3 and dup["example"].startswith(("s0", "s1", "s2"))
+    assert inspect_cli.main([str(parts)]) == 0
+    table = capsys.readouterr().out
+    assert f"3 (e.g. {dup['example']};" in table
+
+
 def test_a_fifo_among_the_segments_is_skipped_not_waited_on(
     raw_store: RawStore, capsys: pytest.CaptureFixture[str]
 ) -> None:

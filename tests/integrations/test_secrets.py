@@ -26,6 +26,15 @@ openai = pytest.importorskip("openai")
 KEY = "sk-tracerl-LEAK-7f3a9c"
 HEADERS = {"Authorization": f"Bearer {KEY}", "x-api-key": KEY, "X-Session-Token": KEY}
 QUERY = {"token": KEY, "api-version": "2024-10-21"}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "password": {"type": "string"},
+        "api_key": {"type": "string"},
+        "session": {"type": "object", "properties": {"jwt": {"type": "string"}, "passphrase": {}}},
+    },
+    "required": ["password", "api_key", "session"],
+}
 # Body fields the model server receives: secrets under many spellings, nested, beside ordinary params.
 BODY = {
     "api_key": KEY,
@@ -34,6 +43,9 @@ BODY = {
     "credentials": {"password": KEY, "user": "alice"},
     "options": {"deep": [{"bearer_token": KEY, "client_secret": KEY, "refresh-token": KEY}]},
     "callback_url": f"https://bob:{KEY}@hooks.example/cb?access_token={KEY}&page=2",
+    "login": {"passphrase": KEY, "session_key": KEY, "auth_tokens": [KEY, KEY], "jwt": KEY, "passwd": KEY},
+    # A JSON schema is structure the model reads: property names like ``password`` stay as they are.
+    "response_format": {"type": "json_schema", "json_schema": {"name": "signup", "schema": SCHEMA}},
 }
 METADATA = {"session_token": KEY, "user_id": "u1"}
 KEPT = {"max_completion_tokens": 64, "top_logprobs": 2, "logprobs": True, "temperature": 0.5}
@@ -186,3 +198,6 @@ def test_no_credential_reaches_the_store(
         assert metadata == {"session_token": "[redacted]", "user_id": "u1"}
         for name, value in KEPT.items():
             assert params.get(name) == value, (stack, name, params)
+        body = params if "login" in params else params["extra_body"]
+        assert body["response_format"] == BODY["response_format"], stack  # the schema as the model saw it
+        assert set(body["login"].values()) == {"[redacted]"}

@@ -70,6 +70,16 @@ def self_rewarding(task: dict[str, Any]) -> str:
     return "done"
 
 
+def reward_then_work(task: dict[str, Any]) -> str:
+    """Rewards itself as soon as it has its answer, then keeps working (``work`` seconds) before returning."""
+    import sdk
+
+    answer = chat(task)
+    sdk.reward(1.0)
+    time.sleep(float(task.get("work", 0)))
+    return answer or ""
+
+
 def score(task: dict[str, Any], answer: Any) -> float:
     if task.get("bad_score"):
         raise ValueError("cannot score this one")

@@ -28,6 +28,12 @@ def policy_env(openai_server, monkeypatch):
     return openai_server
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a ``python -m sdk.rollout`` child: this checkout and the test agents importable."""
+    path = os.pathsep.join([str(HERE), os.getcwd(), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def write_tasks(path: Path, tasks: list[dict]) -> str:
     path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
     return str(path)
@@ -173,10 +179,7 @@ def test_killed_run_resumes_with_every_pair_exactly_once(policy_env, tmp_path, s
         sys.executable, "-m", "sdk.rollout", "rollout_agents:chat", tasks, "-G", "3", "-c", "4",
         "--reward-fn", "rollout_agents:score", "--store", str(store), "--results", str(res), "--no-progress",
     ]  # fmt: skip
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.getcwd(), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = child_env()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and len(read_results(res)) < 12:
@@ -202,6 +205,59 @@ def test_killed_run_resumes_with_every_pair_exactly_once(policy_env, tmp_path, s
     export(store, tmp_path / "ep.parquet", rejects=False)
     eps = Counter((e["task_id"], e["sample"]) for e in read_episodes(tmp_path / "ep.parquet"))
     assert set(eps) == want and set(eps.values()) == {1}
+
+
+def test_samples_killed_after_their_reward_are_superseded_and_trained_once(policy_env, tmp_path):
+    """kill -9 while samples that already called ``sdk.reward`` keep working; re-run; export and train.
+
+    The killed attempts are ``incomplete`` sessions carrying a reward: without the runner's supersede
+    marks they were exported beside their finished re-runs (each (task, sample) trained twice).
+    """
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [{"id": f"t-{i}", "work": 0.4} for i in range(8)])
+    store, res = tmp_path / "store", tmp_path / "res.jsonl"
+    cmd = [
+        sys.executable, "-m", "sdk.rollout", "rollout_agents:reward_then_work", tasks, "-G", "2", "-c", "4",
+        "--store", str(store), "--results", str(res), "--no-progress",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(read_results(res)) < 4:
+        time.sleep(0.02)
+    time.sleep(0.2)  # the next samples are past their reward, in their work
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=20)
+    killed = [s for s in read_sessions(store) if s.status == "incomplete" and s.reward is not None]
+    assert killed and len(read_results(res)) < 16  # cut-short attempts that carry their reward
+    done = subprocess.run(cmd + ["--json"], env=child_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["done"] == 16
+
+    from sdk.episodes import ExportSummary, build_episodes, export, read_episodes
+    from trainers._dataset import DataReport, load_episodes
+
+    want = {(f"t-{i}", k) for i in range(8) for k in range(2)}
+    summary = export(store, tmp_path / "ep.parquet", rejects=False)
+    eps = Counter((e["task_id"], e["sample"]) for e in read_episodes(tmp_path / "ep.parquet"))
+    assert set(eps) == want and set(eps.values()) == {1}
+    superseded = {s.session_id for s in read_sessions(store) if s.superseded}
+    assert {s.session_id for s in killed} <= superseded
+    assert summary.skipped["sessions_superseded"] == len(superseded)
+    assert "missing_session_end" not in summary.store_problems  # accounted for, not "lines skipped"
+    assert ("  skipped: sessions_superseded", str(len(superseded))) in summary.rows()
+    # a second resume marks nothing twice, and a parallel export (a worker per chain) agrees
+    subprocess.run(cmd, env=child_env(), capture_output=True, timeout=60, check=True)
+    again = ExportSummary()
+    assert len(list(build_episodes(store, summary=again))) == 16
+    assert again.skipped["sessions_superseded"] == len(superseded)
+    parallel = export(store, tmp_path / "par.parquet", rejects=False, workers=2)
+    assert (parallel.written, parallel.skipped["sessions_superseded"]) == (16, len(superseded))
+    # the trainer reads the store the same way, and its data report says why sessions were left out
+    report = DataReport()
+    rows = load_episodes(str(store), report=report)
+    assert len(rows) == 16 and report.superseded == len(superseded) and not report.store_problems
+    assert f"sessions superseded by a re-run of their (task, sample) (left out): {len(superseded)}" in (
+        report.lines()
+    )
 
 
 def test_task_sources_and_bad_input(tmp_path, capsys):
@@ -230,3 +286,18 @@ def test_task_sources_and_bad_input(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("error: ") and msg in err and "Traceback" not in err
     sdk.flush()
+
+
+def test_an_empty_task_file_is_one_error_line_and_exit_2(tmp_path):
+    """As the loop does: nothing to run is bad input, not ``samples done 0/0`` and exit 0."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    argv = ["rollout_agents:chat", str(empty), "--store", str(tmp_path / "st"), "--no-progress"]
+    env = child_env()
+    got = subprocess.run(
+        [sys.executable, "-m", "sdk.rollout", *argv], env=env, capture_output=True, text=True
+    )
+    assert got.returncode == 2 and got.stdout == ""
+    assert got.stderr == f"error: no tasks in {empty}\n"
+    with pytest.raises(RolloutError, match="no tasks given"):
+        run_rollout("rollout_agents:chat", [], results=tmp_path / "r.jsonl")

@@ -11,11 +11,15 @@ SECRET_NAMES = [
     "access_token", "token", "bearer_token", "refresh-token", "session_token", "X-Session-Token", "id_token",
     "password", "passwd", "client_secret", "secret", "credential", "credentials", "private_key",
     "aws_secret_access_key", "ocp-apim-subscription-key", "cookie", "auth", "key",
+    "passphrase", "session_key", "auth_tokens", "jwt", "id_jwt", "refresh_tokens", "secret_key", "master_key",
+    "encryption_key", "cookies", "Set-Cookie", "x-auth-token", "client_key", "license_key",
 ]  # fmt: skip
 ORDINARY_NAMES = [
     "max_tokens", "max_completion_tokens", "max_output_tokens", "max_new_tokens", "top_logprobs", "logprobs",
     "temperature", "top_p", "n", "seed", "stop", "user", "metadata", "prompt_cache_key", "return_token_ids",
     "stop_token_ids", "skip_special_tokens", "tool_choice", "response_format", "reasoning_effort",
+    "min_tokens", "truncate_prompt_tokens", "budget_tokens", "prompt_tokens", "completion_tokens",
+    "idempotency_key", "properties", "required", "return_tokens_as_token_ids",
 ]  # fmt: skip
 
 
@@ -69,3 +73,44 @@ def test_a_record_is_redacted_when_written_and_its_model_output_is_not() -> None
         "other_choices": [{"message": {"content": "?token=kept"}}],
     }
     assert record.params["extra_body"] == {"apiKey": "k"}  # the record itself is not changed
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "password": {"type": "string", "description": "the new password"},
+        "api_key": {"type": "string"},
+        "auth_tokens": {"type": "array", "items": {"type": "string"}},
+        "login": {"type": "object", "properties": {"passphrase": {"type": "string"}}},
+        "jwt": True,
+    },
+    "patternProperties": {"^secret_": {"type": "string"}},
+    "$defs": {"credentials": {"type": "object", "properties": {"session_key": {"type": "string"}}}},
+    "required": ["password", "api_key"],
+}
+
+
+def test_json_schemas_are_structure_and_never_redacted() -> None:
+    """``response_format`` schemas and tool parameter schemas are stored as the model saw them."""
+    params = {
+        "response_format": {"type": "json_schema", "json_schema": {"name": "signup", "schema": SCHEMA}},
+        "text": {"format": {"type": "json_schema", "name": "signup", "schema": SCHEMA}},  # Responses API
+        "functions": [{"name": "login", "parameters": SCHEMA}],  # the legacy tools parameter
+        "extra_body": {"guided_json": SCHEMA},  # vLLM structured output
+    }
+    assert redact(params) is params  # nothing redacted: not even copied
+
+
+def test_secret_values_beside_and_inside_schemas_are_still_redacted() -> None:
+    got = redact(
+        {
+            "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}},
+            "passphrase": "p1",
+            "metadata": {"properties": {"password": "p2"}},  # not a schema: its values are not schemas
+            "tool_defaults": {"properties": {"q": {"default": "https://u:p3@h/"}}},
+        }
+    )
+    assert got["response_format"]["json_schema"]["schema"] == SCHEMA
+    assert got["passphrase"] == "[redacted]"
+    assert got["metadata"] == {"properties": {"password": "[redacted]"}}
+    assert got["tool_defaults"]["properties"]["q"]["default"] == "https://u:[redacted]@h/"

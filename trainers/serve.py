@@ -18,7 +18,7 @@ Endpoints: ``POST /v1/chat/completions`` (non-streaming and SSE streaming), ``GE
 
 Run it as ``python -m sdk.serve --model PATH --port 8000`` (or ``python -m trainers.serve``) or in-process::
 
-    server = PolicyServer("path/to/model").start()      # uvicorn in a background thread
+    server = LocalPolicyServer("path/to/model").start()      # uvicorn in a background thread
     client = openai.OpenAI(base_url=server.base_url, api_key="x")
     ...
     server.reload("path/to/new/checkpoint")
@@ -52,7 +52,7 @@ from sdk.messages import render_ids, template_messages
 
 __all__ = [
     "Engine",
-    "PolicyServer",
+    "LocalPolicyServer",
     "create_app",
     "parse_tool_calls",
     "render_prompt_ids",
@@ -584,8 +584,10 @@ def create_app(engine: Engine) -> FastAPI:
     return app
 
 
-class PolicyServer:
+class LocalPolicyServer:
     """Serve a model over HTTP from a background thread (uvicorn), for in-process RL loops and tests.
+
+    The local implementation behind ``trainers.policy.LocalPolicy`` (the ``PolicyServer`` protocol).
 
     Args:
         model: checkpoint path or loaded model (then pass ``tokenizer``).
@@ -595,7 +597,7 @@ class PolicyServer:
         model_name: name reported by the API.
 
     Example:
-        >>> with PolicyServer("path/to/model") as srv:  # doctest: +SKIP
+        >>> with LocalPolicyServer("path/to/model") as srv:  # doctest: +SKIP
         ...     client = openai.OpenAI(base_url=srv.base_url, api_key="x")
         ...     srv.reload("path/to/new")
     """
@@ -619,7 +621,7 @@ class PolicyServer:
         """``http://host:port/v1`` (for ``base_url=`` of OpenAI clients)."""
         return f"http://{self.host}:{self.port}/v1"
 
-    def start(self, timeout: float = 30.0) -> PolicyServer:
+    def start(self, timeout: float = 30.0) -> LocalPolicyServer:
         """Start serving in a daemon thread; returns self once the socket accepts connections."""
         config = uvicorn.Config(
             self.app, host=self.host, port=self.port, log_level="warning", access_log=False
@@ -649,7 +651,7 @@ class PolicyServer:
         """Swap in new weights (see ``Engine.reload``)."""
         return self.engine.reload(model, tokenizer)
 
-    def __enter__(self) -> PolicyServer:
+    def __enter__(self) -> LocalPolicyServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -250,14 +250,7 @@ def export(
     if is_store_uri(store):
         store = StoreReader(store)  # fetches the object-store store once; everything below reads that copy
     local = store.path if isinstance(store, StoreReader) else store
-    if isinstance(local, (str, os.PathLike)) and rejects:
-        rejects_path = default_rejects_path(out) if rejects is True else Path(rejects)
-        if rejects_path.resolve().parent == Path(local).resolve():
-            # The reader takes every *.jsonl file in the store for a segment.
-            raise ValueError(
-                f"the rejects file {str(rejects_path)!r} would be inside the store and read back as a "
-                "segment; write the output elsewhere or pass another rejects path"
-            )
+    _check_rejects_path(local, out, rejects)
     options = options.replace(reward_fns=resolve_reward_fns(options.reward_fns))
     shares = plan_workers(
         local,
@@ -286,3 +279,14 @@ def export(
             return write_pairs(pipeline, out, summary=summary, rejects=rejects, batch_size=batch_size)
     finally:
         close()
+
+
+def _check_rejects_path(store: Any, out: str | os.PathLike[str], rejects: Any) -> None:
+    """Refuse a rejects file inside the store directory: the reader takes every *.jsonl file for a segment."""
+    if isinstance(store, (str, os.PathLike)) and rejects:
+        rejects_path = default_rejects_path(out) if rejects is True else Path(rejects)
+        if rejects_path.resolve().parent == Path(store).resolve():
+            raise ValueError(
+                f"the rejects file {str(rejects_path)!r} would be inside the store and read back as a "
+                "segment; write the output elsewhere or pass another rejects path"
+            )

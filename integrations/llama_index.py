@@ -24,8 +24,9 @@ What is recorded, and from where:
   ``llama_index.llms.openai.OpenAI``);
 - when streaming, LlamaIndex's ``ChatResponse`` carries no logprobs, token ids or finish reason and its
   ``raw`` is only the last chunk; tracerl folds them back together from the raw chunk of each
-  ``LLMChatInProgressEvent``. That works for LLMs whose ``raw`` is an OpenAI ``chat.completion.chunk``
-  (``OpenAI``, ``OpenAILike``); for other LLMs those fields stay empty when streaming;
+  ``LLMChatInProgressEvent`` (with ``sdk.openai_wire``, the recording transport's reader). That works
+  for LLMs whose ``raw`` is an OpenAI ``chat.completion.chunk`` (``OpenAI``, ``OpenAILike``); for other
+  LLMs those fields stay empty when streaming;
 - the agent name (``AgentWorkflow`` / ``FunctionAgent`` ``name``) from the enclosing agent step span;
 - errors from the span drop (non-streaming) or the ``ExceptionEvent`` (streaming).
 
@@ -57,6 +58,7 @@ from typing import Any
 
 from sdk import capture
 from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
+from sdk.openai_wire import assemble_chat_stream, read_chat_completion
 
 try:
     from llama_index.core.base.llms.types import MessageRole
@@ -100,17 +102,6 @@ _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
 _MISSING = object()
-_EMPTY: dict[str, Any] = {}
-
-
-def _fields(obj: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """An object's ``(fields, extra fields)``: a pydantic model's two dicts, a dict twice, or ``({}, {})``."""
-    if type(obj) is dict:
-        return obj, obj
-    fields = getattr(obj, "__dict__", None)
-    if not fields:
-        return _EMPTY, _EMPTY
-    return fields, getattr(obj, "__pydantic_extra__", None) or _EMPTY
 
 
 def _get(obj: Any, key: str) -> Any:
@@ -305,10 +296,6 @@ def _params(additional_kwargs: dict[str, Any], llm: Any, stream: bool) -> dict[s
     return params
 
 
-def _logprobs(content: Any) -> list[dict[str, Any]] | None:
-    return capture.openai_logprobs(content) if content else None
-
-
 def _framework_logprobs(lp: Any) -> list[dict[str, Any]] | None:
     # LlamaIndex's own ``response.logprobs`` is a list of *top* alternatives per position: the sampled
     # token is not marked. Only used when ``raw`` has no OpenAI logprobs; the first alternative is taken
@@ -345,12 +332,7 @@ class _Pending:
         "chat",
         "suppressed",
         "chunks",
-        "model",
-        "finish",
-        "usage",
-        "logprobs",
-        "token_ids",
-        "prompt_token_ids",
+        "events",
         "llm",
         "method",
         "request",
@@ -367,45 +349,16 @@ class _Pending:
         self.request = request  # the framework's messages list / prompt, to recognise a delegated call
         self.suppressed = False
         self.chunks = 0
-        self.model: str | None = None
-        self.finish: str | None = None
-        self.usage: Any = None
-        self.logprobs: list[Any] | None = None
-        self.token_ids: list[int] | None = None
-        self.prompt_token_ids: list[int] | None = None
+        self.events: list[dict[str, Any]] = []  # the streamed chat.completion.chunk objects, as JSON
 
     def add_chunk(self, raw: Any) -> None:
-        """Fold one streamed ``chat.completion.chunk`` (pydantic object or dict) into the call."""
+        """Keep one streamed ``chat.completion.chunk`` (pydantic object or dict) for the wire reader."""
         self.chunks += 1
-        fields, extra = _fields(raw)
-        if not fields:
-            return
-        model = fields.get("model")
-        if model:
-            self.model = model
-        usage = fields.get("usage")
-        if usage:
-            self.usage = usage
-        ptids = extra.get("prompt_token_ids")
-        if ptids is not None:
-            self.prompt_token_ids = list(ptids)
-        choices = fields.get("choices")
-        if not choices or not isinstance(choices, (list, tuple)):
-            return
-        fields, extra = _fields(choices[0])
-        lp = _get(fields.get("logprobs"), "content")
-        if lp:
-            if self.logprobs is None:
-                self.logprobs = []
-            self.logprobs.extend(lp)
-        tids = extra.get("token_ids")
-        if tids:
-            if self.token_ids is None:
-                self.token_ids = []
-            self.token_ids.extend(tids)
-        finish = fields.get("finish_reason")
-        if finish:
-            self.finish = finish
+        dump = getattr(raw, "model_dump", None)
+        # Python mode, without the None fields: half the cost of a JSON-mode dump, on every chunk.
+        event = dump(exclude_none=True) if callable(dump) else raw
+        if isinstance(event, dict):
+            self.events.append(event)
 
 
 def _same_request(a: Any, b: Any) -> bool:
@@ -567,25 +520,18 @@ def _fill_response(rec: CallRecord, p: _Pending, response: Any) -> None:
     else:  # CompletionResponse
         rec.response_message = {"role": "assistant", "content": getattr(response, "text", None)}
     raw = getattr(response, "raw", None)
-    if p.chunks:  # streamed: ``raw`` is only the last chunk; use what the chunks carried
-        rec.response_model = p.model
-        rec.finish_reason = p.finish
-        usage = p.usage
-        rec.logprobs = _logprobs(p.logprobs)
-        rec.completion_token_ids = p.token_ids
-        rec.prompt_token_ids = p.prompt_token_ids
+    if p.chunks:  # streamed: ``raw`` is only the last chunk; read what the chunks carried
+        body: Any = assemble_chat_stream(p.events)
     else:
+        body = _plain(raw) if _get(raw, "choices") else None
+    if isinstance(body, dict):  # OpenAI's format, read by the same reader as the recording transport
+        message = rec.response_message
+        read_chat_completion(body, rec)
+        rec.response_message = message  # LlamaIndex's own message (its blocks, its tool calls) stays
+        usage = rec.usage
+    else:  # another provider's raw response: its model and usage as they are
         rec.response_model = _get(raw, "model")
         usage = _get(raw, "usage")
-        choices = _get(raw, "choices")
-        choice = choices[0] if choices and isinstance(choices, (list, tuple)) else None
-        if choice is not None:
-            rec.finish_reason = _get(choice, "finish_reason")
-            rec.logprobs = _logprobs(_get(_get(choice, "logprobs"), "content"))
-            tids = _get(choice, "token_ids")
-            rec.completion_token_ids = list(tids) if tids is not None else None
-        ptids = _get(raw, "prompt_token_ids")
-        rec.prompt_token_ids = list(ptids) if ptids is not None else None
     if rec.logprobs is None and getattr(response, "logprobs", None):
         rec.logprobs = _framework_logprobs(response.logprobs)
         rec.extra = {**(rec.extra or {}), "logprobs_source": "llama_index_top_logprobs"}

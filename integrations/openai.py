@@ -34,9 +34,9 @@ from types import ModuleType
 from typing import Any, ClassVar
 
 from sdk import capture
-from sdk._openai_wire import ENDPOINTS, decode_body, parse_exchange
 from sdk._token_data import rejects_token_data, token_data_params
 from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
+from sdk.openai_wire import ENDPOINTS, decode_body, parse_exchange
 
 try:
     import openai

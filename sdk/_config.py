@@ -74,11 +74,11 @@ class Config:
             fsync = "never"
         if implicit not in ("process", "off"):
             implicit = "process"
+        from sdk.store._remote import is_store_uri, spool_dir
+
         store = os.environ.get(ENV_STORE) or ".tracerl"
         uri = None
-        if "://" in store and not store.startswith("file://"):
-            from sdk.store._remote import spool_dir
-
+        if is_store_uri(store):
             uri, store = store, str(spool_dir(store))
         try:
             interval = float(os.environ.get(ENV_SHIP_INTERVAL) or 5.0)

@@ -1,4 +1,4 @@
-"""Episodes with the calls behind them, from a store directory or an episode Parquet file.
+"""Episodes with the calls behind them, from a store or an episode Parquet file.
 
 The OTel exporter and the viewer both take either: a store gives every call's own details (timings,
 usage, finish reason, token strings, tool timings), a Parquet file only what the episode holds.
@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-__all__ = ["SourcedEpisode", "episode_metadata", "open_episodes"]
+__all__ = ["SourcedEpisode", "episode_metadata", "episodes_with_calls"]
 
 
 @dataclasses.dataclass
@@ -50,49 +48,48 @@ def episode_metadata(ep: dict[str, Any]) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def open_episodes(source: str | os.PathLike[str], *, summary: Any = None) -> Iterator[SourcedEpisode]:
-    """Yield the episodes of a store directory or an episode ``.parquet`` file, streaming for a store.
+def episodes_with_calls(source: Any, *, summary: Any = None) -> Iterator[SourcedEpisode]:
+    """Yield the episodes of a source (see ``sdk.episodes.open_episodes``), with its calls from a store.
 
     Every episode is yielded, invalid ones and those without a reward included (a viewer and an
     exporter show what is there; ``summary`` counts the problems).
 
     Args:
-        source: A store directory or an episode Parquet file.
+        source: A store directory or URI, an episode Parquet file or directory, or anything else
+            ``sdk.episodes.open_episodes`` takes.
         summary: An ``ExportSummary`` to fill (store sources only).
 
     Raises:
-        FileNotFoundError: ``source`` does not exist.
+        FileNotFoundError: ``source`` does not exist (raised at the call, not on iteration).
         sdk.episodes.EpisodeError: ``source`` is a file but not an episode Parquet file.
 
     Example:
-        >>> eps = list(open_episodes("traces"))  # doctest: +SKIP
+        >>> [se.calls for se in episodes_with_calls([{"episode_id": "s:0"}])]
+        [None]
     """
-    from sdk.episodes import build_episodes, read_episodes
+    from sdk.episodes import EpisodeOptions, open_episodes
+    from sdk.episodes._source import open_store, source_kind
 
-    path = Path(source)
-    if path.is_file():
-        for ep in read_episodes(path):
-            yield SourcedEpisode(ep, None)
-        return
-    if not path.is_dir():
-        raise FileNotFoundError(f"no store directory or episode file at {str(path)!r}")
-
-    from sdk.store import StoreReader
-
+    if source_kind(source) not in ("store", "store_uri", "reader"):
+        return (SourcedEpisode(ep, None) for ep in open_episodes(source))
+    reader, sessions, _ = open_store(source)
     pending: dict[str, dict[str, Any]] = {}
-    reader = StoreReader(path)
 
-    def sessions() -> Iterator[Any]:
+    def tapped() -> Iterator[Any]:
         # The builder consumes a session before it yields that session's episodes: remember the calls
         # until then, by id (the episode lists its calls' ids in metadata.tracerl.call_ids).
-        for s in reader.sessions():
+        for s in sessions:
             for c in s.calls:
                 cid = c.get("call_id")
                 if isinstance(cid, str):
                     pending[cid] = c
             yield s
 
-    for ep in build_episodes(sessions(), require_reward=False, on_invalid="keep", summary=summary):
-        ids = (episode_metadata(ep).get("tracerl") or {}).get("call_ids") or []
-        calls = [pending.pop(i) for i in ids if isinstance(i, str) and i in pending]
-        yield SourcedEpisode(ep, calls)
+    options = EpisodeOptions(require_reward=False)
+    episodes = open_episodes(tapped(), options, on_invalid="keep", summary=summary)
+    return (SourcedEpisode(ep, _calls_of(ep, pending)) for ep in episodes)
+
+
+def _calls_of(ep: dict[str, Any], pending: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    ids = (episode_metadata(ep).get("tracerl") or {}).get("call_ids") or []
+    return [pending.pop(i) for i in ids if isinstance(i, str) and i in pending]

@@ -187,6 +187,23 @@ def _judge(args: argparse.Namespace) -> dict[str, Any] | None:
     return {args.judge_name: fn}
 
 
+def _options(args: argparse.Namespace) -> Any:
+    """The ``EpisodeOptions`` the command line asks for (reward functions resolved: a bad one fails here)."""
+    from sdk.episodes import EpisodeOptions
+    from sdk.episodes._rewards import resolve_reward_fns
+
+    return EpisodeOptions(
+        reward_fns=resolve_reward_fns(args.reward_fn),
+        group_reward_fns=_judge(args),
+        reward_name=args.reward_name,
+        models=tuple(args.model),
+        agents=tuple(args.agent),
+        splits=tuple(args.split),
+        split_by=tuple(args.split_threads_by),
+        require_reward=not args.allow_missing_reward,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the export CLI; return the exit status.
 
@@ -197,23 +214,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         from sdk.episodes import export
-        from sdk.episodes._rewards import resolve_reward_fns
 
-        reward_fns = resolve_reward_fns(args.reward_fn)
         rejects: Any = False if args.no_rejects else (args.rejects or True)
         summary = export(
             args.store,
             args.out,
+            _options(args),
             rejects=rejects,
             strict=args.strict,
-            reward_fns=reward_fns,
-            group_reward_fns=_judge(args),
-            reward_name=args.reward_name,
-            models=args.model,
-            agents=args.agent,
-            splits=args.split,
-            split_by=args.split_threads_by,
-            require_reward=not args.allow_missing_reward,
             batch_size=max(1, args.batch_size),
             progress=not args.quiet and sys.stderr.isatty(),
             workers=max(0, args.workers),

@@ -50,7 +50,7 @@ def _task_key(task_id: Any) -> Any:
 
 
 def inspect_store(path: str | Path) -> dict[str, Any]:
-    """Summarise a store directory (reads it once, streaming).
+    """Summarise a store directory or store URI (reads it once, streaming).
 
     Example:
         >>> import tempfile
@@ -126,9 +126,10 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
 
     from sdk.episodes import EpisodeError
     from sdk.episodes._schema import SCHEMA_VERSION, polars_schema
+    from sdk.episodes._source import parquet_files
 
     p = Path(path)
-    files = sorted(p.glob("*.parquet")) if p.is_dir() else [p]
+    files = parquet_files(p)
     try:
         schema = pl.read_parquet_schema(files[0])
     except Exception as exc:
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m sdk.inspect",
         description="Print a quick summary of a tracerl store directory or an episode Parquet file.",
     )
-    parser.add_argument("path", nargs="?", help="store directory or .parquet file")
+    parser.add_argument("path", nargs="?", help="store directory or URI, or .parquet file or directory")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--max-tasks", type=int, default=20, metavar="N", help="tasks shown (default: 20)")
     parser.add_argument("--schema", action="store_true", help="print the episode Parquet schema (markdown)")
@@ -283,16 +284,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.path is None:
         parser.error("give a store directory or a .parquet file (or --schema)")
-    path = Path(args.path)
     try:
-        if path.is_dir() and not any(path.glob("*.jsonl")) and any(path.glob("*.parquet")):
-            info = inspect_parquet(path)  # a directory of episode files (an export's parts, say)
-        elif path.is_dir():
-            info = inspect_store(path)
-        elif path.is_file():
-            info = inspect_parquet(path)
+        from sdk.episodes._source import source_kind
+
+        kind = source_kind(args.path)
+        if kind in ("parquet_file", "parquet_dir"):  # a directory of episode files: an export's parts, say
+            info = inspect_parquet(args.path)
+        elif kind in ("store", "store_uri"):
+            info = inspect_store(args.path)
         else:
-            raise FileNotFoundError(f"no store directory or Parquet file at {str(path)!r}")
+            raise FileNotFoundError(f"no store directory or Parquet file at {args.path!r}")
     except ImportError as exc:
         print(f"error: {exc} (pip install 'tracerl[episodes]')", file=sys.stderr)
         return 2

@@ -4,8 +4,8 @@ A torch policy server does not belong in the capture SDK, so it lives in :mod:`t
 module only hands off to it when run (``import sdk`` never imports trainers, torch or FastAPI).
 
 Example:
-    >>> from trainers.serve import PolicyServer  # doctest: +SKIP
-    >>> with PolicyServer("path/to/model") as srv:  # doctest: +SKIP
+    >>> from trainers.serve import LocalPolicyServer  # doctest: +SKIP
+    >>> with LocalPolicyServer("path/to/model") as srv:  # doctest: +SKIP
     ...     print(srv.base_url)
 """
 

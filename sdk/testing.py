@@ -31,7 +31,19 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from sdk.capture import tool_call
 from sdk.messages import flatten_content
+from sdk.openai_wire import (
+    SSE_DONE,
+    assistant_message,
+    chat_choice,
+    chat_chunk,
+    chat_completion,
+    chunk_choice,
+    error_body,
+    sse,
+)
+from sdk.openai_wire import usage as chat_usage
 
 __all__ = [
     "RecordedRequest",
@@ -45,6 +57,7 @@ __all__ = [
 
 Token = tuple[str, int]
 _TOKEN_RE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
+_FINGERPRINT = {"system_fingerprint": "fp_tracerl", "service_tier": "default"}
 _MARKERS = {"FAIL_400": 400, "FAIL_429": 429, "FAIL_500": 500}
 _ERRORS = {
     400: ("invalid_request_error", "invalid_request"),
@@ -400,41 +413,24 @@ def _build_turn(resp: ScriptedResponse, req: dict, endpoint: str, model_suffix: 
 
 
 def _chat_usage(t: _Turn, n: int = 1) -> dict[str, Any]:
-    n_in, n_out = len(t.prompt_ids), n * len(t.completion)
-    return {
-        "prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": len(t.reasoning), "audio_tokens": 0,
-                                      "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
-    }  # fmt: skip
-
-
-def _chat_envelope(t: _Turn, cid: str, created: int, obj: str) -> dict[str, Any]:
-    return {"id": cid, "object": obj, "created": created, "model": t.model,
-            "system_fingerprint": "fp_tracerl", "service_tier": "default"}  # fmt: skip
+    return chat_usage(len(t.prompt_ids), n * len(t.completion), reasoning_tokens=len(t.reasoning))
 
 
 def _chat_completion(t: _Turn, cid: str, created: int, n: int = 1) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": t.text, "refusal": None, "annotations": []}
-    if t.reasoning:
-        message["reasoning_content"] = "".join(p for p, _ in t.reasoning)
-    if t.calls:
-        message["tool_calls"] = [
-            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-            for c in t.calls
-        ]
-    logprobs = {"content": t.lp(t.completion), "refusal": None} if t.logprobs else None
-    choice: dict[str, Any] = {"index": 0, "finish_reason": t.finish_reason, "message": message}
-    choice["logprobs"] = logprobs
-    if t.token_ids:
-        choice["token_ids"] = [i for _, i in t.completion]
+    calls = [tool_call(c["id"], c["name"], c["arguments"]) for c in t.calls]
+    reasoning = "".join(p for p, _ in t.reasoning) or None
+    message = assistant_message(t.text, calls, reasoning_content=reasoning)
+    token_ids = [i for _, i in t.completion] if t.token_ids else None
     # n > 1: the same scripted reply n times, one choice per index.
-    choices = [{**choice, "index": i} for i in range(n)]
-    body = {**_chat_envelope(t, cid, created, "chat.completion"), "choices": choices}
-    body["usage"] = _chat_usage(t, n)
-    if t.token_ids:
-        body["prompt_token_ids"] = t.prompt_ids
-    return body
+    choices = [
+        chat_choice(i, message, t.finish_reason, logprobs=t.lp(t.completion) if t.logprobs else None,
+                    token_ids=token_ids)
+        for i in range(n)
+    ]  # fmt: skip
+    return chat_completion(
+        cid, created, t.model, choices, usage=_chat_usage(t, n),
+        prompt_token_ids=t.prompt_ids if t.token_ids else None, **_FINGERPRINT,
+    )  # fmt: skip
 
 
 def _set_token_ids(body: dict[str, Any], prompt: list[int], completion: list[int], logprobs: bool) -> None:
@@ -453,20 +449,20 @@ def _set_token_ids(body: dict[str, Any], prompt: list[int], completion: list[int
 def _chat_chunks(
     t: _Turn, cid: str, created: int, include_usage: bool, n: int = 1
 ) -> Iterator[dict[str, Any]]:
+    envelope = chat_completion(cid, created, t.model, [], **_FINGERPRINT)
+    extra = {"usage": None} if include_usage else {}
+
     def chunk(
         delta: dict[str, Any], tokens: list[Token], finish: str | None = None, index: int = 0
     ) -> dict[str, Any]:
-        logprobs = {"content": t.lp(tokens), "refusal": None} if t.logprobs and tokens else None
-        choice: dict[str, Any] = {
-            "index": index,
-            "delta": delta,
-            "logprobs": logprobs,
-            "finish_reason": finish,
-        }
-        if t.token_ids:
-            choice["token_ids"] = [i for _, i in tokens]
-        out = {**_chat_envelope(t, cid, created, "chat.completion.chunk"), "choices": [choice]}
-        return {**out, "usage": None} if include_usage else out
+        choice = chunk_choice(
+            index,
+            delta,
+            finish,
+            logprobs=t.lp(tokens) if t.logprobs and tokens else None,
+            token_ids=[i for _, i in tokens] if t.token_ids else None,
+        )
+        return chat_chunk(envelope, [choice], **extra)
 
     def one_choice(index: int) -> Iterator[dict[str, Any]]:
         yield chunk({"role": "assistant", "content": ""}, [], index=index)
@@ -681,8 +677,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _send_error(self, resp: ScriptedResponse, request_id: str) -> None:
-        err = {"message": resp.error_message, "type": resp.error_type, "param": None}
-        self._send_json(resp.status, {"error": {**err, "code": _error_kind(resp.status)[1]}}, request_id)
+        kind, code = _error_kind(resp.status)
+        body = error_body(resp.error_message, resp.error_type or kind, code=code)
+        self._send_json(resp.status, body, request_id)
 
     def _send_sse(self, events: Iterator[tuple[str | None, dict]], rid: str, done_marker: bool) -> None:
         self.close_connection = True
@@ -696,13 +693,11 @@ class _Handler(BaseHTTPRequestHandler):
         for seq, (event, payload) in enumerate(events):
             if pause and seq:
                 time.sleep(pause)  # lets a client stop reading mid-stream (an abandoned stream)
-            if event is None:
-                self.wfile.write(b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n")
-            else:
-                data = json.dumps({**payload, "sequence_number": seq})
-                self.wfile.write(f"event: {event}\ndata: {data}\n\n".encode())
+            self.wfile.write(
+                sse(payload) if event is None else sse({**payload, "sequence_number": seq}, event)
+            )
         if done_marker:
-            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.write(SSE_DONE)
 
 
 # --------------------------------------------------------------------------- server

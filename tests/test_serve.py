@@ -16,7 +16,7 @@ openai = pytest.importorskip("openai")
 from examples.arithmetic.policy import build_policy, encode_with_mask, save_policy, sft  # noqa: E402
 from examples.arithmetic.task import SYSTEM_PROMPT, TOOLS, Task, demonstration, make_splits  # noqa: E402
 from sdk.messages import template_messages  # noqa: E402
-from trainers.serve import PolicyServer, parse_tool_calls, render_prompt_ids  # noqa: E402
+from trainers.serve import LocalPolicyServer, parse_tool_calls, render_prompt_ids  # noqa: E402
 
 MSGS = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "What is 23 plus 45?"}]
 
@@ -37,12 +37,12 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def server(model_dirs: tuple[str, str]):
-    with PolicyServer(model_dirs[1], model_name="policy") as srv:
+    with LocalPolicyServer(model_dirs[1], model_name="policy") as srv:
         yield srv
 
 
 @pytest.fixture
-def client(server: PolicyServer) -> openai.OpenAI:
+def client(server: LocalPolicyServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
 
 
@@ -50,7 +50,7 @@ def test_models_endpoint(client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list().data] == ["policy"]
 
 
-def test_logprobs_and_token_ids_are_token_faithful(client: openai.OpenAI, server: PolicyServer) -> None:
+def test_logprobs_and_token_ids_are_token_faithful(client: openai.OpenAI, server: LocalPolicyServer) -> None:
     r = client.chat.completions.create(
         model="policy",
         messages=MSGS,
@@ -80,7 +80,7 @@ def test_logprobs_and_token_ids_are_token_faithful(client: openai.OpenAI, server
     assert max(abs(a - e["logprob"]) for a, e in zip(ref, lps, strict=False)) < 1e-3
 
 
-def test_tool_call_parsed_and_rerender_matches(client: openai.OpenAI, server: PolicyServer) -> None:
+def test_tool_call_parsed_and_rerender_matches(client: openai.OpenAI, server: LocalPolicyServer) -> None:
     r = client.chat.completions.create(
         model="policy",
         messages=MSGS,
@@ -130,7 +130,7 @@ def test_greedy_is_deterministic_and_seed_reproducible(client: openai.OpenAI) ->
     assert ids(temperature=1.0, seed=3) == ids(temperature=1.0, seed=3)
 
 
-def test_concurrent_requests_are_batched(client: openai.OpenAI, server: PolicyServer) -> None:
+def test_concurrent_requests_are_batched(client: openai.OpenAI, server: LocalPolicyServer) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     def one(_: int) -> str:
@@ -159,7 +159,7 @@ def test_normalize_messages_for_templates() -> None:
     assert msgs[3]["name"] == "mul"
 
 
-def test_sft_mask_covers_assistant_tokens_only(server: PolicyServer) -> None:
+def test_sft_mask_covers_assistant_tokens_only(server: LocalPolicyServer) -> None:
     tok = server.engine.tokenizer
     ids, mask = encode_with_mask(tok, demonstration(Task("t", "add", 2, 3), random.Random(0)))
     trained = tok.decode([i for i, m in zip(ids, mask, strict=False) if m], skip_special_tokens=False)
@@ -170,7 +170,7 @@ def test_reload_http_and_in_process(model_dirs: tuple[str, str]) -> None:
     import httpx
 
     raw, trained = model_dirs
-    with PolicyServer(raw, model_name="policy") as srv:
+    with LocalPolicyServer(raw, model_name="policy") as srv:
         c = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0)
 
         def lp0() -> float:
@@ -219,7 +219,7 @@ def test_streaming_assembles_to_same_ids(client: openai.OpenAI) -> None:
     assert args == full["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
 
 
-def test_langchain_agent_end_to_end(server: PolicyServer) -> None:
+def test_langchain_agent_end_to_end(server: LocalPolicyServer) -> None:
     pytest.importorskip("langchain")
     from langchain_core.utils.function_calling import convert_to_openai_tool
 

@@ -169,9 +169,9 @@ class LocalPolicy:
         if self._server is not None or self._proc is not None:
             return
         if not self.use_subprocess:
-            from trainers.serve import PolicyServer as Server
+            from trainers.serve import LocalPolicyServer
 
-            self._server = Server(self.model, model_name=self.model_name).start()
+            self._server = LocalPolicyServer(self.model, model_name=self.model_name).start()
             self.base_url = self._server.base_url
             return
         self._port = _free_port()

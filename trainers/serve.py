@@ -18,7 +18,7 @@ Endpoints: ``POST /v1/chat/completions`` (non-streaming and SSE streaming), ``GE
 
 Run it as ``python -m sdk.serve --model PATH --port 8000`` (or ``python -m trainers.serve``) or in-process::
 
-    server = PolicyServer("path/to/model").start()      # uvicorn in a background thread
+    server = LocalPolicyServer("path/to/model").start()      # uvicorn in a background thread
     client = openai.OpenAI(base_url=server.base_url, api_key="x")
     ...
     server.reload("path/to/new/checkpoint")
@@ -49,10 +49,20 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from sdk.messages import render_ids, template_messages
+from sdk.openai_wire import (
+    SSE_DONE,
+    assistant_message,
+    chat_choice,
+    chat_completion,
+    error_body,
+    sse,
+    stream_chunks,
+    usage,
+)
 
 __all__ = [
     "Engine",
-    "PolicyServer",
+    "LocalPolicyServer",
     "create_app",
     "parse_tool_calls",
     "render_prompt_ids",
@@ -395,30 +405,15 @@ class Engine:
             self._choice(i, g, tools=bool(tools), want_lp=want_lp, body=body) for i, g in enumerate(gens)
         ]
         n_completion = sum(len(g.token_ids) for g in gens)
-        resp: dict[str, Any] = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.model_name,
-            "system_fingerprint": f"tracerl-serve-v{version}",
-            "service_tier": None,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": len(prompt_ids),
-                "completion_tokens": n_completion,
-                "total_tokens": len(prompt_ids) + n_completion,
-                "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-                "completion_tokens_details": {
-                    "reasoning_tokens": 0,
-                    "audio_tokens": 0,
-                    "accepted_prediction_tokens": 0,
-                    "rejected_prediction_tokens": 0,
-                },
-            },
-        }
-        if body.get("return_token_ids"):
-            resp["prompt_token_ids"] = prompt_ids
-        return resp
+        return chat_completion(
+            f"chatcmpl-{uuid.uuid4().hex}",
+            int(time.time()),
+            self.model_name,
+            choices,
+            usage=usage(len(prompt_ids), n_completion),
+            prompt_token_ids=prompt_ids if body.get("return_token_ids") else None,
+            system_fingerprint=f"tracerl-serve-v{version}",
+        )
 
     def _choice(
         self, i: int, g: Generation, *, tools: bool, want_lp: bool, body: dict[str, Any]
@@ -427,20 +422,13 @@ class Engine:
         body_ids = g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids
         text = self.tokenizer.decode(body_ids, skip_special_tokens=False)
         content, calls = parse_tool_calls(text) if tools else (text, [])
-        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
-        if calls:
-            message["tool_calls"] = calls
-        choice: dict[str, Any] = {
-            "index": i,
-            "message": message,
-            "finish_reason": "tool_calls" if calls and g.finish_reason == "stop" else g.finish_reason,
-            "logprobs": None,
-        }
-        if want_lp:
-            choice["logprobs"] = {"content": self._lp_content(g), "refusal": None}
-        if body.get("return_token_ids"):
-            choice["token_ids"] = g.token_ids
-        return choice
+        return chat_choice(
+            i,
+            assistant_message(content, calls),
+            "tool_calls" if calls and g.finish_reason == "stop" else g.finish_reason,
+            logprobs=self._lp_content(g) if want_lp else None,
+            token_ids=g.token_ids if body.get("return_token_ids") else None,
+        )
 
     def _lp_entry(self, token_id: int, logprob: float) -> dict[str, Any]:
         s = self.tokenizer.decode([token_id], skip_special_tokens=False)
@@ -469,65 +457,14 @@ def _same_tokenizer(tok: PreTrainedTokenizerBase, path: str) -> bool:
 
 
 def _error(status: int, message: str, type_: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": type_, "param": None, "code": None}}, status)
+    return JSONResponse(error_body(message, type_), status)
 
 
-def _sse(resp: dict[str, Any], include_usage: bool) -> Iterator[str]:
+def _sse(resp: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
     """Replay a finished response as OpenAI chat-completion chunks (one chunk per token)."""
-    base = {k: resp[k] for k in ("id", "created", "model", "system_fingerprint")}
-    base["object"] = "chat.completion.chunk"
-
-    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-        return f"data: {json.dumps({**base, 'choices': choices, **extra})}\n\n"
-
-    for c in resp["choices"]:
-        i = c["index"]
-        first: dict[str, Any] = {}
-        if "prompt_token_ids" in resp and i == 0:
-            first["prompt_token_ids"] = resp["prompt_token_ids"]
-        yield chunk(
-            [{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}], **first
-        )
-        msg = c["message"]
-        lps = (c.get("logprobs") or {}).get("content")
-        ids = c.get("token_ids")
-        if msg.get("tool_calls"):
-            extra_ch: dict[str, Any] = {"index": i, "finish_reason": None}
-            if lps is not None:
-                extra_ch["logprobs"] = {"content": lps, "refusal": None}
-            if ids is not None:
-                extra_ch["token_ids"] = ids
-            if msg.get("content"):
-                yield chunk([{**extra_ch, "delta": {"content": msg["content"]}}])
-                extra_ch = {"index": i, "finish_reason": None}
-            for k, tc in enumerate(msg["tool_calls"]):
-                head = {
-                    "index": k,
-                    "id": tc["id"],
-                    "type": "function",
-                    "function": {"name": tc["function"]["name"], "arguments": ""},
-                }
-                yield chunk([{**extra_ch, "delta": {"tool_calls": [head]}}])
-                extra_ch = {"index": i, "finish_reason": None}
-                args = {"index": k, "function": {"arguments": tc["function"]["arguments"]}}
-                yield chunk([{**extra_ch, "delta": {"tool_calls": [args]}}])
-        else:
-            pieces = [e["token"] for e in lps] if lps else [msg.get("content") or ""]
-            for k, piece in enumerate(pieces):
-                ch: dict[str, Any] = {"index": i, "delta": {"content": piece}, "finish_reason": None}
-                if lps is not None:
-                    ch["logprobs"] = {"content": [lps[k]], "refusal": None}
-                if ids is not None and lps is not None:
-                    ch["token_ids"] = [ids[k]]
-                elif ids is not None and k == 0:
-                    ch["token_ids"] = ids
-                if lps is not None and k == len(pieces) - 1 and c["finish_reason"] != "length":
-                    ch["delta"] = {"content": ""}  # the EOS token carries no text
-                yield chunk([ch])
-        yield chunk([{"index": i, "delta": {}, "finish_reason": c["finish_reason"]}])
-    if include_usage:
-        yield chunk([], usage=resp["usage"])
-    yield "data: [DONE]\n\n"
+    for chunk in stream_chunks(resp, include_usage=include_usage):
+        yield sse(chunk)
+    yield SSE_DONE
 
 
 def create_app(engine: Engine) -> FastAPI:
@@ -584,8 +521,10 @@ def create_app(engine: Engine) -> FastAPI:
     return app
 
 
-class PolicyServer:
+class LocalPolicyServer:
     """Serve a model over HTTP from a background thread (uvicorn), for in-process RL loops and tests.
+
+    The local implementation behind ``trainers.policy.LocalPolicy`` (the ``PolicyServer`` protocol).
 
     Args:
         model: checkpoint path or loaded model (then pass ``tokenizer``).
@@ -595,7 +534,7 @@ class PolicyServer:
         model_name: name reported by the API.
 
     Example:
-        >>> with PolicyServer("path/to/model") as srv:  # doctest: +SKIP
+        >>> with LocalPolicyServer("path/to/model") as srv:  # doctest: +SKIP
         ...     client = openai.OpenAI(base_url=srv.base_url, api_key="x")
         ...     srv.reload("path/to/new")
     """
@@ -619,7 +558,7 @@ class PolicyServer:
         """``http://host:port/v1`` (for ``base_url=`` of OpenAI clients)."""
         return f"http://{self.host}:{self.port}/v1"
 
-    def start(self, timeout: float = 30.0) -> PolicyServer:
+    def start(self, timeout: float = 30.0) -> LocalPolicyServer:
         """Start serving in a daemon thread; returns self once the socket accepts connections."""
         config = uvicorn.Config(
             self.app, host=self.host, port=self.port, log_level="warning", access_log=False
@@ -649,7 +588,7 @@ class PolicyServer:
         """Swap in new weights (see ``Engine.reload``)."""
         return self.engine.reload(model, tokenizer)
 
-    def __enter__(self) -> PolicyServer:
+    def __enter__(self) -> LocalPolicyServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

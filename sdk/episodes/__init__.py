@@ -19,11 +19,12 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from sdk._internal import logger
+from sdk.episodes._options import EpisodeOptions, episode_options
 from sdk.episodes._parallel import export_parallel, picklable, plan_workers
 from sdk.episodes._parquet import (
     DEFAULT_BATCH_SIZE,
@@ -36,19 +37,24 @@ from sdk.episodes._parquet import (
 from sdk.episodes._pipeline import Pipeline, gc_paced
 from sdk.episodes._rewards import RewardError, llm_judge_reward, resolve_reward_fns
 from sdk.episodes._schema import SCHEMA_VERSION
+from sdk.episodes._source import parquet_files, peek, source_kind
 from sdk.episodes._summary import ExportSummary
 from sdk.episodes._validate import PROBLEM_CODES, EpisodeError, Problem, validate_episode
+from sdk.store import StoredSession, StoreReader
+from sdk.store._remote import is_store_uri
 
 __all__ = [
     "PROBLEM_CODES",
     "SCHEMA_VERSION",
     "EpisodeError",
+    "EpisodeOptions",
     "ExportSummary",
     "Problem",
     "RewardError",
     "build_episodes",
     "export",
     "llm_judge_reward",
+    "open_episodes",
     "read_episodes",
     "validate_episode",
     "write_parquet",
@@ -57,37 +63,25 @@ __all__ = [
 
 def build_episodes(
     source: Any,
+    options: EpisodeOptions | None = None,
     *,
-    reward_fns: Any = None,
-    group_reward_fns: Mapping[str, Callable[..., Any]] | None = None,
-    reward_name: str = "reward",
-    models: Iterable[str] = (),
-    agents: Iterable[str] = (),
-    splits: Iterable[str] = (),
-    split_by: Iterable[str] = (),
-    require_reward: bool = True,
     on_invalid: str = "skip",
     summary: ExportSummary | None = None,
+    **option_kwargs: Any,
 ) -> Iterator[dict[str, Any]]:
     """Yield the episodes of a store, one per agent thread, streaming (memory: the sessions still open).
 
     Args:
-        source: A store directory, a ``StoreReader``, or an iterable of ``StoredSession``.
-        reward_fns: Post-hoc rewards: a callable ``fn(episode) -> float | {name: float} | None`` (named
-            ``"reward"``), a ``"[name=]module:function"`` string, a ``{name: fn}`` mapping, or a list of
-            those. A function that raises rejects that episode (``reward_fn_error``), nothing more.
-        group_reward_fns: ``{name: fn(episodes_of_one_task) -> [value, ...]}``, e.g. a partial of
-            :func:`llm_judge_reward`. Holds all episodes in memory until the store is read.
-        reward_name: Which named reward is the episode ``reward``.
-        models: Keep only calls whose requested or returned model matches one of these glob patterns.
-        agents: Keep only calls whose agent name matches one of these glob patterns.
-        splits: Keep only sessions whose metadata ``split`` is one of these (e.g. ``["train"]``).
-        split_by: ``"agent"`` and/or ``"model"``: a call never continues a thread of another agent/model.
-        require_reward: Treat an episode without a reward as invalid.
+        source: A store directory or URI (``s3://bucket/prefix``), a ``StoreReader``, or an iterable of
+            ``StoredSession``.
+        options: How sessions become episodes (selection, thread splitting, rewards, validation); see
+            :class:`EpisodeOptions`.
         on_invalid: ``"skip"`` (default; skipped episodes are counted in ``summary`` and logged once at
             the end), ``"keep"`` (yield them too; check with :func:`validate_episode`) or ``"raise"``
             (``EpisodeError`` at the first problem, store problems included).
         summary: An :class:`ExportSummary` to fill with every count (sessions, calls, rejects by reason).
+        **option_kwargs: Any :class:`EpisodeOptions` field by name (``models=["gpt-*"]``), applied over
+            ``options``.
 
     Returns:
         An iterator of episode dicts with the Parquet columns as keys (``tools`` and ``metadata`` are
@@ -105,20 +99,93 @@ def build_episodes(
     """
     if on_invalid not in ("skip", "keep", "raise"):
         raise ValueError(f"on_invalid must be 'skip', 'keep' or 'raise', got {on_invalid!r}")
-    pipeline = Pipeline(
-        source,
-        reward_fns=reward_fns,
-        group_reward_fns=group_reward_fns,
-        reward_name=reward_name,
-        models=models,
-        agents=agents,
-        splits=splits,
-        split_by=split_by,
-        require_reward=require_reward,
-        strict=on_invalid == "raise",
-        summary=summary,
-    )
+    options = episode_options(options, option_kwargs)
+    pipeline = Pipeline(source, options, strict=on_invalid == "raise", summary=summary)
     return _yield(pipeline, on_invalid)
+
+
+def open_episodes(
+    source: Any,
+    options: EpisodeOptions | None = None,
+    *,
+    on_invalid: str = "skip",
+    summary: ExportSummary | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Yield the episodes of any source: the one way in for trainers, the viewer and the exporters.
+
+    Sources: an episode Parquet file (local or a ``.parquet`` object-store URI), a directory of episode
+    Parquet files, a store directory, a store URI (``s3://bucket/prefix``, fetched once by
+    ``StoreReader``), a ``StoreReader``, an iterable of ``StoredSession``, or an iterable of episode dicts
+    (or a polars / pandas DataFrame of them). A store's episodes are built as by :func:`build_episodes`;
+    episodes that are already built (Parquet, dicts) are yielded as they are (as :func:`read_episodes`
+    reads them), so for those ``options`` must stay at their defaults and ``summary`` is not filled.
+
+    Args:
+        source: Where the episodes are (see above).
+        options: How a store's sessions become episodes (:class:`EpisodeOptions`).
+        on_invalid: For a store: ``"skip"``, ``"keep"`` or ``"raise"`` (see :func:`build_episodes`).
+        summary: For a store: an :class:`ExportSummary` to fill with every count.
+
+    Returns:
+        An iterator of episode dicts (the Parquet columns; ``tools`` and ``metadata`` JSON strings).
+
+    Raises:
+        FileNotFoundError: Nothing at a path ``source`` (raised at the call, not on iteration).
+        EpisodeError: A file that is not an episode Parquet file.
+        ValueError: ``options`` other than the defaults for a source of built episodes (they would not
+            apply).
+
+    Example:
+        >>> eps = [{"episode_id": "e1", "task_id": "t", "messages": [], "reward": 1.0}]
+        >>> [ep["episode_id"] for ep in open_episodes(eps)]
+        ['e1']
+        >>> n = sum(1 for _ in open_episodes("traces", EpisodeOptions(splits=["train"])))  # doctest: +SKIP
+    """
+    options = options if options is not None else EpisodeOptions()
+    kind = source_kind(source)
+    if kind == "missing":
+        raise FileNotFoundError(f"no store directory or episode file at {str(source)!r}")
+    if kind in ("store", "store_uri", "reader"):
+        return build_episodes(source, options, on_invalid=on_invalid, summary=summary)
+    if kind == "iterable":
+        if hasattr(source, "to_dicts"):  # a polars DataFrame
+            source = source.to_dicts()
+        elif hasattr(source, "to_dict") and hasattr(source, "columns"):  # a pandas DataFrame
+            source = source.to_dict(orient="records")
+        first, items = peek(source)
+        if isinstance(first, StoredSession):
+            return build_episodes(items, options, on_invalid=on_invalid, summary=summary)
+        source = items
+    if not options.is_default:
+        raise ValueError(
+            f"episode options apply when episodes are built from a store; {kind.replace('_', ' ')} "
+            "sources hold built episodes (pass default options)"
+        )
+    if kind == "iterable":
+        return (ep if type(ep) is dict else dict(ep) for ep in source)
+    return _read_parquet(source, kind)
+
+
+def _read_parquet(source: Any, kind: str) -> Iterator[dict[str, Any]]:
+    if kind == "parquet_uri":  # one episode file on object storage: read from a local copy
+        yield from _read_remote_parquet(str(source))
+        return
+    for path in parquet_files(source):
+        yield from read_episodes(path)
+
+
+def _read_remote_parquet(uri: str) -> list[dict[str, Any]]:
+    import tempfile
+
+    import fsspec
+
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "episodes.parquet"
+        try:
+            fsspec.core.url_to_fs(uri)[0].get_file(uri, str(local))
+        except (FileNotFoundError, OSError) as exc:
+            raise FileNotFoundError(f"cannot read {uri}: {exc}") from None
+        return read_episodes(local)
 
 
 def _yield(pipeline: Pipeline, on_invalid: str) -> Iterator[dict[str, Any]]:
@@ -139,41 +206,26 @@ def _yield(pipeline: Pipeline, on_invalid: str) -> Iterator[dict[str, Any]]:
 def export(
     store: Any,
     out: str | os.PathLike[str],
+    options: EpisodeOptions | None = None,
     *,
     rejects: str | os.PathLike[str] | None | bool = True,
     strict: bool = False,
-    reward_fns: Any = None,
-    group_reward_fns: Mapping[str, Callable[..., Any]] | None = None,
-    reward_name: str = "reward",
-    models: Iterable[str] = (),
-    agents: Iterable[str] = (),
-    splits: Iterable[str] = (),
-    split_by: Iterable[str] = (),
-    require_reward: bool = True,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool = False,
     workers: int = 1,
+    **option_kwargs: Any,
 ) -> ExportSummary:
     """Store → episodes → one zstd Parquet file, streaming; invalid episodes go to a rejects file.
-
-    Takes the same episode options as :func:`build_episodes`.
 
     Args:
         store: A store directory or object-store URI (``s3://bucket/prefix``), or a ``StoreReader`` /
             iterable of ``StoredSession``.
         out: Output ``.parquet`` path, replaced atomically when the export completes.
+        options: How sessions become episodes (:class:`EpisodeOptions`), as for :func:`build_episodes`.
         rejects: Rejects file (JSON lines with reasons, problems and the episode); ``True`` (default)
             for ``<out stem>.rejects.jsonl``; ``None``/``False`` to only count rejects.
         strict: Raise ``EpisodeError`` at the first problem (invalid episode or store problem); the
             output file is then not written.
-        reward_fns: See :func:`build_episodes`.
-        group_reward_fns: See :func:`build_episodes`.
-        reward_name: See :func:`build_episodes`.
-        models: See :func:`build_episodes`.
-        agents: See :func:`build_episodes`.
-        splits: See :func:`build_episodes`.
-        split_by: See :func:`build_episodes`.
-        require_reward: See :func:`build_episodes`.
         batch_size: Episodes per in-memory batch (memory is bounded by a batch, not the store).
         progress: Show a tqdm progress bar on stderr.
         workers: Processes to export with (default 1: this one). ``N > 1`` splits a store written by
@@ -183,6 +235,7 @@ def export(
             process. Parallel export needs a store path, picklable reward functions (module-level, or
             ``module:function`` strings) and no ``group_reward_fns``; otherwise it runs in this process.
             The output is the same either way.
+        **option_kwargs: Any :class:`EpisodeOptions` field by name, applied over ``options``.
 
     Returns:
         The :class:`ExportSummary`.
@@ -193,38 +246,31 @@ def export(
         >>> s.written, dict(s.rejected), s.reward_stats()  # doctest: +SKIP
         (96, {'missing_reward': 4}, {'gsm8k-17': (8, 0.625, 0.484)})
     """
-    if isinstance(store, str) and "://" in store and not store.startswith("file://"):
-        from sdk.store._remote import fetch_store
-
-        store = fetch_store(store)  # an object-store store: its segments copied locally (changed ones only)
-    if isinstance(store, (str, os.PathLike)) and rejects:
-        rejects_path = default_rejects_path(out) if rejects is True else Path(rejects)
-        if rejects_path.resolve().parent == Path(store).resolve():
-            # The reader takes every *.jsonl file in the store for a segment.
-            raise ValueError(
-                f"the rejects file {str(rejects_path)!r} would be inside the store and read back as a "
-                "segment; write the output elsewhere or pass another rejects path"
-            )
-    fns = resolve_reward_fns(reward_fns)
-    options: dict[str, Any] = {
-        "reward_fns": fns,
-        "reward_name": reward_name,
-        "models": tuple(models),
-        "agents": tuple(agents),
-        "splits": tuple(splits),
-        "split_by": tuple(split_by),
-        "require_reward": require_reward,
-        "strict": strict,
-    }
+    options = episode_options(options, option_kwargs)
+    if is_store_uri(store):
+        store = StoreReader(store)  # fetches the object-store store once; everything below reads that copy
+    local = store.path if isinstance(store, StoreReader) else store
+    _check_rejects_path(local, out, rejects)
+    options = options.replace(reward_fns=resolve_reward_fns(options.reward_fns))
     shares = plan_workers(
-        store, workers, group_rewards=bool(group_reward_fns), unpicklable=not picklable(fns)
+        local,
+        workers,
+        group_rewards=bool(options.group_reward_fns),
+        unpicklable=not picklable(options.reward_fns),
     )
     if shares is not None:
         return export_parallel(
-            store, out, shares, rejects=rejects, progress=progress, options=options, batch_size=batch_size
+            local,
+            out,
+            shares,
+            rejects=rejects,
+            progress=progress,
+            options=options,
+            strict=strict,
+            batch_size=batch_size,
         )
     summary = ExportSummary()
-    pipeline = Pipeline(store, group_reward_fns=group_reward_fns, summary=summary, **options)
+    pipeline = Pipeline(store, options, strict=strict, summary=summary)
     total = pipeline.reader.total_bytes() if progress and pipeline.reader is not None else None
     update, close = progress_bar(progress, total)
     pipeline.progress = update
@@ -233,3 +279,14 @@ def export(
             return write_pairs(pipeline, out, summary=summary, rejects=rejects, batch_size=batch_size)
     finally:
         close()
+
+
+def _check_rejects_path(store: Any, out: str | os.PathLike[str], rejects: Any) -> None:
+    """Refuse a rejects file inside the store directory: the reader takes every *.jsonl file for a segment."""
+    if isinstance(store, (str, os.PathLike)) and rejects:
+        rejects_path = default_rejects_path(out) if rejects is True else Path(rejects)
+        if rejects_path.resolve().parent == Path(store).resolve():
+            raise ValueError(
+                f"the rejects file {str(rejects_path)!r} would be inside the store and read back as a "
+                "segment; write the output elsewhere or pass another rejects path"
+            )

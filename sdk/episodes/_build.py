@@ -7,31 +7,19 @@ same prompt). Each thread becomes one episode.
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 from collections import Counter
 from typing import Any
 
 from sdk._json import dumps
 from sdk.episodes._normalize import same_message
+from sdk.episodes._options import EpisodeOptions
 from sdk.episodes._schema import SCHEMA_VERSION
 from sdk.episodes._validate import Problem
 from sdk.messages import normalize_message
 from sdk.store import StoredSession
 
-__all__ = ["BuildOptions", "incomplete_call", "session_episodes"]
-
-
-@dataclasses.dataclass
-class BuildOptions:
-    """How sessions become episodes (see ``build_episodes`` for the meaning of each field)."""
-
-    models: tuple[str, ...] = ()
-    agents: tuple[str, ...] = ()
-    splits: tuple[str, ...] = ()
-    split_by: tuple[str, ...] = ()
-    reward_name: str = "reward"
-    source: str | None = None
+__all__ = ["incomplete_call", "session_episodes"]
 
 
 def _match(value: Any, patterns: tuple[str, ...]) -> bool:
@@ -187,7 +175,7 @@ def _faithful(turns: list[dict[str, Any]]) -> bool:
     return True
 
 
-def _assign(s: StoredSession, opts: BuildOptions, counts: Counter[str]) -> list[_Thread]:
+def _assign(s: StoredSession, opts: EpisodeOptions, counts: Counter[str]) -> list[_Thread]:
     threads: list[_Thread] = []
     for call in s.calls:
         agent, model = call.get("agent"), call.get("model")
@@ -261,9 +249,12 @@ def _tools_json(tools: Any) -> str:
 
 
 def session_episodes(
-    s: StoredSession, opts: BuildOptions, counts: Counter[str]
+    s: StoredSession, opts: EpisodeOptions, counts: Counter[str], source: str | None = None
 ) -> list[tuple[dict[str, Any], list[Problem]]]:
-    """Build the episodes of one session, each with the problems only the builder can see."""
+    """Build the episodes of one session, each with the problems only the builder can see.
+
+    ``source`` names the store in each episode's ``metadata.tracerl.source``.
+    """
     threads = _assign(s, opts, counts)
     if not threads:
         return []
@@ -274,7 +265,7 @@ def session_episodes(
     for th in threads:
         named, call_reward_meta = _thread_rewards(th, session_rewards, call_rewards.get(th.index, ()))
         incomplete = [i for i, call in th.generated.items() if incomplete_call(call)]
-        ep = _episode(s, th, opts, len(threads), call_reward_meta, task_id, sample, incomplete)
+        ep = _episode(s, th, source, len(threads), call_reward_meta, task_id, sample, incomplete)
         set_rewards(ep, named, opts.reward_name)
         problems: list[Problem] = [
             Problem(
@@ -433,7 +424,7 @@ class _CallSums:
 def _episode(
     s: StoredSession,
     th: _Thread,
-    opts: BuildOptions,
+    source: str | None,
     n_threads: int,
     call_reward_meta: list[dict[str, Any]],
     task_id: str | None,
@@ -452,7 +443,7 @@ def _episode(
             turns.append(_turn(i, call, stats))
     sums = _CallSums(th.calls)
     tracerl: dict[str, Any] = {
-        "source": opts.source,
+        "source": source,
         "call_ids": sums.call_ids,
         "threads_in_session": n_threads,
         "frameworks": list(sums.frameworks),

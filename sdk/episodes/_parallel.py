@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk.episodes._frame import pyarrow_declined
+from sdk.episodes._options import EpisodeOptions
 from sdk.episodes._parquet import (
     Rejects,
     default_rejects_path,
@@ -194,7 +195,7 @@ def run_job(job_path: str) -> int:
                 sys.stdout.flush()
                 calls, nbytes, last = 0, 0, now
 
-        pipeline = Pipeline(reader, summary=summary, progress=progress, **job["options"])
+        pipeline = Pipeline(reader, job["options"], strict=job["strict"], summary=summary, progress=progress)
         with gc_paced(), pyarrow_declined():
             # Parts are appended a batch at a time: row groups of one batch keep the workers' memory low.
             write_pairs(
@@ -343,7 +344,8 @@ def export_parallel(
     *,
     rejects: Any,
     progress: bool,
-    options: dict[str, Any],
+    options: EpisodeOptions,
+    strict: bool,
     batch_size: int,
 ) -> ExportSummary:
     """Export ``store``: the first chain share here, one worker process per other (see the module)."""
@@ -368,6 +370,7 @@ def export_parallel(
                 "store": str(store),
                 "chains": shares[i],
                 "options": options,
+                "strict": strict,
                 "batch_size": batch_size,
                 **files[i],
                 "rejects": files[i]["rejects"] if rejects_path else None,
@@ -375,14 +378,14 @@ def export_parallel(
             workers.start(i, job, env)
         merged = parts_dir / "merged.parquet"
         own = _export_own_share(
-            store, shares[0], files[0], workers, merged, options, batch_size, rejects_path
+            store, shares[0], files[0], workers, merged, options, batch_size, rejects_path, strict=strict
         )
         assert workers.rewards is not None  # the reader asked for the merged index before its first session
         summary.merge(own)
         for i in workers.procs:
             summary.merge(workers.outcomes[i])
-        _reconcile_rewards(workers.rewards, files, summary, strict=bool(options.get("strict")))
-        extra_rejects = _drop_duplicates(merged, out, batch_size, summary, strict=bool(options.get("strict")))
+        _reconcile_rewards(workers.rewards, files, summary, strict=strict)
+        extra_rejects = _drop_duplicates(merged, out, batch_size, summary, strict=strict)
         _recount(summary, out)
         _merge_rejects(parts_dir, len(shares), rejects_path, extra_rejects, summary)
     finally:
@@ -400,15 +403,17 @@ def _export_own_share(
     files: dict[str, str],
     workers: _Workers,
     merged: Path,
-    options: dict[str, Any],
+    options: EpisodeOptions,
     batch_size: int,
     rejects_path: Path | None,
+    *,
+    strict: bool,
 ) -> ExportSummary:
     """Write this process's share straight into ``merged``, then the workers' parts: one writer, in order."""
     own = ExportSummary()
     reader = _SubsetReader(str(store), chains, files, workers.exchange)
     progress = workers.count if workers.update is not None else None
-    pipeline = Pipeline(reader, summary=own, progress=progress, **options)
+    pipeline = Pipeline(reader, options, strict=strict, summary=own, progress=progress)
     own_rejects = Rejects(Path(files["rejects"]) if rejects_path else None, own)
     try:
         # Without pyarrow, like the workers: its ~45 MB would add to theirs while they run.

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from sdk.episodes._build import BuildOptions, session_episodes
+from sdk.episodes._build import session_episodes
+from sdk.episodes._options import EpisodeOptions
 from sdk.episodes._rewards import apply_group_reward, apply_reward_fns, resolve_reward_fns
+from sdk.episodes._source import open_store
 from sdk.episodes._summary import ExportSummary
 from sdk.episodes._validate import EpisodeError, Problem, validate_episode
-from sdk.store import StoredSession, StoreReader
 
-__all__ = ["Pipeline", "gc_paced", "open_source", "validate_only", "validated"]
+__all__ = ["Pipeline", "gc_paced", "validate_only", "validated"]
 
 Pair = tuple[dict[str, Any], list[Problem]]
 
@@ -42,27 +41,6 @@ def gc_paced() -> Iterator[None]:
             gc.unfreeze()
 
 
-def open_source(source: Any) -> tuple[StoreReader | None, Iterable[StoredSession], str | None]:
-    """Resolve a store path, a ``StoreReader`` or an iterable of ``StoredSession`` to sessions."""
-    if isinstance(source, str) and "://" in source and not source.startswith("file://"):
-        reader = StoreReader(source)  # an object-store store (s3://...)
-        return reader, reader.sessions(), source
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if path.is_file():
-            hint = "; read episodes with sdk.episodes.read_episodes" if path.suffix == ".parquet" else ""
-            raise FileNotFoundError(f"{str(path)!r} is a file, not a tracerl store directory{hint}")
-        reader = StoreReader(path)  # raises FileNotFoundError with a clear message
-        return reader, reader.sessions(), reader.uri or str(path)
-    if isinstance(source, StoreReader):
-        return source, source.sessions(), source.uri or str(source.path)
-    if isinstance(source, Iterable):
-        return None, source, None
-    raise TypeError(
-        f"expected a store directory, a StoreReader or StoredSessions, got {type(source).__name__}"
-    )
-
-
 class Pipeline:
     """Iterate ``(episode, problems)`` for every episode of a store, counting everything in ``summary``.
 
@@ -73,35 +51,19 @@ class Pipeline:
     def __init__(
         self,
         source: Any,
+        options: EpisodeOptions | None = None,
         *,
-        reward_fns: Any = None,
-        group_reward_fns: Mapping[str, Callable[..., Any]] | None = None,
-        reward_name: str = "reward",
-        models: Iterable[str] = (),
-        agents: Iterable[str] = (),
-        splits: Iterable[str] = (),
-        split_by: Iterable[str] = (),
-        require_reward: bool = True,
         strict: bool = False,
         summary: ExportSummary | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
-        split_by = tuple(split_by)
-        bad = [k for k in split_by if k not in ("agent", "model")]
-        if bad:
-            raise ValueError(f"split_by accepts 'agent' and 'model', got {bad}")
-        self.reader, self._sessions, store = open_source(source)
-        self.fns = resolve_reward_fns(reward_fns)
-        self.group_fns = list((group_reward_fns or {}).items())
-        self.opts = BuildOptions(
-            models=tuple(models),
-            agents=tuple(agents),
-            splits=tuple(splits),
-            split_by=split_by,
-            reward_name=reward_name,
-            source=store,
-        )
-        self.require_reward = require_reward
+        options = options if options is not None else EpisodeOptions()
+        self.reader, self._sessions, store = open_store(source)
+        self.fns = resolve_reward_fns(options.reward_fns)
+        self.group_fns = list((options.group_reward_fns or {}).items())
+        self.opts = options
+        self.source = store  # named in each episode (metadata.tracerl.source)
+        self.require_reward = options.require_reward
         self.strict = strict
         self.summary = summary if summary is not None else ExportSummary()
         if self.reader is not None:
@@ -136,7 +98,7 @@ class Pipeline:
             elif n == 0:
                 summary.skipped["sessions_without_calls"] += 1
             else:
-                for ep, problems in session_episodes(s, opts, summary.skipped):
+                for ep, problems in session_episodes(s, opts, summary.skipped, self.source):
                     summary.episodes += 1
                     if self.fns:
                         problems += apply_reward_fns(ep, self.fns, opts.reward_name)

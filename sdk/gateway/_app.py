@@ -2,7 +2,7 @@
 
 Model calls (``POST .../chat/completions`` and ``POST .../responses``) are recorded: the request JSON and
 the response body (SSE streams forwarded event by event as they arrive, and reassembled for the record)
-go through the same converter as the in-process OpenAI transport (:func:`sdk._openai_wire.parse_exchange`).
+go through the same converter as the in-process OpenAI transport (:func:`sdk.openai_wire.parse_exchange`).
 Every other request is passed through untouched. Headers are forwarded and never recorded.
 """
 
@@ -23,10 +23,10 @@ import aiohttp
 from yarl import URL
 
 import sdk
-from sdk._openai_wire import decode_body, parse_exchange
 from sdk._token_data import strip_token_data, token_data_params
 from sdk.capture import Session, capture_internal_exceptions, count, record_call
 from sdk.gateway._sessions import SessionTable
+from sdk.openai_wire import decode_body, error_body, parse_exchange
 
 __all__ = ["ENV_CONFIG", "GatewayConfig", "app_from_env", "create_app"]
 
@@ -646,7 +646,7 @@ async def _send_json(send: Send, status: int, obj: Any) -> None:
 
 async def _send_error(send: Send, status: int, message: str) -> None:
     kind = "invalid_request_error" if status < 500 else "gateway_error"
-    await _send_json(send, status, {"error": {"message": message, "type": kind, "param": None, "code": None}})
+    await _send_json(send, status, error_body(message, kind))
 
 
 def _strip_body(endpoint: str, raw: bytes, added: frozenset[str]) -> bytes:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
-from sdk._sources import SourcedEpisode, episode_metadata, open_episodes
+from sdk._sources import SourcedEpisode, episode_metadata, episodes_with_calls
 from sdk.otel._messages import to_output_parts, to_parts, tools_to_definitions
 
 __all__ = ["OtlpExportSummary", "export_otlp", "make_exporter", "record_episode"]
@@ -329,7 +329,7 @@ def record_episode(
 
     Args:
         tracer: ``TracerProvider.get_tracer(...)``.
-        se: The episode, with its calls when read from a store (see ``sdk._sources.open_episodes``).
+        se: The episode, with its calls when read from a store (see ``sdk._sources.episodes_with_calls``).
         token_data: Also write token ids / logprobs under ``tracerl.*``.
         skipped: Counts what was left out.
 
@@ -517,7 +517,7 @@ def export_otlp(
     provider.add_span_processor(_processor(exporter, summary, batch_size))
     tracer = provider.get_tracer("tracerl.otel")
     episodes: Iterable[SourcedEpisode] = (
-        open_episodes(source) if isinstance(source, (str, os.PathLike)) else source
+        episodes_with_calls(source) if isinstance(source, (str, os.PathLike)) else source
     )
     try:
         for se in episodes:

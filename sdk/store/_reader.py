@@ -29,6 +29,7 @@ from sdk.store._index import (
     reward_of,
     scan_rewards,
 )
+from sdk.store._remote import SOURCE_FILE, fetch_store, is_store_uri
 from sdk.store._spread import marked_session_ids, merge_parts, scan_spread
 from sdk.store._writer import SEGMENT_SUFFIX
 
@@ -137,12 +138,10 @@ class StoreReader:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        if isinstance(path, str) and "://" in path and not path.startswith("file://"):
-            from sdk.store._remote import fetch_store
-
+        if is_store_uri(path):
             path = fetch_store(path)  # read a local copy of the object-store store's segments
         self.path = Path(path)
-        source = self.path / ".tracerl-source"  # sdk.store._remote.SOURCE_FILE
+        source = self.path / SOURCE_FILE
         #: The object-store URI when this reads a local copy of one (``None`` for a local store).
         self.uri: str | None = source.read_text().strip() if source.is_file() else None
         if not self.path.is_dir():

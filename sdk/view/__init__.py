@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from sdk._sources import SourcedEpisode, episode_metadata, open_episodes
+from sdk._sources import SourcedEpisode, episode_metadata, episodes_with_calls
 from sdk.messages import flatten_content
 from sdk.view._page import PAGE
 
@@ -193,7 +193,7 @@ def build_report(
     """
     decode = _decoder(tokenizer)
     episodes: Iterable[SourcedEpisode] = (
-        open_episodes(source) if isinstance(source, (str, os.PathLike)) else source
+        episodes_with_calls(source) if isinstance(source, (str, os.PathLike)) else source
     )
     views = [episode_view(se, decode) for se in episodes]
     by_task: dict[Any, list[dict[str, Any]]] = {}

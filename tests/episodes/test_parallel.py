@@ -218,6 +218,7 @@ def test_rewards_given_anywhere_reach_their_sessions_in_both_modes(tmp_path: Pat
 
 
 def test_progress_counts_every_call_and_byte_of_the_store(tmp_path: Path) -> None:
+    from sdk.episodes import EpisodeOptions
     from sdk.episodes._pipeline import Pipeline
     from sdk.store import StoreReader
 
@@ -229,7 +230,7 @@ def test_progress_counts_every_call_and_byte_of_the_store(tmp_path: Path) -> Non
         seen[0] += calls
         seen[1] += nbytes
 
-    pipeline = Pipeline(reader, progress=progress, require_reward=False)
+    pipeline = Pipeline(reader, EpisodeOptions(require_reward=False), progress=progress)
     episodes = sum(1 for _ in pipeline)
     assert episodes == 12 and seen == [pipeline.summary.calls, reader.total_bytes()]
     assert reader.bytes_read == reader.total_bytes()

@@ -176,3 +176,48 @@ def test_unreachable_object_store_never_breaks_the_agent(tmp_path, monkeypatch):
         assert len(sessions(spool_dir(uri))) == 1  # kept locally, shipped by a later process
     finally:
         sdk.shutdown()
+
+
+FIXTURE_STORE = ROOT / "tests" / "fixtures" / "store_v1"
+
+
+def test_remote_store_is_fetched_once_and_opens_like_a_local_one(bucket, tmp_path, monkeypatch):
+    import fsspec
+
+    from sdk.episodes import open_episodes
+    from sdk.store import _remote
+
+    uri = f"{bucket}/traces"
+    s3 = fsspec.filesystem("s3")
+    segments = sorted(FIXTURE_STORE.glob("*.jsonl"))
+    for seg in segments:
+        s3.put_file(str(seg), f"{uri}/{seg.name}")
+    fetches, gets = [], []
+    real_fs = _remote._fs
+
+    def counting_fs(u):  # every fetch of a store goes through here, to the real S3 filesystem
+        fs, root = real_fs(u)
+        fetches.append(u)
+        real_get = fs.get
+        monkeypatch.setattr(fs, "get", lambda r, lp, **kw: (gets.extend(r), real_get(r, lp, **kw))[1])
+        return fs, root
+
+    monkeypatch.setattr(_remote, "_fs", counting_fs)
+    remote = export(uri, tmp_path / "remote.parquet", rejects=False)
+    assert fetches == [uri] and len(gets) == len(segments)  # one listing, each segment downloaded once
+
+    local = export(FIXTURE_STORE, tmp_path / "local.parquet", rejects=False)
+    assert remote.written == local.written > 0
+    a, b = read_episodes(tmp_path / "remote.parquet"), read_episodes(tmp_path / "local.parquet")
+    for episodes, source in ((a, uri), (b, str(FIXTURE_STORE))):
+        for x in episodes:
+            x["metadata"] = json.loads(x["metadata"])
+            assert x["metadata"]["tracerl"].pop("source") == source
+    assert a == b
+
+    # The one way in: the store URI (fetched by StoreReader, unchanged segments not downloaded again)...
+    assert [ep["episode_id"] for ep in open_episodes(uri)] == [ep["episode_id"] for ep in a]
+    assert fetches == [uri, uri] and len(gets) == len(segments)
+    # ... and one episode file on object storage.
+    s3.put_file(str(tmp_path / "remote.parquet"), f"{bucket}/episodes.parquet")
+    assert list(open_episodes(f"{bucket}/episodes.parquet")) == read_episodes(tmp_path / "remote.parquet")

@@ -61,9 +61,9 @@ def test_group_advantages_follow_grpo() -> None:
 
 
 def test_trained_tokens_are_the_threads_own_completions(tmp_path: Path) -> None:
-    from sdk._sources import open_episodes
+    from sdk._sources import episodes_with_calls
 
-    eps = list(open_episodes(_store(tmp_path / "store", samples=1)))
+    eps = list(episodes_with_calls(_store(tmp_path / "store", samples=1)))
     (view,) = [episode_view(se) for se in eps]
     assert [m["r"] for m in view["msgs"]] == ["system", "user", "assistant", "user", "assistant"]
     # The few-shot assistant message came in the request: context, no token data, not trained.

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlparse
 
+from sdk.store._remote import is_store_uri
 from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
 from trainers.errors import AuthError, RemoteError, TransientError, UserError
 from trainers.remote.base import (
@@ -213,15 +214,11 @@ def _loopback(address: str) -> bool:
         return False
 
 
-def _is_uri(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
-
-
 def _fs(location: str) -> tuple[Any, str]:
     """An fsspec filesystem and the path inside it (local paths: the local filesystem)."""
     import fsspec
 
-    if not _is_uri(location):
+    if not is_store_uri(location):
         location = str(Path(location.removeprefix("file://")).expanduser().resolve())
     fs, path = fsspec.core.url_to_fs(location)
     return fs, path
@@ -277,7 +274,7 @@ class RayTrainer(RemoteTrainer):
                     "(s3://bucket/runs): the job writes its output there and this client copies it back"
                 )
             artifacts = str(Path(config.output_dir).expanduser().resolve() / ".ray-artifacts")
-        elif not _is_uri(artifacts):
+        elif not is_store_uri(artifacts):
             artifacts = str(Path(artifacts).expanduser().resolve())
         pip, env_vars = config.pip, config.env_vars
         if isinstance(pip, str):  # from the command line: --pip "tracerl[train],vllm"
@@ -352,8 +349,8 @@ class RayTrainer(RemoteTrainer):
         """``(--data for the job, episodes to upload or None)``; local data is validated here."""
         from trainers._dataset import load_episodes
 
-        if isinstance(data, (str, os.PathLike)) and (_is_uri(str(data)) or not config.upload_data):
-            if _is_uri(str(data)):
+        if isinstance(data, (str, os.PathLike)) and (is_store_uri(str(data)) or not config.upload_data):
+            if is_store_uri(str(data)):
                 validate_episodes(load_episodes(data))  # readable from here too: checked before submitting
             return str(data), None
         return "", validate_episodes(load_episodes(data))
@@ -501,7 +498,7 @@ def run_job(argv: list[str] | None = None) -> int:
     p.add_argument("train_args", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     train_args = [a for a in args.train_args if a != "--"]
-    remote = _is_uri(args.artifacts)
+    remote = is_store_uri(args.artifacts)
     local = Path(tempfile.mkdtemp(prefix="tracerl-job-")) if remote else Path(args.artifacts)
     local.mkdir(parents=True, exist_ok=True)
     train_args += ["--output", str(local)]

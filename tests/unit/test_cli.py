@@ -137,3 +137,10 @@ def test_environment_variable_names_are_spelled_in_one_module() -> None:
                     assert not name.fullmatch(node.value), (
                         f"{path.relative_to(ROOT)}:{node.lineno} spells {node.value!r}: import it from sdk._env"
                     )
+
+
+def test_the_readme_lists_every_subcommand() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name, command in COMMANDS.items():
+        module = command.module.removesuffix(".__main__")
+        assert f"| `tracerl {name}` | `python -m {module}` |" in readme, f"README's Command line lacks {name}"

@@ -1,4 +1,4 @@
-"""Configuration: every environment variable tracerl reads is declared here."""
+"""Configuration: capture's settings from its environment variables (their names are in sdk._env)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import dataclasses
 import os
 from pathlib import Path
 from typing import Literal
+
+from sdk import _env
 
 __all__ = [
     "ENV_DISABLED",
@@ -17,15 +19,15 @@ __all__ = [
     "validate_store_path",
 ]
 
-ENV_STORE = "TRACERL_STORE"
+ENV_STORE = _env.TRACERL_STORE
 """Store directory (default ``./.tracerl``) or object-store URI (``s3://bucket/prefix``)."""
-ENV_SHIP_INTERVAL = "TRACERL_SHIP_INTERVAL"
+ENV_SHIP_INTERVAL = _env.TRACERL_SHIP_INTERVAL
 """Seconds between uploads of the growing segment to an object-store store (default 5)."""
-ENV_FSYNC = "TRACERL_FSYNC"
+ENV_FSYNC = _env.TRACERL_FSYNC
 """fsync policy: ``never`` (default), ``interval`` or ``always``."""
-ENV_IMPLICIT = "TRACERL_IMPLICIT_SESSIONS"
+ENV_IMPLICIT = _env.TRACERL_IMPLICIT_SESSIONS
 """What happens to calls outside any session: ``process`` (default) or ``off``."""
-ENV_DISABLED = "TRACERL_DISABLED"
+ENV_DISABLED = _env.TRACERL_DISABLED
 """Set to 1 to turn capture off entirely."""
 
 FsyncPolicy = Literal["never", "interval", "always"]

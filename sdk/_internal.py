@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from sdk import _env
+
 __all__ = [
     "MissingDependency",
     "capture_internal_exceptions",
@@ -64,7 +66,7 @@ def warn_once(key: str, message: str, *args: object) -> None:
 
 def _raise_internal() -> bool:
     # Tests set this so that SDK bugs fail loudly instead of being swallowed (Logfire/Sentry pattern).
-    return os.environ.get("TRACERL_RAISE_INTERNAL", "") not in ("", "0", "false")
+    return os.environ.get(_env.TRACERL_RAISE_INTERNAL, "") not in ("", "0", "false")
 
 
 @contextmanager

@@ -70,6 +70,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from sdk import _env
 from sdk._internal import load_function as _load_function
 from sdk.eval import EvalError, EvalSummary, metrics_path, parse_shard, shard_of
 from sdk.eval import summarize as _eval_summary
@@ -712,7 +713,7 @@ def _run_on_ray(
     except ImportError as exc:
         raise RolloutError("--ray needs Ray: pip install 'tracerl[ray]'") from exc
     env = dict(runtime_env or {})
-    env_vars = {k: v for k, v in os.environ.items() if k.startswith("TRACERL_") and k != "TRACERL_STORE"}
+    env_vars = {k: v for k, v in os.environ.items() if k.startswith(_env.PREFIX) and k != _env.TRACERL_STORE}
     env["env_vars"] = {**env_vars, **env.get("env_vars", {})}
     started_here = not ray.is_initialized()
     if started_here:

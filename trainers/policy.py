@@ -35,6 +35,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from sdk import _env
 from trainers.base import UserError
 
 __all__ = [
@@ -48,9 +49,9 @@ __all__ = [
     "make_policy",
 ]
 
-ENV_BASE_URL = "TRACERL_POLICY_BASE_URL"
+ENV_BASE_URL = _env.TRACERL_POLICY_BASE_URL
 """Set by the loop: the policy's OpenAI base URL (``http://127.0.0.1:PORT/v1``)."""
-ENV_MODEL = "TRACERL_POLICY_MODEL"
+ENV_MODEL = _env.TRACERL_POLICY_MODEL
 """Set by the loop: the model name agents send (a LoRA adapter's name under vLLM)."""
 
 

@@ -22,6 +22,7 @@ import threading
 from typing import Any
 
 from examples.arithmetic.task import SYSTEM_PROMPT, TOOLS, Task, calculator, reward, task_from_dict
+from trainers.policy import ENV_BASE_URL, ENV_MODEL
 
 
 def _lc_tools() -> list[Any]:
@@ -170,10 +171,10 @@ _AGENTS_LOCK = threading.Lock()
 
 
 def _policy() -> tuple[str, str, float]:
-    base_url = os.environ.get("TRACERL_POLICY_BASE_URL")
+    base_url = os.environ.get(ENV_BASE_URL)
     if not base_url:
-        raise RuntimeError("TRACERL_POLICY_BASE_URL is not set: run the agent through the loop or set it")
-    model = os.environ.get("TRACERL_POLICY_MODEL", "policy")
+        raise RuntimeError(f"{ENV_BASE_URL} is not set: run the agent through the loop or set it")
+    model = os.environ.get(ENV_MODEL, "policy")
     return base_url, model, float(os.environ.get("ARITHMETIC_TEMPERATURE", "1.0"))
 
 

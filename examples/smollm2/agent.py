@@ -19,6 +19,8 @@ import re
 import threading
 from typing import Any
 
+from trainers.policy import ENV_BASE_URL, ENV_MODEL
+
 _CLIENTS: dict[str, Any] = {}
 _LOCK = threading.Lock()
 _INT = re.compile(r"-?\d+")
@@ -48,7 +50,7 @@ def solve(task: dict[str, Any]) -> str | None:
 
     from integrations.openai import wrap_openai
 
-    base_url = os.environ["TRACERL_POLICY_BASE_URL"]
+    base_url = os.environ[ENV_BASE_URL]
     with _LOCK:
         client = _CLIENTS.get(base_url)
         if client is None:
@@ -56,7 +58,7 @@ def solve(task: dict[str, Any]) -> str | None:
                 openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
             )
     resp = client.chat.completions.create(
-        model=os.environ.get("TRACERL_POLICY_MODEL", "policy"),
+        model=os.environ.get(ENV_MODEL, "policy"),
         messages=[
             {"role": "user", "content": f"What is {task['a']} + {task['b']}? Answer with the number only."}
         ],

@@ -23,6 +23,7 @@ import aiohttp
 from yarl import URL
 
 import sdk
+from sdk import _env
 from sdk._token_data import strip_token_data, token_data_params
 from sdk.capture import Session, capture_internal_exceptions, count, record_call
 from sdk.gateway._sessions import SessionTable
@@ -32,7 +33,7 @@ __all__ = ["ENV_CONFIG", "GatewayConfig", "app_from_env", "create_app"]
 
 logger = logging.getLogger("tracerl.gateway")
 
-ENV_CONFIG = "TRACERL_GATEWAY_CONFIG"
+ENV_CONFIG = _env.TRACERL_GATEWAY_CONFIG
 """How the command line hands its configuration to worker processes (JSON of :class:`GatewayConfig`)."""
 
 SESSION_HEADER = "x-tracerl-session"

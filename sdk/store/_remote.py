@@ -26,6 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from sdk import _env
 from sdk._internal import count, logger, warn_once
 from sdk.store._writer import SEGMENT_SUFFIX
 
@@ -34,7 +35,7 @@ __all__ = ["ENV_SPOOL", "SOURCE_FILE", "SegmentShipper", "fetch_store", "is_stor
 #: In a local copy made by :func:`fetch_store`: the URI it copies (the reader reports that as its source).
 SOURCE_FILE = ".tracerl-source"
 
-ENV_SPOOL = "TRACERL_SPOOL"
+ENV_SPOOL = _env.TRACERL_SPOOL
 """Directory under which local segments of object-store stores are kept (default ``~/.cache/tracerl``)."""
 
 

@@ -153,6 +153,8 @@ def open_episodes(
         elif hasattr(source, "to_dict") and hasattr(source, "columns"):  # a pandas DataFrame
             source = source.to_dict(orient="records")
         first, items = peek(source)
+        if first is None:  # nothing to build or read: no sessions, no episodes (an empty store, say)
+            return iter(())
         if isinstance(first, StoredSession):
             return build_episodes(items, options, on_invalid=on_invalid, summary=summary)
         source = items

@@ -7,12 +7,15 @@ when a protobuf request arrives.
 What a request gets: 413 for a body over ``max_body_bytes`` (compressed or decompressed, decompressed a
 bounded piece at a time), 400 for one that cannot be decoded, else 200, with OTLP's ``partial_success``
 (the spans rejected and why) when some spans cannot be ingested. A span already received (same trace and
-span id, e.g. an exporter's retry) is dropped and counted as ``duplicate_spans``.
+span id, e.g. an exporter's retry) is dropped and counted as ``duplicate_spans``: the ids of the last
+``dedup_window`` spans are remembered, seeded at start from the chat spans in the store's newest segments
+(so a retry that comes after a restart is dropped too).
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import threading
 import time
@@ -23,6 +26,8 @@ from sdk.otel._ingest import IngestSummary, sessions_from_spans, span_problem, w
 
 # (trace id, span id) of the spans received last, to drop an exporter's retries: about 200 bytes each.
 DEDUP_WINDOW = 200_000
+# How much of the store's newest segments is read at start for the ids of the spans written before.
+SEED_BYTES = 32 << 20
 
 __all__ = ["SpanCollector"]
 
@@ -62,6 +67,8 @@ class SpanCollector:
         self.dedup_window = dedup_window
         self.summary = IngestSummary()
         self._seen: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        for key in _stored_span_ids(self.store or _configured_store())[-dedup_window:]:
+            self._seen[key] = None
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._traces: dict[str, list[OtelSpan]] = {}
@@ -155,3 +162,41 @@ def _answer(ctype: str, rejected: int, first_problem: str) -> tuple[int, bytes, 
     if ctype == "application/json":
         return 200, json_format.MessageToJson(response, indent=None).encode(), "application/json"
     return 200, response.SerializeToString(), "application/x-protobuf"
+
+
+def _configured_store() -> Path:
+    from sdk._tracer import tracer  # the store sdk.configure set (no public getter; see _ingest)
+
+    return Path(tracer.config.store)
+
+
+def _stored_span_ids(store: Path, budget: int = SEED_BYTES) -> list[tuple[str, str]]:
+    """(trace id, span id) of the chat spans in the store's newest segment files, oldest first.
+
+    Reads at most about ``budget`` bytes, and only parses the lines that hold an OTLP span's ids. Best
+    effort: a store it cannot read gives what was read so far.
+    """
+    ids: list[tuple[str, str]] = []
+    try:
+        files = sorted(
+            (f for f in store.glob("*.jsonl") if f.is_file()), key=lambda f: f.stat().st_mtime, reverse=True
+        )
+        chosen, size = [], 0
+        for f in files:
+            if size >= budget:
+                break
+            chosen.append(f)
+            size += f.stat().st_size
+        for f in reversed(chosen):
+            with f.open("rb") as fh:
+                for line in fh:
+                    if b'"otel":{"trace_id"' not in line:
+                        continue
+                    try:
+                        otel = json.loads(line)["extra"]["otel"]
+                        ids.append((str(otel["trace_id"]), str(otel["span_id"])))
+                    except (ValueError, KeyError, TypeError):
+                        continue  # a torn or foreign line: nothing to remember
+    except OSError:
+        pass
+    return ids

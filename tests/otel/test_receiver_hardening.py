@@ -220,3 +220,27 @@ def test_spans_without_ids_from_two_clients_stay_apart(receiver: tuple[Receiver,
         "a 0?": [("a 0?", "a says 0"), ("a 1?", "a says 1")],
         "b 0?": [("b 0?", "b says 0"), ("b 1?", "b says 1")],
     }
+
+
+def test_a_retry_after_a_restart_is_dropped(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    doc = otlp_json([chat_span("ef" * 16, f"{i:016x}", f"retried {i}?", f"once {i}") for i in range(3)])
+    first = Receiver(store)
+    try:
+        assert httpx.post(first.url, json=doc, timeout=30).status_code == 200
+        _wait_for(store, "retried 0?", first)
+    finally:
+        first.stop()
+    second = Receiver(store)  # the ids of what the first one wrote are read back from the store
+    try:
+        assert httpx.post(second.url, json=doc, timeout=30).status_code == 200
+        sentinel = otlp_json([chat_span("12" * 16, "34" * 8, "sentinel?", "done")])
+        assert httpx.post(second.url, json=sentinel, timeout=30).status_code == 200
+        convs = _wait_for(store, "sentinel?", second)
+        assert _health(second)["skipped"]["duplicate_spans"] == 3
+    finally:
+        second.stop()
+    assert convs == {
+        "retried 0?": [(f"retried {i}?", f"once {i}") for i in range(3)],
+        "sentinel?": [("sentinel?", "done")],
+    }

@@ -257,14 +257,13 @@ def _fill(page: str, values: dict[str, str]) -> str:
     return re.sub("|".join(map(re.escape, values)), lambda m: values[m.group(0)], page)
 
 
-def _displayable(text: str) -> str:
-    """``text`` as UTF-8 can hold it: a lone surrogate (the gateway stores them) becomes U+FFFD."""
+def _utf8(text: str) -> bytes:
+    """``text`` in UTF-8; a lone surrogate (the gateway stores them) becomes U+FFFD."""
     try:
-        text.encode("utf-8")
+        return text.encode("utf-8")
     except UnicodeEncodeError:
         # Through UTF-16: a surrogate pair written as two code points becomes its one character.
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
 
 
 def _decoder(tokenizer: str | None) -> Callable[[int], str] | None:
@@ -320,10 +319,10 @@ def build_report(
     name = title or (Path(source).name if isinstance(source, (str, os.PathLike)) else "episodes")
     data = {"title": name, "episodes": ordered, "groups": groups}
     title_html = html.escape(f"tracerl episodes: {name}")
-    page = _displayable(_fill(PAGE, {"__TITLE__": title_html, "__DATA__": _payload(data)}))
+    page = _fill(PAGE, {"__TITLE__": title_html, "__DATA__": _payload(data)})
     path = Path(out)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
+    tmp.write_bytes(_utf8(page))
     tmp.replace(path)
     return ViewSummary(
         episodes=len(ordered),

@@ -24,7 +24,7 @@ from pathlib import Path
 from sdk.otel._decode import DEFAULT_MAX_BODY_BYTES, BodyTooLarge, OtelSpan, spans_from_otlp_http
 from sdk.otel._ingest import IngestSummary, sessions_from_spans, span_problem, write_sessions
 
-# (trace id, span id) of the spans received last, to drop an exporter's retries: about 200 bytes each.
+# Ids of the spans received last, to drop an exporter's retries: about 200 bytes each (40 MB in all).
 DEDUP_WINDOW = 200_000
 # How much of the store's newest segments is read at start for the ids of the spans written before.
 SEED_BYTES = 32 << 20
@@ -66,7 +66,7 @@ class SpanCollector:
         self.max_body_bytes = max_body_bytes
         self.dedup_window = dedup_window
         self.summary = IngestSummary()
-        self._seen: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()  # trace id + span id
         for key in _stored_span_ids(self.store or _configured_store())[-dedup_window:]:
             self._seen[key] = None
         self._lock = threading.Lock()
@@ -82,7 +82,7 @@ class SpanCollector:
         with self._lock:
             for s in spans:
                 if s.span_id:  # a span without id cannot be told from another: kept
-                    key = (s.trace_id, s.span_id)
+                    key = f"{s.trace_id}/{s.span_id}"
                     if key in self._seen:
                         self._seen.move_to_end(key)
                         self.summary.skipped["duplicate_spans"] += 1
@@ -170,13 +170,13 @@ def _configured_store() -> Path:
     return Path(tracer.config.store)
 
 
-def _stored_span_ids(store: Path, budget: int = SEED_BYTES) -> list[tuple[str, str]]:
-    """(trace id, span id) of the chat spans in the store's newest segment files, oldest first.
+def _stored_span_ids(store: Path, budget: int = SEED_BYTES) -> list[str]:
+    """``trace id/span id`` of the chat spans in the store's newest segment files, oldest first.
 
     Reads at most about ``budget`` bytes, and only parses the lines that hold an OTLP span's ids. Best
     effort: a store it cannot read gives what was read so far.
     """
-    ids: list[tuple[str, str]] = []
+    ids: list[str] = []
     try:
         files = sorted(
             (f for f in store.glob("*.jsonl") if f.is_file()), key=lambda f: f.stat().st_mtime, reverse=True
@@ -194,7 +194,7 @@ def _stored_span_ids(store: Path, budget: int = SEED_BYTES) -> list[tuple[str, s
                         continue
                     try:
                         otel = json.loads(line)["extra"]["otel"]
-                        ids.append((str(otel["trace_id"]), str(otel["span_id"])))
+                        ids.append(f"{otel['trace_id']}/{otel['span_id']}")
                     except (ValueError, KeyError, TypeError):
                         continue  # a torn or foreign line: nothing to remember
     except OSError:

@@ -244,3 +244,16 @@ def test_a_retry_after_a_restart_is_dropped(tmp_path: Path) -> None:
         "retried 0?": [(f"retried {i}?", f"once {i}") for i in range(3)],
         "sentinel?": [("sentinel?", "done")],
     }
+
+
+def test_the_retry_filter_is_bounded(tmp_path: Path) -> None:
+    from sdk.otel import OtelSpan
+    from sdk.otel._collector import SpanCollector
+
+    c = SpanCollector(tmp_path / "store", dedup_window=2)
+    spans = [OtelSpan("ab" * 16, f"{i:016x}", None, "agent", 0.0, 1.0) for i in range(3)]
+    c.add(spans)
+    c.add(spans[2:])  # remembered: dropped
+    c.add(spans[:1])  # forgotten (only the last 2 ids are kept): held again
+    assert c.summary.skipped["duplicate_spans"] == 1
+    assert len(c._seen) == 2

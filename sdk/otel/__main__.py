@@ -70,7 +70,21 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument(
         "--timeout", type=float, default=30.0, help="seconds before a trace without root is written"
     )
+    rc.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=64 << 20,
+        metavar="N",
+        help="largest request body, compressed or decompressed; larger ones get 413 (default 64 MiB)",
+    )
     return p
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -111,18 +125,20 @@ def _receive(args: argparse.Namespace) -> int:
 
     from sdk.otel._receiver import create_app
 
-    app = create_app(args.store, linger=args.linger, timeout=args.timeout)
+    app = create_app(args.store, linger=args.linger, timeout=args.timeout, max_body_bytes=args.max_body_bytes)
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
     host, port = sock.getsockname()[:2]
     # One line with the address, flushed: scripts and tests read the port picked for --port 0 from it.
-    print(
-        f"tracerl otel receive: listening on http://{host}:{port}/v1/traces, writing to {args.store}",
-        flush=True,
-    )
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    server.run(sockets=[sock])
+    line = f"tracerl otel receive: listening on http://{host}:{port}/v1/traces, writing to {args.store}"
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            print(line, flush=True)  # only now: a client connecting right after the line gets in
+
+    Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     return 0
 
 

@@ -4,25 +4,32 @@ Reads the three ways instrumentations record a chat call: the current attributes
 (``gen_ai.input.messages`` / ``gen_ai.output.messages``, also inside
 ``gen_ai.client.inference.operation.details`` span events), the older per-message span events
 (``gen_ai.user.message`` ... ``gen_ai.choice``) and OpenLLMetry's flat ``gen_ai.prompt.{i}.*``
-attributes. Spans arrive as OTLP protobuf (the receiver) or OTLP JSON (files); both are decoded with
-``opentelemetry-proto``.
+attributes. Spans arrive as OTLP protobuf (the receiver) or OTLP JSON (files), decoded by
+:mod:`sdk.otel._decode` (its names are re-exported here).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import contextvars
 import dataclasses
-import gzip
 import json
+import logging
+import math
 import os
-import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from sdk.otel._decode import (
+    DEFAULT_MAX_BODY_BYTES,
+    BodyTooLarge,
+    OtelSpan,
+    read_otlp_json,
+    spans_from_otlp_http,
+    spans_from_request,
+)
 from sdk.otel._messages import (
     FINISH_REASONS,
     flat_messages,
@@ -33,6 +40,8 @@ from sdk.otel._messages import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "BodyTooLarge",
     "IngestSummary",
     "OtelSpan",
     "SessionDraft",
@@ -40,9 +49,12 @@ __all__ = [
     "read_otlp_json",
     "sessions_from_spans",
     "spans_from_otlp_http",
+    "span_problem",
     "spans_from_request",
     "write_sessions",
 ]
+
+logger = logging.getLogger("tracerl")
 
 _CHAT_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 _DETAILS_EVENT = "gen_ai.client.inference.operation.details"
@@ -63,31 +75,6 @@ _PARAMS = {
 }
 # Keys session() takes as arguments, not metadata.
 _RESERVED = frozenset({"task_id", "sample", "session_id"})
-
-
-@dataclasses.dataclass
-class OtelSpan:
-    """One decoded span: ids as hex, times in Unix seconds, attributes as plain Python values.
-
-    Example:
-        >>> OtelSpan("ab" * 16, "cd" * 8, None, "chat", 0.0, 1.0).is_root
-        True
-    """
-
-    trace_id: str
-    span_id: str
-    parent_id: str | None
-    name: str
-    start: float
-    end: float
-    attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
-    events: list[tuple[str, float, dict[str, Any]]] = dataclasses.field(default_factory=list)
-    error: str | None = None  # the status description when the status is ERROR
-
-    @property
-    def is_root(self) -> bool:
-        """Whether the span has no parent (a trace's root arrives last: it ends last)."""
-        return not self.parent_id
 
 
 @dataclasses.dataclass
@@ -146,131 +133,6 @@ class SessionDraft:
 
 
 # ---------------------------------------------------------------------------------------------
-# Decoding OTLP
-# ---------------------------------------------------------------------------------------------
-
-
-def spans_from_otlp_http(body: bytes, content_type: str, content_encoding: str = "") -> list[OtelSpan]:
-    """Decode the body of an OTLP/HTTP ``/v1/traces`` request (protobuf or JSON, gzip/deflate) into spans.
-
-    Raises:
-        Exception: Whatever the decoders raise on a bad body (gzip, zlib, JSON, protobuf's ``DecodeError``);
-            the receivers answer those with a 400.
-
-    Example:
-        >>> spans_from_otlp_http(b'{"resourceSpans": []}', "application/json")
-        []
-    """
-    if content_encoding == "gzip":
-        body = gzip.decompress(body)
-    elif content_encoding == "deflate":
-        body = zlib.decompress(body)
-    if content_type.split(";")[0].strip() == "application/json":
-        return read_otlp_json(body)
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    return spans_from_request(ExportTraceServiceRequest.FromString(body))
-
-
-def _any_value(v: Any) -> Any:
-    kind = v.WhichOneof("value")
-    if kind is None:
-        return None
-    if kind == "array_value":
-        return [_any_value(x) for x in v.array_value.values]
-    if kind == "kvlist_value":
-        return {kv.key: _any_value(kv.value) for kv in v.kvlist_value.values}
-    if kind == "bytes_value":
-        return base64.b64encode(v.bytes_value).decode("ascii")
-    return getattr(v, kind)
-
-
-def _attrs(kvs: Iterable[Any]) -> dict[str, Any]:
-    return {kv.key: _any_value(kv.value) for kv in kvs}
-
-
-def spans_from_request(request: Any) -> list[OtelSpan]:
-    """The spans of an ``ExportTraceServiceRequest`` (protobuf message) as :class:`OtelSpan`.
-
-    Example:
-        >>> from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-        >>> spans_from_request(ExportTraceServiceRequest())
-        []
-    """
-    out = []
-    for rs in request.resource_spans:
-        for ss in rs.scope_spans:
-            for sp in ss.spans:
-                out.append(
-                    OtelSpan(
-                        trace_id=sp.trace_id.hex(),
-                        span_id=sp.span_id.hex(),
-                        parent_id=sp.parent_span_id.hex() or None,
-                        name=sp.name,
-                        start=sp.start_time_unix_nano / 1e9,
-                        end=sp.end_time_unix_nano / 1e9,
-                        attributes=_attrs(sp.attributes),
-                        events=[(e.name, e.time_unix_nano / 1e9, _attrs(e.attributes)) for e in sp.events],
-                        error=(sp.status.message or "error") if sp.status.code == 2 else None,
-                    )
-                )
-    return out
-
-
-def _hex_to_b64(obj: dict[str, Any], key: str) -> None:
-    value = obj.get(key)
-    if isinstance(value, str) and value:
-        try:
-            obj[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
-        except ValueError:
-            pass  # already base64 (protobuf's own JSON mapping)
-
-
-def _request_from_json(data: Any) -> Any:
-    from google.protobuf import json_format
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    # OTLP/JSON writes trace and span ids as hex; protobuf's JSON mapping expects base64 for bytes.
-    for rs in data.get("resourceSpans") or data.get("resource_spans") or ():
-        for ss in rs.get("scopeSpans") or rs.get("scope_spans") or ():
-            for sp in ss.get("spans") or ():
-                for key in ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id"):
-                    _hex_to_b64(sp, key)
-                for link in sp.get("links") or ():
-                    for key in ("traceId", "spanId", "trace_id", "span_id"):
-                        _hex_to_b64(link, key)
-    return json_format.ParseDict(data, ExportTraceServiceRequest(), ignore_unknown_fields=True)
-
-
-def read_otlp_json(data: bytes | str) -> list[OtelSpan]:
-    """Spans of OTLP/JSON: one ``{"resourceSpans": [...]}`` document or JSON lines of them.
-
-    Raises ``ValueError`` when the text is neither.
-
-    Example:
-        >>> read_otlp_json('{"resourceSpans": []}')
-        []
-    """
-    text = data.decode("utf-8") if isinstance(data, bytes) else data
-    try:
-        docs = [json.loads(text)]
-    except ValueError:
-        try:
-            docs = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except ValueError as exc:
-            raise ValueError(f"not OTLP/JSON: {exc}") from None
-    spans: list[OtelSpan] = []
-    for doc in docs:
-        if not isinstance(doc, dict) or not ("resourceSpans" in doc or "resource_spans" in doc):
-            raise ValueError("not OTLP/JSON: no resourceSpans")
-        try:
-            spans.extend(spans_from_request(_request_from_json(doc)))
-        except Exception as exc:  # json_format.ParseError and friends: one line, not a traceback
-            raise ValueError(f"not OTLP/JSON: {str(exc).splitlines()[0]}") from None
-    return spans
-
-
-# ---------------------------------------------------------------------------------------------
 # Spans -> calls
 # ---------------------------------------------------------------------------------------------
 
@@ -300,6 +162,8 @@ def _json(value: Any) -> Any:
             return json.loads(value)
         except ValueError:
             return None
+        except RecursionError:  # not a ValueError: without this, one span would stop a whole flush
+            raise ValueError("JSON nested too deep") from None
     return value
 
 
@@ -398,16 +262,35 @@ def _token_data(a: dict[str, Any]) -> dict[str, Any]:
     prompt = a.get("tracerl.prompt_token_ids")
     out: dict[str, Any] = {}
     if isinstance(ids, list):
-        out["completion_token_ids"] = [int(i) for i in ids]
+        out["completion_token_ids"] = _token_ids(ids, "tracerl.completion_token_ids")
     if isinstance(prompt, list):
-        out["prompt_token_ids"] = [int(i) for i in prompt]
+        out["prompt_token_ids"] = _token_ids(prompt, "tracerl.prompt_token_ids")
     if isinstance(lps, list):
+        # -inf is a logprob a server may report; a non-number or NaN is not one.
+        if not all(_is_number(lp) and not math.isnan(lp) for lp in lps):
+            raise ValueError("tracerl.logprobs holds a value that is not a logprob")
         tokens = toks if isinstance(toks, list) and len(toks) == len(lps) else None
         out["logprobs"] = [
             {"token": tokens[i], "logprob": float(lp)} if tokens else {"logprob": float(lp)}
             for i, lp in enumerate(lps)
         ]
     return out
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _token_ids(values: list[Any], key: str) -> list[int]:
+    """Token ids exactly as sent: ``1.5`` or ``"7"`` is no token id, and is never rounded into one."""
+    ids = []
+    for v in values:
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)  # a JSON exporter's 7.0
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ValueError(f"{key} holds {v!r}, not an integer")
+        ids.append(v)
+    return ids
 
 
 class _Trace:
@@ -474,13 +357,81 @@ def _call(span: OtelSpan, trace: _Trace, skipped: Counter[str]) -> dict[str, Any
     return call
 
 
-def _reward_events(span: OtelSpan) -> Iterator[tuple[str, float]]:
+def _reward_events(span: OtelSpan) -> list[tuple[str, float]]:
+    out = []
     for name, _, attrs in span.events:
         if name != "gen_ai.evaluation.result":
             continue
         value = attrs.get("gen_ai.evaluation.score.value")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            yield str(attrs.get("gen_ai.evaluation.name") or "reward"), float(value)
+        if _is_number(value):
+            if not math.isfinite(value):
+                raise ValueError(f"gen_ai.evaluation.score.value is {value!r}, not a finite number")
+            out.append((str(attrs.get("gen_ai.evaluation.name") or "reward"), float(value)))
+    return out
+
+
+def _chat_entry(span: OtelSpan, trace: _Trace, skipped: Counter[str]) -> dict[str, Any] | None:
+    """What a chat span gives its session: the call, the session key, task, sample, metadata, rewards.
+
+    Raises ``ValueError`` (or whatever a malformed attribute makes the decoders raise) for a bad span.
+    """
+    call = _call(span, trace, skipped)
+    if call is None:
+        return None
+    meta = _json(trace.lookup(span, "tracerl.metadata"))
+    return {
+        "call": call,
+        "key": trace.lookup(span, "tracerl.session_id", "gen_ai.conversation.id"),
+        "task": trace.lookup(span, "tracerl.task_id"),
+        "sample": trace.lookup(span, "tracerl.sample"),
+        "meta": meta if isinstance(meta, dict) else {},
+        "rewards": _reward_events(span),
+    }
+
+
+def _reason(span: OtelSpan, exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"span {span.span_id or '(no id)'}: {text[:200]}"
+
+
+def span_problem(span: OtelSpan) -> str | None:
+    """Why ``span`` cannot be ingested (one line), or ``None`` when it can.
+
+    A receiver answers with it at once (OTLP's ``partial_success``); the span is skipped, and counted,
+    when its trace is written. Only what the span itself holds is checked, not its ancestors.
+
+    Example:
+        >>> out = '[{"role": "assistant", "parts": [{"type": "text", "content": "4"}]}]'
+        >>> bad = OtelSpan("ab" * 16, "cd" * 8, None, "chat", 0.0, 1.0,
+        ...                {"gen_ai.output.messages": out, "tracerl.completion_token_ids": [1.5]})
+        >>> span_problem(bad)
+        'span cdcdcdcdcdcdcdcd: tracerl.completion_token_ids holds 1.5, not an integer'
+    """
+    try:
+        if _chat_kind(span):
+            _chat_entry(span, _Trace([span]), Counter())
+        else:
+            _reward_events(span)
+    except Exception as exc:  # any decoder's error: the span is bad, the others go on
+        return _reason(span, exc)
+    return None
+
+
+def _add_chat(draft: SessionDraft, entry: dict[str, Any], trace_id: str) -> None:
+    call = entry["call"]
+    draft.metadata.setdefault("trace_ids", [])
+    if trace_id not in draft.metadata["trace_ids"]:
+        draft.metadata["trace_ids"].append(trace_id)
+    if entry["task"] is not None:
+        draft.task_id = str(entry["task"])
+    if isinstance(entry["sample"], int):
+        draft.sample = entry["sample"]
+    for k, v in entry["meta"].items():
+        if k not in _RESERVED and k != "tracerl":
+            draft.metadata.setdefault(k, v)
+    draft.calls.append(call)
+    for name, value in entry["rewards"]:
+        draft.rewards.append((name, value, call.get("call_id")))
 
 
 def sessions_from_spans(
@@ -490,6 +441,8 @@ def sessions_from_spans(
 
     ``tracerl.*`` attributes an export wrote on the root span restore the session's id, task, sample and
     metadata; ``gen_ai.evaluation.result`` events become rewards (on a chat span: that call's reward).
+    A span that cannot be read (a non-finite score, token ids that are not integers, JSON nested too
+    deep, ...) is skipped and counted as ``rejected_spans``; the others are written.
 
     Example:
         >>> sessions_from_spans([])
@@ -508,47 +461,40 @@ def sessions_from_spans(
         # A chat span around another chat span (a framework span over the client's) is the same call:
         # keep the innermost, closest to the wire.
         outer = {a.span_id for s in chats for a in trace.ancestors(s) if a.span_id in chat_ids}
-        summary.skipped["nested_chat_spans"] += len(outer)
-        if not summary.skipped["nested_chat_spans"]:
-            del summary.skipped["nested_chat_spans"]
-        roots = [s for s in trace_spans if s.is_root]
-        root = roots[0] if roots else None
+        if outer:
+            summary.skipped["nested_chat_spans"] += len(outer)
         for span in chats:
             if span.span_id in outer:
                 continue
-            call = _call(span, trace, summary.skipped)
-            if call is None:
+            try:
+                entry = _chat_entry(span, trace, summary.skipped)
+            except Exception as exc:  # one bad span: skipped and counted, its trace's others go on
+                summary.skipped["rejected_spans"] += 1
+                logger.debug("tracerl: OTLP %s", _reason(span, exc))
+                continue
+            if entry is None:
                 continue
             summary.chat_spans += 1
-            key = trace.lookup(span, "tracerl.session_id", "gen_ai.conversation.id") or trace_id
+            key = entry["key"] or trace_id
             draft = drafts.get(key)
             if draft is None:
                 draft = drafts[key] = SessionDraft(str(key))
-            draft.metadata.setdefault("trace_ids", [])
-            if trace_id not in draft.metadata["trace_ids"]:
-                draft.metadata["trace_ids"].append(trace_id)
-            task = trace.lookup(span, "tracerl.task_id")
-            if task is not None:
-                draft.task_id = str(task)
-            sample = trace.lookup(span, "tracerl.sample")
-            if isinstance(sample, int):
-                draft.sample = sample
-            meta = _json(trace.lookup(span, "tracerl.metadata"))
-            if isinstance(meta, dict):
-                for k, v in meta.items():
-                    if k not in _RESERVED and k != "tracerl":
-                        draft.metadata.setdefault(k, v)
-            draft.calls.append(call)
-            for name, value in _reward_events(span):
-                draft.rewards.append((name, value, call.get("call_id")))
+            _add_chat(draft, entry, trace_id)
+        roots = [s for s in trace_spans if s.is_root]
+        root = roots[0] if roots else None
         if root is not None and not _chat_kind(root):
             key = (
                 root.attributes.get("tracerl.session_id")
                 or root.attributes.get("gen_ai.conversation.id")
                 or trace_id
             )
+            try:
+                rewards = _reward_events(root)
+            except ValueError:
+                summary.skipped["rejected_spans"] += 1
+                rewards = []
             if key in drafts:
-                for name, value in _reward_events(root):
+                for name, value in rewards:
                     drafts[key].rewards.append((name, value, None))
     for d in drafts.values():
         d.calls.sort(key=lambda c: (c["started_at"], c["ended_at"]))
@@ -599,7 +545,10 @@ def _write(drafts: list[SessionDraft]) -> None:
             for c in d.calls:
                 record_call(CallRecord(**c), s)
             for name, value, call_id in d.rewards:
-                s.reward(value, name, call_id=call_id)
+                try:
+                    s.reward(value, name, call_id=call_id)
+                except ValueError:  # checked when read; never lose the sessions after this one
+                    logger.warning("tracerl: OTLP reward %r of session %s not written", value, d.session_id)
 
 
 def write_sessions(

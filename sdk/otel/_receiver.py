@@ -6,6 +6,9 @@ exported, last) and nothing new came for ``linger`` seconds, or for ``timeout`` 
 the trace's chat spans are written as calls. Everything still held is written at shutdown. A session is
 written once: a conversation whose traces are written at different times gets one session per write
 (``<id>.1``, ``<id>.2``, ...; the conversation id is in the metadata).
+
+A body is read up to ``max_body_bytes`` (then 413, without reading on) and decoded in a worker thread, so
+``/healthz`` answers while a large request is decoded.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 
 from sdk.otel._collector import SpanCollector
+from sdk.otel._decode import DEFAULT_MAX_BODY_BYTES
 
 __all__ = ["SpanCollector", "create_app"]
 
@@ -28,7 +32,12 @@ logger = logging.getLogger("tracerl")
 
 
 def create_app(
-    store: str | os.PathLike[str], *, linger: float = 1.0, timeout: float = 30.0, poll: float = 0.5
+    store: str | os.PathLike[str],
+    *,
+    linger: float = 1.0,
+    timeout: float = 30.0,
+    poll: float = 0.5,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Any:
     """The fastapi app: ``POST /v1/traces`` (OTLP protobuf or JSON), ``GET /healthz``.
 
@@ -42,7 +51,7 @@ def create_app(
     import sdk
 
     sdk.configure(store=store, enabled=True)
-    collector = SpanCollector(None, linger=linger, timeout=timeout)
+    collector = SpanCollector(None, linger=linger, timeout=timeout, max_body_bytes=max_body_bytes)
 
     async def _flusher() -> None:
         while True:
@@ -70,15 +79,41 @@ def create_app(
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         s = collector.summary
-        return {"ok": True, "spans": s.spans, "chat_spans": s.chat_spans, "sessions": s.sessions}
+        return {
+            "ok": True,
+            "spans": s.spans,
+            "chat_spans": s.chat_spans,
+            "sessions": s.sessions,
+            "skipped": dict(s.skipped),
+        }
 
     @app.post("/v1/traces")
     async def traces(request: Request) -> Response:
-        status, body, media_type = collector.receive(
-            await request.body(),
-            request.headers.get("content-type") or "",
-            request.headers.get("content-encoding") or "",
-        )
-        return Response(body, status, media_type=media_type)
+        body = await _read_body(request, max_body_bytes)
+        if body is None:
+            status, data, media_type = collector.too_large()
+        else:
+            status, data, media_type = await asyncio.to_thread(
+                collector.receive,
+                body,
+                request.headers.get("content-type") or "",
+                request.headers.get("content-encoding") or "",
+            )
+        return Response(data, status, media_type=media_type)
 
     return app
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or ``None`` as soon as it is over ``limit`` bytes."""
+    declared = request.headers.get("content-length") or ""
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)

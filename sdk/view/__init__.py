@@ -21,6 +21,7 @@ import html
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ class ViewSummary:
         groups: Task groups.
         token_episodes: Episodes with token data (trained tokens highlighted).
         out: The HTML file written.
+        malformed: Messages, tools and tool calls not in the OpenAI shape, shown as their raw JSON
+            (or episodes that could not be read at all, shown with the reason).
 
     Example:
         >>> ViewSummary(2, 1, 0, Path("r.html")).episodes
@@ -53,6 +56,7 @@ class ViewSummary:
     groups: int
     token_episodes: int
     out: Path
+    malformed: int = 0
 
 
 def group_advantages(rewards: list[float | None]) -> list[float | None]:
@@ -75,19 +79,72 @@ def group_advantages(rewards: list[float | None]) -> list[float | None]:
     ]
 
 
-def _tool_calls(m: dict[str, Any]) -> list[list[Any]]:
+def _raw(value: Any) -> str:
+    """A value not in the expected shape, as its JSON text (shown as-is)."""
+    return json.dumps(value, ensure_ascii=False, default=repr)
+
+
+def _tool_calls(m: dict[str, Any], bad: list[int]) -> list[list[Any]]:
+    """``[name, arguments, id]`` per tool call; a malformed one is ``[None, its raw JSON, id]``, counted."""
     out = []
-    for tc in m.get("tool_calls") or ():
-        fn = tc.get("function") or {}
-        out.append([fn.get("name"), fn.get("arguments"), tc.get("id")])
+    calls = m.get("tool_calls")
+    for tc in calls if isinstance(calls, list) else [calls]:
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        call_id = tc.get("id") if isinstance(tc, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            out.append([fn["name"], fn.get("arguments"), call_id])
+        else:
+            bad[0] += 1
+            out.append([None, _raw(tc), call_id])
     return out
+
+
+def _tool_names(tools: Any, bad: list[int]) -> list[str]:
+    """The names of an episode's tools (a JSON list of OpenAI schemas); a malformed one as raw JSON."""
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools or "[]")
+        except ValueError:
+            bad[0] += 1
+            return [tools]
+    names = []
+    for t in tools if isinstance(tools, list) else [tools] if tools else ():
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            names.append(fn["name"])
+        else:
+            bad[0] += 1
+            names.append(_raw(t))
+    return names
+
+
+def _message_view(m: Any, bad: list[int]) -> dict[str, Any]:
+    if not isinstance(m, dict):
+        bad[0] += 1
+        return {"r": "(malformed)", "c": _raw(m)}
+    content = m.get("content")
+    role = m.get("role")
+    if not isinstance(role, str):
+        bad[0] += 1
+        role = _raw(role)
+    v: dict[str, Any] = {"r": role, "c": flatten_content(content)}
+    if m.get("tool_calls"):
+        v["tc"] = _tool_calls(m, bad)
+    if m.get("tool_call_id"):
+        v["tid"] = str(m["tool_call_id"])
+    if m.get("reasoning_content"):
+        v["rc"] = str(m["reasoning_content"])
+    if m.get("name"):
+        v["n"] = str(m["name"])
+    return v
 
 
 def episode_view(se: SourcedEpisode, decode: Callable[[int], str] | None = None) -> dict[str, Any]:
     """One episode as the viewer's compact JSON record.
 
     Token strings come from the store's logprob entries when the episode was read from a store, else
-    from ``decode`` (a tokenizer), else the viewer shows token ids.
+    from ``decode`` (a tokenizer), else the viewer shows token ids. Messages, tools and tool calls not in
+    the OpenAI shape are kept as their raw JSON and counted in ``malformed``.
 
     Example:
         >>> ep = {"episode_id": "s:0", "messages": [{"role": "user", "content": "hi"}], "turns": []}
@@ -98,12 +155,15 @@ def episode_view(se: SourcedEpisode, decode: Callable[[int], str] | None = None)
     meta = episode_metadata(ep)
     context = set((meta.get("tracerl") or {}).get("context_assistant_messages") or ())
     messages = ep.get("messages") or []
+    bad = [0]  # malformed things shown as-is
     # Store source: the calls with a response, in order, generated the thread's assistant turns in order.
     generated_by = {}
     if se.calls is not None:
         answered = [c for c in se.calls if (c.get("response") or {}).get("message") is not None]
         turns_generated = [
-            i for i, m in enumerate(messages) if m.get("role") == "assistant" and i not in context
+            i
+            for i, m in enumerate(messages)
+            if isinstance(m, dict) and m.get("role") == "assistant" and i not in context
         ]
         generated_by = dict(zip(turns_generated, answered, strict=False))
     turns: dict[str, Any] = {}
@@ -121,26 +181,8 @@ def episode_view(se: SourcedEpisode, decode: Callable[[int], str] | None = None)
         if (toks is None or None in toks) and decode is not None and ids:
             toks = [decode(x) for x in ids]
         turns[str(i)] = {"ids": ids, "lp": lps, "toks": toks, "trained": i not in context}
-    msgs = []
-    for m in messages:
-        v: dict[str, Any] = {"r": m.get("role"), "c": flatten_content(m.get("content"))}
-        if m.get("tool_calls"):
-            v["tc"] = _tool_calls(m)
-        if m.get("tool_call_id"):
-            v["tid"] = m["tool_call_id"]
-        if m.get("reasoning_content"):
-            v["rc"] = m["reasoning_content"]
-        if m.get("name"):
-            v["n"] = m["name"]
-        msgs.append(v)
-    try:
-        tools = [
-            (t.get("function") or t).get("name")
-            for t in json.loads(ep.get("tools") or "[]")
-            if isinstance(t, dict)
-        ]
-    except ValueError:
-        tools = []
+    msgs = [_message_view(m, bad) for m in messages]
+    tools = _tool_names(ep.get("tools"), bad)
     reward = ep.get("reward")
     return {
         "id": ep.get("episode_id"),
@@ -156,7 +198,72 @@ def episode_view(se: SourcedEpisode, decode: Callable[[int], str] | None = None)
         "tools": tools,
         "msgs": msgs,
         "turns": turns,
+        "malformed": bad[0],
     }
+
+
+def _unreadable_view(se: SourcedEpisode, exc: Exception) -> dict[str, Any]:
+    """An episode the viewer cannot read: shown with the reason, so the rest of the report is written."""
+    ep = se.episode if isinstance(se.episode, dict) else {}
+    reason = f"tracerl view could not show this episode: {type(exc).__name__}: {exc}"
+    return {
+        "id": str(ep.get("episode_id")),
+        "task": ep.get("task_id"),
+        "sample": ep.get("sample") if isinstance(ep.get("sample"), int) else None,
+        "reward": None,
+        "rewards": [],
+        "status": "unreadable",
+        "agent": None,
+        "model": None,
+        "calls": None,
+        "faithful": False,
+        "tools": [],
+        "msgs": [{"r": "(malformed)", "c": reason}],
+        "turns": {},
+        "malformed": 1,
+    }
+
+
+def _view(se: SourcedEpisode, decode: Callable[[int], str] | None) -> dict[str, Any]:
+    try:
+        return episode_view(se, decode)
+    except Exception as exc:  # one unreadable episode: shown with its reason, the report goes on
+        return _unreadable_view(se, exc)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with non-finite floats as the strings JavaScript's ``Number()`` reads back."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _payload(data: dict[str, Any]) -> str:
+    """The data as JSON for a ``<script>`` element: strict JSON (``JSON.parse`` rejects ``-Infinity``)."""
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
+    except ValueError:  # a non-finite logprob or reward: walk the data only then
+        text = json.dumps(_finite(data), ensure_ascii=False, separators=(",", ":"), default=str)
+    # In a <script> element, "</script>" (any "<") must not appear literally: JSON allows "\u003c".
+    return text.replace("<", "\\u003c")
+
+
+def _fill(page: str, values: dict[str, str]) -> str:
+    """Fill the page's placeholders in one pass: text put in is never searched for placeholders."""
+    return re.sub("|".join(map(re.escape, values)), lambda m: values[m.group(0)], page)
+
+
+def _utf8(text: str) -> bytes:
+    """``text`` in UTF-8; a lone surrogate (the gateway stores them) becomes U+FFFD."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Through UTF-16: a surrogate pair written as two code points becomes its one character.
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
 
 
 def _decoder(tokenizer: str | None) -> Callable[[int], str] | None:
@@ -195,7 +302,7 @@ def build_report(
     episodes: Iterable[SourcedEpisode] = (
         episodes_with_calls(source) if isinstance(source, (str, os.PathLike)) else source
     )
-    views = [episode_view(se, decode) for se in episodes]
+    views = [_view(se, decode) for se in episodes]
     by_task: dict[Any, list[dict[str, Any]]] = {}
     for v in views:
         by_task.setdefault(v["task"], []).append(v)
@@ -211,16 +318,16 @@ def build_report(
     ordered = [v for task in by_task for v in by_task[task]]
     name = title or (Path(source).name if isinstance(source, (str, os.PathLike)) else "episodes")
     data = {"title": name, "episodes": ordered, "groups": groups}
-    # In a <script> element, "</script>" (any "<") must not appear literally: JSON allows "\u003c".
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str).replace("<", "\\u003c")
-    page = PAGE.replace("__TITLE__", html.escape(f"tracerl episodes: {name}")).replace("__DATA__", payload)
+    title_html = html.escape(f"tracerl episodes: {name}")
+    page = _fill(PAGE, {"__TITLE__": title_html, "__DATA__": _payload(data)})
     path = Path(out)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
+    tmp.write_bytes(_utf8(page))
     tmp.replace(path)
     return ViewSummary(
         episodes=len(ordered),
         groups=len(groups),
         token_episodes=sum(1 for v in ordered if v["turns"]),
         out=path,
+        malformed=sum(v["malformed"] for v in ordered),
     )

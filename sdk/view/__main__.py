@@ -48,9 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         summary = build_report(args.source, args.out, title=args.title, tokenizer=args.tokenizer)
     except (Exception, KeyboardInterrupt) as exc:
         return error_exit(exc, traceback=args.traceback, extra="episodes")
+    malformed = (
+        f"; {summary.malformed} malformed message/tool fields shown as-is" if summary.malformed else ""
+    )
     print(
         f"tracerl view: {summary.episodes} episodes in {summary.groups} task groups "
-        f"({summary.token_episodes} with token data) -> {summary.out}"
+        f"({summary.token_episodes} with token data{malformed}) -> {summary.out}"
     )
     if not summary.episodes:
         print("warning: no episode to show", file=sys.stderr)

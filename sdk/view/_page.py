@@ -1,6 +1,7 @@
 """The viewer page: HTML, CSS and JavaScript in one string (``__TITLE__`` and ``__DATA__`` filled in).
 
-No external resource: the file opens offline. Data goes into the DOM through ``textContent`` only.
+No external resource: the file opens offline. Data goes into the DOM through ``textContent`` only. A script
+error is shown on the page and kept in ``<html data-error>``; a page drawn to the end has ``data-ready-ms``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ main { display:grid; grid-template-columns: minmax(340px, 36%) 1fr; height: calc
         border:1px solid var(--line); border-radius:6px; padding:6px 8px; margin-top:6px; white-space:pre-wrap; }
 .reason { color:var(--muted); font-style:italic; white-space:pre-wrap; border-left:3px solid var(--line);
           padding-left:8px; margin-bottom:6px; }
+.turn { display:grid; grid-template-columns: repeat(auto-fit, minmax(260px, 1fr)); gap:6px 16px; }
+.fatal { color:var(--bad); background:#fff5f5; border:1px solid #ffc9c9; padding:8px 12px; white-space:pre-wrap; }
 .tokens { white-space:pre-wrap; word-break:break-word; font-family: ui-monospace, SFMono-Regular, Menlo, monospace;
           font-size:12.5px; line-height:1.9; }
 .tok { border-radius:3px; padding:1px 0; }
@@ -76,6 +79,16 @@ h2 { font-size:15px; margin:0; }
   <section id="list"><div id="rows"></div><div id="pager"></div></section>
   <section id="detail"><div class="empty">Select an episode.</div></section>
 </main>
+<script>
+// Any script error is shown, not a blank page (and kept in the root element's data-error, for tests).
+window.addEventListener("error", ev => {
+  document.documentElement.dataset.error = String(ev.message);
+  const box = document.createElement("div");
+  box.className = "fatal";
+  box.textContent = "The viewer failed: " + ev.message;
+  document.body.prepend(box);
+});
+</script>
 <script id="data" type="application/json">__DATA__</script>
 <script>
 "use strict";
@@ -178,7 +191,9 @@ function tokensView(turn) {
   const box = el("div", "tokens");
   const n = Math.max((turn.ids || []).length, (turn.lp || []).length);
   for (let i = 0; i < n; i++) {
-    const lp = turn.lp ? turn.lp[i] : null, id = turn.ids ? turn.ids[i] : null;
+    // Non-finite logprobs arrive as the strings "-Infinity", "Infinity", "NaN" (strict JSON has no such numbers).
+    const lp = turn.lp && turn.lp[i] !== null && turn.lp[i] !== undefined ? Number(turn.lp[i]) : null;
+    const id = turn.ids ? turn.ids[i] : null;
     const text = turn.toks && turn.toks[i] !== null && turn.toks[i] !== undefined ? turn.toks[i] : `⟨${id}⟩`;
     const t = el("span", "tok" + (turn.trained ? " trained" : ""), text);
     if (lp !== null && lp !== undefined) {
@@ -227,9 +242,19 @@ function select(e) {
     if (msg.r === "assistant") role.appendChild(el("span", null, turn ? (turn.trained ? "generated · trained" : "context") : ""));
     box.appendChild(role);
     if (msg.rc) box.appendChild(el("div", "reason", msg.rc));
-    if (turn && (turn.ids || turn.lp)) box.appendChild(tokensView(turn));
-    else if (msg.c !== null && msg.c !== undefined && msg.c !== "") box.appendChild(el("div", "content", msg.c));
+    // The text always; a generated turn's tokens beside it.
+    const text = msg.c !== null && msg.c !== undefined && msg.c !== "" ? el("div", "content", msg.c) : null;
+    if (turn && (turn.ids || turn.lp)) {
+      const row = el("div", "turn");
+      if (text) row.appendChild(text);
+      row.appendChild(tokensView(turn));
+      box.appendChild(row);
+    } else if (text) box.appendChild(text);
     for (const [name, args, id] of msg.tc || []) {
+      if (name === null) {  // not an OpenAI tool call: shown as it is stored
+        box.appendChild(el("div", "call", `→ (malformed tool call) ${args}`));
+        continue;
+      }
       let pretty = args;
       try { pretty = JSON.stringify(JSON.parse(args), null, 1).replace(/\n\s*/g, " "); } catch (_) {}
       box.appendChild(el("div", "call", `→ ${name}(${pretty})` + (id ? `   [${id}]` : "")));

@@ -135,7 +135,7 @@ def episodes_of(store: Path) -> list[dict[str, Any]]:
 class Receiver:
     """``python -m sdk.otel receive --port 0`` in a subprocess; ``stop()`` shuts it down gracefully."""
 
-    def __init__(self, store: Path) -> None:
+    def __init__(self, store: Path, *args: str) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.proc = subprocess.Popen(
             [
@@ -149,6 +149,7 @@ class Receiver:
                 str(store),
                 "--linger",
                 "0.2",
+                *args,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -181,3 +182,100 @@ class Receiver:
         self.proc.send_signal(signal.SIGINT)
         _, err = self.proc.communicate(timeout=20)
         return err
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory (``VmHWM``), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+def gzip_bomb(gib: int = 1) -> bytes:
+    """A gzip body of about 1 MiB that decompresses to ``gib`` GiB of zeros.
+
+    After a full flush a deflate stream no longer refers back, so one compressed MiB of zeros repeated
+    is a valid stream: built in a fraction of the seconds compressing 1 GiB would take.
+    """
+    import struct
+    import zlib
+
+    zeros = bytes(1 << 20)
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
+    end = c.flush()
+    crc = 0
+    for _ in range(1024 * gib):
+        crc = zlib.crc32(zeros, crc)
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+    return header + block * (1024 * gib) + end + struct.pack("<II", crc, (gib << 30) & 0xFFFFFFFF)
+
+
+def _kv(attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"key": k, "value": v} for k, v in attrs.items()]
+
+
+def chat_span(
+    trace_id: str,
+    span_id: str,
+    question: str,
+    answer: str,
+    attrs: dict[str, Any] | None = None,
+    events: list[tuple[str, dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
+    """One GenAI chat span as OTLP/JSON (ids in hex, empty for none; values as OTLP ``AnyValue``)."""
+    messages = {
+        "gen_ai.operation.name": {"stringValue": "chat"},
+        "gen_ai.request.model": {"stringValue": "tiny-1"},
+        "gen_ai.input.messages": {
+            "stringValue": json.dumps([{"role": "user", "parts": [{"type": "text", "content": question}]}])
+        },
+        "gen_ai.output.messages": {
+            "stringValue": json.dumps(
+                [
+                    {
+                        "role": "assistant",
+                        "parts": [{"type": "text", "content": answer}],
+                        "finish_reason": "stop",
+                    }
+                ]
+            )
+        },
+    }
+    span: dict[str, Any] = {
+        "name": "chat tiny-1",
+        "startTimeUnixNano": str(time.time_ns()),
+        "endTimeUnixNano": str(time.time_ns() + 1000),
+        "attributes": _kv({**messages, **(attrs or {})}),
+        "events": [
+            {"name": n, "timeUnixNano": str(time.time_ns()), "attributes": _kv(a)} for n, a in events or ()
+        ],
+    }
+    if trace_id:
+        span["traceId"] = trace_id
+    if span_id:
+        span["spanId"] = span_id
+    return span
+
+
+def otlp_json(spans: list[dict[str, Any]]) -> dict[str, Any]:
+    """An OTLP/JSON export request holding ``spans``."""
+    return {"resourceSpans": [{"resource": {}, "scopeSpans": [{"scope": {"name": "test"}, "spans": spans}]}]}
+
+
+def otlp_protobuf(doc: dict[str, Any]) -> bytes:
+    """The same request as OTLP protobuf (hex ids to bytes, as the protobuf JSON mapping wants base64)."""
+    import base64
+
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    doc = json.loads(json.dumps(doc))
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for sp in ss["spans"]:
+                for k in ("traceId", "spanId"):
+                    if k in sp:
+                        sp[k] = base64.b64encode(bytes.fromhex(sp[k])).decode()
+    return json_format.ParseDict(doc, ExportTraceServiceRequest()).SerializeToString()

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))  # test
 
 import httpx
 from gateway_helpers import start_gateway
-from otel_helpers import episodes_of, make_store, text_level
+from otel_helpers import episodes_of, gzip_bomb, make_store, peak_rss_mb, text_level
 
 from sdk.otel import export_otlp
 from sdk.testing import ScriptedOpenAIServer
@@ -63,5 +63,22 @@ def test_without_otlp_the_traces_path_is_proxied(tmp_path: Path) -> None:
                 gw.url + "/v1/traces", content=b"x", headers={"content-type": "application/x-protobuf"}
             )
             assert r.status_code == 404  # the upstream's answer: the gateway did not take it
+        finally:
+            gw.stop()
+
+
+def test_gateway_otlp_gzip_bomb_is_413(tmp_path: Path) -> None:
+    bomb = gzip_bomb()  # about 1 MiB that decompresses to 1 GiB
+    with ScriptedOpenAIServer() as upstream:
+        gw = start_gateway(upstream.base_url, tmp_path / "gateway", args=("--otlp",))
+        try:
+            before = peak_rss_mb(gw.proc.pid)
+            headers = {"content-type": "application/x-protobuf", "content-encoding": "gzip"}
+            r = httpx.post(gw.url + "/v1/traces", content=bomb, headers=headers, timeout=60)
+            assert r.status_code == 413 and "over 67108864 bytes" in r.text
+            grown = peak_rss_mb(gw.proc.pid) - before
+            assert grown < 300, f"the gateway grew by {grown:.0f} MB"  # the bomb alone would be 1024 MB
+            stats = httpx.get(gw.url + "/stats", timeout=30).json()
+            assert stats["otlp"]["skipped"] == {"oversized_requests": 1}
         finally:
             gw.stop()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +20,24 @@ from sdk.view import build_report, episode_view, group_advantages
 from sdk.view.__main__ import main
 
 FEW_SHOT = {"role": "assistant", "content": "2 + 2 = 4."}
+
+
+def _record(s: sdk.Session, messages: list[Any], response: dict[str, Any], **kw: Any) -> None:
+    """One answered call of ``tiny-1`` in session ``s``."""
+    t0 = time.time()
+    record_call(
+        CallRecord(
+            framework="custom",
+            model="tiny-1",
+            messages=messages,
+            response_message=response,
+            finish_reason="stop",
+            started_at=t0,
+            ended_at=t0 + 0.2,
+            **kw,
+        ),
+        s,
+    )
 
 
 def _store(path: Path, samples: int = 3) -> Path:
@@ -30,24 +51,16 @@ def _store(path: Path, samples: int = 3) -> Path:
                 FEW_SHOT,
                 {"role": "user", "content": f"{k} + 1?"},
             ]
-            t0 = time.time()
-            record_call(
-                CallRecord(
-                    framework="custom",
-                    model="tiny-1",
-                    messages=messages,
-                    response_message={"role": "assistant", "content": f"{k} + 1 = {k + 1}."},
-                    finish_reason="stop",
-                    started_at=t0,
-                    ended_at=t0 + 0.2,
-                    logprobs=[
-                        {"token": f"{k}", "logprob": -0.01},
-                        {"token": " + 1 =", "logprob": -0.2},
-                        {"token": f" {k + 1}.", "logprob": -2.5 if k else -0.05},
-                    ],
-                    completion_token_ids=[100 + k, 7, 200 + k],
-                ),
+            _record(
                 s,
+                messages,
+                {"role": "assistant", "content": f"{k} + 1 = {k + 1}."},
+                logprobs=[
+                    {"token": f"{k}", "logprob": -0.01},
+                    {"token": " + 1 =", "logprob": -0.2},
+                    {"token": f" {k + 1}.", "logprob": -2.5 if k else -0.05},
+                ],
+                completion_token_ids=[100 + k, 7, 200 + k],
             )
             s.reward(1.0 if k == 0 else 0.0)
     sdk.flush()
@@ -175,3 +188,103 @@ def test_10k_episodes_page_and_filter(tmp_path: Path) -> None:
     dom = subprocess.run([*browser, "--dump-dom", url], capture_output=True, text=True, timeout=180).stdout
     assert "2500 of 10000 episodes · 1250 task groups" in dom
     assert dom.count('<div class="row') == 100 and "page 1 / 25" in dom
+
+
+def _hostile_store(path: Path) -> dict[str, str]:
+    """What a real store can hold that a page must survive; returns each episode's id by its case."""
+    sdk.configure(store=path)
+    ids = {}
+
+    def one(case: str, sample: int, messages: list[Any], response: dict[str, Any], **kw: Any) -> None:
+        with sdk.session(task_id="hostile", sample=sample) as s:
+            _record(s, messages, response, **kw)
+            s.reward(float(sample))
+        ids[case] = f"{s.session_id}:0"
+
+    # A server may report -inf for a token; the text is shown beside the token boxes (no --tokenizer).
+    one(
+        "inf",
+        0,
+        [{"role": "user", "content": "What is 6 x 7?"}],
+        {"role": "assistant", "content": "The answer is 42."},
+        logprobs=[-0.1, -math.inf, -0.3],
+        completion_token_ids=[11, 12, 13],
+    )
+    one(
+        "tools",
+        1,
+        [{"role": "user", "content": "Add 2 and 3."}],
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": "add(2, 3)"}]},
+        tools=[{"type": "function", "function": "add"}, {"type": "function", "function": {"name": "mul"}}],
+    )
+    # The gateway stores lone surrogates (a client's broken JSON escapes) as they came.
+    one(
+        "text",
+        2,
+        [{"role": "user", "content": "caf\ud800e </script><script>document.title='pwned'</script>"}],
+        {"role": "assistant", "content": "a lone \udc00 surrogate"},
+    )
+    sdk.flush()
+    return ids
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no chromium (Debian: apt-get install chromium)")
+def test_hostile_store_renders_in_headless_chromium(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids = _hostile_store(tmp_path / "store")
+    out = tmp_path / "report.html"
+    title = "mine __DATA__ __TITLE__ </title><script>alert(1)</script>"
+    assert main([str(tmp_path / "store"), "--out", str(out), "--title", title]) == 0
+    assert (
+        "3 episodes in 1 task groups (1 with token data; 2 malformed message/tool fields shown as-is)"
+        in capsys.readouterr().out
+    )
+    page = out.read_text(encoding="utf-8")
+    head = page.split("</title>", 1)[0]
+    assert head.endswith("mine __DATA__ __TITLE__ &lt;/title&gt;&lt;script&gt;alert(1)&lt;/script&gt;")
+    assert "<script>alert(1)" not in page and "<script>document.title" not in page
+    browser = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,900"]
+
+    def shown(case: str) -> tuple[str, str]:
+        url = out.resolve().as_uri() + "#ep=" + ids[case]
+        dom = subprocess.run(
+            [*browser, "--dump-dom", url], capture_output=True, text=True, timeout=120
+        ).stdout
+        root = re.search(r"<html[^>]*>", dom).group(0)
+        # Drawn to the end (data-ready-ms is set last) and no script error.
+        assert "data-ready-ms" in root and "data-error" not in root, (case, root)
+        assert "The viewer failed" not in dom.split("<script", 1)[0]
+        return dom, dom.split('<section id="detail">', 1)[1]
+
+    dom, detail = shown("inf")
+    assert "<title>tracerl episodes: mine __DATA__ __TITLE__ &lt;/title&gt;" in dom
+    assert '<div class="content">The answer is 42.</div>' in detail  # the text, and the tokens beside it
+    trained = re.findall(r'<span class="tok trained" data-logprob="([^"]+)"[^>]*>([^<]*)</span>', detail)
+    assert trained == [("-0.1", "⟨11⟩"), ("-Infinity", "⟨12⟩"), ("-0.3", "⟨13⟩")]
+    _, detail = shown("tools")
+    assert "mul" in detail
+    assert '"function": "add"}, mul</b>' in detail  # the malformed tool as it is stored, beside the good one
+    assert "→ (malformed tool call) {" in detail
+    _, detail = shown("text")
+    assert "caf\ufffde &lt;/script&gt;&lt;script&gt;document.title='pwned'&lt;/script&gt;" in detail
+    assert "a lone \ufffd surrogate" in detail
+    shot = tmp_path / "report.png"
+    url = out.resolve().as_uri() + "#ep=" + ids["inf"]
+    subprocess.run([*browser, f"--screenshot={shot}", url], capture_output=True, timeout=120, check=True)
+    assert shot.stat().st_size > 20_000  # a drawn page, not a blank one
+
+
+def test_an_unreadable_episode_does_not_stop_the_report(tmp_path: Path) -> None:
+    good = {"episode_id": "s:0", "task_id": "t", "messages": [{"role": "user", "content": "hi"}], "turns": []}
+    broken = {**good, "episode_id": "b:0", "turns": ["not a turn"]}
+    odd = {**good, "episode_id": "o:0", "messages": ["just a string", {"role": 7, "content": "x"}]}
+    summary = build_report([SourcedEpisode(e) for e in (good, broken, odd)], tmp_path / "r.html")
+    assert (summary.episodes, summary.malformed) == (3, 3)
+    views = {v["id"]: v for v in json.loads(_data_of(tmp_path / "r.html"))["episodes"]}
+    assert views["b:0"]["status"] == "unreadable" and "could not show" in views["b:0"]["msgs"][0]["c"]
+    assert [m["r"] for m in views["o:0"]["msgs"]] == ["(malformed)", "7"]
+
+
+def _data_of(page: Path) -> str:
+    return page.read_text().split('id="data" type="application/json">', 1)[1].split("</script>", 1)[0]

@@ -61,6 +61,9 @@ TOKEN_HEADER = "x-tracerl-gateway-token"
 _ENDPOINTS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
 # Hop-by-hop headers and those the proxy recomputes are never forwarded.
 _HOP = HOP_BY_HOP | {"host", "content-length"}
+_HOP_BYTES = frozenset(h.encode("latin-1") for h in _HOP)
+_WATCH_AFTER_S = 0.05
+"""A recorded call's client is watched for leaving from this long after its request went upstream."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -462,6 +465,7 @@ class _Gateway:
     ) -> None:
         """Forward an SSE response as it arrives; record it before its terminal event is sent."""
         await send({"type": "http.response.start", "status": resp.status, "headers": _response_headers(resp)})
+        watch.start()  # a stream sent to a client that left would otherwise go on to its end unseen
         forwarder = SSEForwarder(call.endpoint, call.strip)
         chunks: list[bytes] = []
         try:
@@ -559,18 +563,29 @@ class _Gateway:
 class _ClientWatch:
     """Cancels the request's task if its client goes away (any ``receive`` message once the body is read).
 
-    Watching stops (:meth:`stop`) once the call is recorded as answered: from then on the client's
+    Watching starts :data:`_WATCH_AFTER_S` after the request went upstream, or when a streamed response
+    starts: an answer that comes sooner is not slowed by a watcher task (which costs more than the
+    proxying itself on a fast upstream), and a client that left before is seen at once when watching
+    starts. It stops (:meth:`stop`) once the call is recorded as answered: from then on the client's
     leaving changes nothing in the store.
     """
 
-    __slots__ = ("gone", "active", "task", "watch")
+    __slots__ = ("gone", "active", "task", "receive", "watch", "timer")
 
     def __init__(self, receive: Receive) -> None:
         self.gone = False
         self.active = True
         self.task = asyncio.current_task()
-        self.watch = asyncio.ensure_future(receive())
-        self.watch.add_done_callback(self._on_message)
+        self.receive = receive
+        self.watch: asyncio.Future[dict[str, Any]] | None = None
+        self.timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            _WATCH_AFTER_S, self.start
+        )
+
+    def start(self) -> None:
+        if self.active and self.watch is None:
+            self.watch = asyncio.ensure_future(self.receive())
+            self.watch.add_done_callback(self._on_message)
 
     def _on_message(self, fut: asyncio.Future[dict[str, Any]]) -> None:
         if self.active and self.task is not None and not fut.cancelled() and fut.exception() is None:
@@ -579,7 +594,11 @@ class _ClientWatch:
 
     def stop(self) -> None:
         self.active = False
-        self.watch.cancel()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.watch is not None:
+            self.watch.cancel()
 
 
 @dataclasses.dataclass
@@ -606,17 +625,17 @@ def _error_name(exc: BaseException) -> str:
 
 def _response_headers(resp: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
     out = []
-    connection = []
+    connection = None
     for k, v in resp.raw_headers:
         k = k.lower()
-        name = k.decode("latin-1")
-        if name not in _HOP:
-            out.append((name, v))
-        elif name == "connection":
-            connection.append(v.decode("latin-1"))
+        if k not in _HOP_BYTES:
+            out.append((k, v))
+        elif k == b"connection":
+            connection = (connection or []) + [v.decode("latin-1")]
     if connection:  # headers the upstream named as hop-by-hop (RFC 9110 §7.6.1)
-        out = drop_connection_headers(out, connection)
-    return [(k.encode("latin-1"), v) for k, v in out]
+        named = {t.strip().lower().encode("latin-1") for value in connection for t in value.split(",")}
+        out = [(k, v) for k, v in out if k not in named]
+    return out
 
 
 def _strip_body(endpoint: str, raw: bytes, added: frozenset[str]) -> bytes:

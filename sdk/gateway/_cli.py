@@ -14,6 +14,7 @@ import ipaddress
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -244,6 +245,14 @@ def main(argv: list[str] | None = None) -> int:
         # Removed when the gateway exits (below): the workers' marks of the session ids they opened.
         sessions_dir=tempfile.mkdtemp(prefix="tracerl-gateway-sessions-"),
     )
+
+    def remove_and_exit(sig: int, frame: Any) -> None:
+        # uvicorn re-raises the SIGTERM it shut down on, with this handler restored: clean up, then die of it.
+        shutil.rmtree(config.sessions_dir or "", ignore_errors=True)
+        signal.signal(sig, signal.SIG_DFL)
+        signal.raise_signal(sig)
+
+    signal.signal(signal.SIGTERM, remove_and_exit)
     try:
         return _serve(args, config, uvicorn, store)
     finally:

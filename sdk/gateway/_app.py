@@ -41,7 +41,14 @@ from sdk.gateway._http import (
     split_token,
     token_matches,
 )
-from sdk.gateway._records import malformed_record, recordable, request_problem, warn_once
+from sdk.gateway._records import (
+    MAX_DEPTH,
+    malformed_record,
+    recordable,
+    request_problem,
+    too_deep,
+    warn_once,
+)
 from sdk.gateway._sessions import SessionTable
 from sdk.gateway._sse import SSEForwarder
 
@@ -160,7 +167,10 @@ def _int_or_none(value: str | None) -> int | None:
 def _metadata(value: str | None) -> dict[str, Any]:
     if not value:
         return {}
-    meta, problem = loads(value.encode("utf-8"))
+    raw = value.encode("utf-8")
+    meta, problem = loads(raw)
+    if problem is None and too_deep(raw, meta):
+        meta, problem = None, f"nested deeper than {MAX_DEPTH} levels"
     if not isinstance(meta, dict):
         count("gateway_bad_headers")
         why = problem or "not a JSON object"

@@ -15,9 +15,12 @@ from sdk._openai_wire import parse_exchange
 from sdk.capture import CallRecord, count
 from sdk.gateway._http import decompress, loads
 
-__all__ = ["malformed_record", "recordable", "request_problem", "warn_once"]
+__all__ = ["MAX_DEPTH", "malformed_record", "recordable", "request_problem", "too_deep", "warn_once"]
 
 logger = logging.getLogger("tracerl.gateway")
+
+MAX_DEPTH = 128
+"""A request body nested deeper than this is forwarded but not recorded (counted)."""
 
 _WARNED: set[str] = set()
 
@@ -52,10 +55,36 @@ def recordable(endpoint: str | None, body: bytes, encoding: str) -> dict[str, An
     if not body:
         return None
     payload, problem = loads(body)
+    # Brackets bound the depth: most bodies skip the walk. The store's writers recurse into what they store.
+    if problem is None and too_deep(body, payload):
+        problem = f"nested deeper than {MAX_DEPTH} levels"
     if problem is not None:
         count("gateway_unrecorded_requests")
         warn_once("json", "tracerl gateway: a request was forwarded but not recorded: body %s", problem)
+        return None
     return payload if isinstance(payload, dict) else None
+
+
+def too_deep(raw: bytes, value: Any) -> bool:
+    """Whether JSON ``value`` (parsed from ``raw``) nests deeper than :data:`MAX_DEPTH` levels.
+
+    Example:
+        >>> too_deep(b"[[]]", [[]]), too_deep(b"[" * 200 + b"]" * 200, [[[]]])
+        (False, False)
+    """
+    return raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _deeper(value, MAX_DEPTH)
+
+
+def _deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and objects more than ``limit`` levels deep (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = v.values() if isinstance(v, dict) else v
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
 
 
 def request_problem(endpoint: str, payload: dict[str, Any]) -> str | None:

@@ -182,30 +182,34 @@ def test_item2_session_id_that_is_not_utf8_is_refused_on_every_route(raw_gateway
 
 def test_item3_deep_metadata_header_still_routes_to_the_named_session(raw_gateway: Gateway) -> None:
     gw = raw_gateway
-    deep = '{"a": ' + "[" * 3000 + "]" * 3000 + "}"
-    sids = [new_id(), new_id()]
-    for sid in sids:
-        r = _chat(gw, f"/sessions/{sid}/v1/chat/completions", headers={"X-Tracerl-Metadata": deep})
+    deep = '{"a": ' + "[" * 3000 + "]" * 3000 + "}"  # past Python's parser
+    parsed = '{"a": ' + "[" * 200 + "]" * 200 + "}"  # parsed, but past what the store is given
+    sids = [new_id(), new_id(), new_id()]
+    for sid, meta in zip(sids, (deep, deep, parsed), strict=True):
+        r = _chat(gw, f"/sessions/{sid}/v1/chat/completions", headers={"X-Tracerl-Metadata": meta})
         assert r.status_code == 200
         gw.end(sid)
     for sid in sids:
         s = gw.session(sid)
         assert (len(s.calls), s.metadata) == (1, {})
-    assert _stats(gw)["store"]["gateway_bad_headers"] >= 2
+    assert _stats(gw)["store"]["gateway_bad_headers"] >= 3
     time.sleep(0.2)  # the log line is written by the gateway process
     warnings = [line for line in gw.output if "x-tracerl-metadata" in line]
     assert len(warnings) == 1 and "nested too deeply" in warnings[0]
     assert not any("Traceback" in line for line in gw.output)
 
 
-def test_item3_request_body_nested_100k_deep_is_forwarded_and_answered(raw_gateway: Gateway) -> None:
+@pytest.mark.parametrize("depth", [100_000, 500], ids=["past-the-parser", "past-the-store"])
+def test_item3_request_body_nested_deep_is_forwarded_and_answered(raw_gateway: Gateway, depth: int) -> None:
     gw = raw_gateway
-    body = b'{"model": "m", "messages": [], "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    before = _stats(gw)["store"].get("gateway_unrecorded_requests", 0)
+    body = b'{"model": "m", "messages": [], "x": ' + b"[" * depth + b"]" * depth + b"}"
+    before = _stats(gw)["store"]
     r = httpx.post(gw.url + "/v1/chat/completions", content=body, timeout=30)
     assert r.status_code == 200 and r.json() == _ANSWER
     assert _RawUpstream.received[-1][1] == body
-    assert _stats(gw)["store"]["gateway_unrecorded_requests"] == before + 1
+    after = _stats(gw)["store"]
+    assert after["gateway_unrecorded_requests"] == before.get("gateway_unrecorded_requests", 0) + 1
+    assert after["internal_errors"] == before["internal_errors"]
 
 
 def test_item3_reward_huge_integer_or_deep_body_is_a_400(raw_gateway: Gateway) -> None:
@@ -339,6 +343,23 @@ def test_item7_token_is_checked_on_every_route(tmp_path: Path, upstream: Scripte
         assert r.status_code == 200
         assert len(gw.session(sid).calls) == 1
         assert not any(token in line for line in gw.output)
+    finally:
+        gw.stop()
+
+
+def test_item7_token_from_environment_in_header_or_path(
+    tmp_path: Path, upstream: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "env-" + new_id()
+    monkeypatch.setenv("TRACERL_GATEWAY_TOKEN", token)
+    gw = start_gateway(upstream.base_url, tmp_path / "store")
+    try:
+        assert "gateway token required" in gw.output[0] and token not in gw.output[0]
+        assert httpx.get(gw.url + "/v1/models", timeout=30).status_code == 401
+        assert httpx.get(gw.url + "/token/wrong/v1/models", timeout=30).status_code == 401
+        assert httpx.get(gw.url + f"/token/{token}/v1/models", timeout=30).status_code == 200
+        headers = {"X-Tracerl-Gateway-Token": f"Bearer {token}"}
+        assert httpx.get(gw.url + "/v1/models", headers=headers, timeout=30).status_code == 200
     finally:
         gw.stop()
 

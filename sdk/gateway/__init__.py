@@ -5,7 +5,9 @@ same crash-safe store as in-process capture. ``python -m sdk.gateway --upstream 
 :func:`main` for the options. Sessions come from the URL (``/sessions/<id>/v1``) or from the
 ``X-Tracerl-Session`` / ``X-Tracerl-Task`` / ``X-Tracerl-Sample`` / ``X-Tracerl-Metadata`` headers;
 ``POST /sessions/<id>/reward`` and ``POST /sessions/<id>/end`` give rewards and end sessions, and
-``GET /stats`` reports a worker's counters.
+``GET /stats`` reports a worker's counters. With a gateway token (``--auth-token-file`` or
+``$TRACERL_GATEWAY_TOKEN``) every route needs it, in ``X-Tracerl-Gateway-Token`` or as ``/token/<token>/``
+at the start of the path.
 
 Example:
     >>> from sdk.gateway import GatewayConfig, create_app

@@ -3,7 +3,8 @@
 Model calls (``POST .../chat/completions`` and ``POST .../responses``) are recorded: the request JSON and
 the response body (SSE streams forwarded event by event as they arrive, and reassembled for the record)
 go through the same converter as the in-process OpenAI transport (:func:`sdk.openai_wire.parse_exchange`).
-Every other request is passed through untouched. Headers are forwarded and never recorded.
+Every other request is passed through untouched. Headers are forwarded (hop-by-hop ones dropped) and
+never recorded. Request parsing (session ids, tokens, hostile JSON, compressed bodies) is in ``_http``.
 """
 
 from __future__ import annotations
@@ -26,8 +27,31 @@ import sdk
 from sdk import _env
 from sdk._token_data import strip_token_data, token_data_params
 from sdk.capture import Session, capture_internal_exceptions, count, record_call
+from sdk.gateway._http import (
+    HOP_BY_HOP,
+    BadRequest,
+    drop_connection_headers,
+    header_text,
+    loads,
+    read_body,
+    refuse_websocket,
+    send_error,
+    send_json,
+    split_session,
+    split_token,
+    token_matches,
+)
+from sdk.gateway._records import (
+    MAX_DEPTH,
+    malformed_record,
+    recordable,
+    request_problem,
+    too_deep,
+    warn_once,
+)
 from sdk.gateway._sessions import SessionTable
-from sdk.openai_wire import decode_body, error_body, parse_exchange
+from sdk.gateway._sse import SSEForwarder
+from sdk.openai_wire import decode_body, parse_exchange
 
 __all__ = ["ENV_CONFIG", "GatewayConfig", "app_from_env", "create_app"]
 
@@ -40,26 +64,14 @@ SESSION_HEADER = "x-tracerl-session"
 TASK_HEADER = "x-tracerl-task"
 SAMPLE_HEADER = "x-tracerl-sample"
 METADATA_HEADER = "x-tracerl-metadata"
+TOKEN_HEADER = "x-tracerl-gateway-token"
 
 _ENDPOINTS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
-# Hop-by-hop headers (RFC 9110 §7.6.1) and those the proxy recomputes are never forwarded.
-_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
-_TERMINAL_TYPES = (b"response.completed", b"response.failed", b"response.incomplete")
-_TERMINAL_MARKS = (b"[DONE]", *_TERMINAL_TYPES)
+# Hop-by-hop headers and those the proxy recomputes are never forwarded.
+_HOP = HOP_BY_HOP | {"host", "content-length"}
+_HOP_BYTES = frozenset(h.encode("latin-1") for h in _HOP)
+_WATCH_AFTER_S = 0.05
+"""A recorded call's client is watched for leaving from this long after its request went upstream."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +89,10 @@ class GatewayConfig:
         max_open_sessions: Sessions a worker keeps open (least recently used ones are forgotten).
         otlp: Also take OTLP/HTTP trace exports at ``POST /v1/traces`` and write their GenAI chat spans
             into the store (as ``python -m sdk.otel receive`` does; needs ``tracerl[otel]``).
+        auth_token: When set, every route answers 401 unless the request carries this token, in the
+            ``X-Tracerl-Gateway-Token`` header or as the path prefix ``/token/<token>/``.
+        sessions_dir: A directory the workers of one gateway share to tell each other which session ids
+            they opened (``POST /sessions/<id>/end`` of an id none of them saw is a 404).
 
     Example:
         >>> GatewayConfig(upstream="http://127.0.0.1:8000/v1").token_data
@@ -90,6 +106,8 @@ class GatewayConfig:
     timeout_s: float = 600.0
     max_open_sessions: int = 100_000
     otlp: bool = False
+    auth_token: str | None = dataclasses.field(default=None, repr=False)
+    sessions_dir: str | None = None
 
 
 class _Stats:
@@ -114,17 +132,26 @@ class _Stats:
             "client_disconnects": self.client_disconnects,
             "open_sessions": len(table),
             "store_failures": sum(failures.values()),
-            "store": store,
+            # The store's name only: its absolute path tells a caller about the host, not the run.
+            "store": {**store, "store": _store_name(store.get("store"))},
         }
 
 
-def _split_session(path: str) -> tuple[str | None, str]:
-    """``/sessions/<id>/<rest>`` -> ``(id, /<rest>)``; other paths -> ``(None, path)``."""
-    if path.startswith("/sessions/"):
-        sid, sep, rest = path[len("/sessions/") :].partition("/")
-        if sid and sep:
-            return sid, "/" + rest
-    return None, path
+def _store_name(store: Any) -> str | None:
+    return None if store is None else str(store).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _header(h: dict[str, bytes], name: str) -> str | None:
+    """A ``X-Tracerl-*`` header as UTF-8; one that is not UTF-8 is ignored and counted."""
+    value = h.get(name)
+    if value is None:
+        return None
+    try:
+        return header_text(value, name)
+    except BadRequest:
+        count("gateway_bad_headers")
+        warn_once(name, "tracerl gateway: ignoring %s (not UTF-8)", name)
+        return None
 
 
 def _int_or_none(value: str | None) -> int | None:
@@ -134,119 +161,23 @@ def _int_or_none(value: str | None) -> int | None:
         return int(value)
     except ValueError:
         count("gateway_bad_headers")
-        logger.warning("tracerl gateway: ignoring %s=%r (not an integer)", SAMPLE_HEADER, value)
+        warn_once(SAMPLE_HEADER, "tracerl gateway: ignoring %s=%.100r (not an integer)", SAMPLE_HEADER, value)
         return None
 
 
 def _metadata(value: str | None) -> dict[str, Any]:
     if not value:
         return {}
-    try:
-        meta = json.loads(value)
-    except ValueError:
-        meta = None
+    raw = value.encode("utf-8")
+    meta, problem = loads(raw)
+    if problem is None and too_deep(raw, meta):
+        meta, problem = None, f"nested deeper than {MAX_DEPTH} levels"
     if not isinstance(meta, dict):
         count("gateway_bad_headers")
-        logger.warning("tracerl gateway: ignoring %s (not a JSON object): %.200s", METADATA_HEADER, value)
+        why = problem or "not a JSON object"
+        warn_once(METADATA_HEADER, "tracerl gateway: ignoring %s (%s): %.200s", METADATA_HEADER, why, value)
         return {}
     return meta
-
-
-class _SSEForwarder:
-    """Forwards an SSE stream event by event and holds back its terminal event until the call is stored.
-
-    Bytes of an event are sent once the event is complete (a client cannot use half an event), so a chunk
-    is forwarded as soon as it completes one. The terminal event (``data: [DONE]`` or a final
-    ``response.*`` event) and anything after it wait for :meth:`rest`, called after the record is written:
-    a client that saw the end of its stream can rely on the call being in the store.
-    """
-
-    __slots__ = ("buf", "held", "endpoint", "strip")
-
-    def __init__(self, endpoint: str, strip: frozenset[str]) -> None:
-        self.buf = b""
-        self.held = False
-        self.endpoint = endpoint
-        self.strip = strip
-
-    def feed(self, chunk: bytes) -> bytes:
-        self.buf += chunk
-        if self.held:
-            return b""
-        lf, crlf = self.buf.rfind(b"\n\n"), self.buf.rfind(b"\r\n\r\n")
-        cut = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
-        if cut == 0:  # no complete event yet
-            return b""
-        ready, self.buf = self.buf[:cut], self.buf[cut:]
-        term = _terminal_at(ready)
-        if term >= 0:
-            ready, self.buf, self.held = ready[:term], ready[term:] + self.buf, True
-        return self._out(ready)
-
-    def rest(self) -> bytes:
-        out, self.buf = self.buf, b""
-        return self._out(out)
-
-    def _out(self, data: bytes) -> bytes:
-        if not self.strip or not data:
-            return data
-        return b"".join(_strip_event(ev, self.endpoint, self.strip) for ev in _events(data))
-
-
-def _events(data: bytes) -> list[bytes]:
-    """Split complete SSE data into events, each with its terminating blank line."""
-    out = []
-    start = 0
-    while start < len(data):
-        end = data.find(b"\n\n", start)
-        if end < 0:
-            out.append(data[start:])
-            break
-        out.append(data[start : end + 2])
-        start = end + 2
-    return out
-
-
-def _terminal_at(data: bytes) -> int:
-    """Offset of the first terminal event in ``data`` (complete events), or -1."""
-    # Events before the first place a terminal marker could be are not terminal: skip their lines.
-    first = min((i for i in (data.find(n) for n in _TERMINAL_MARKS) if i >= 0), default=-1)
-    if first < 0:
-        return -1
-    offset = 0
-    for ev in _events(data):
-        end = offset + len(ev)
-        if end > first and _is_terminal(ev):
-            return offset
-        offset = end
-    return -1
-
-
-def _is_terminal(ev: bytes) -> bool:
-    for line in ev.split(b"\n"):
-        line = line.strip()
-        if line in (b"data: [DONE]", b"data:[DONE]"):
-            return True
-        if line.startswith(b"event:") and line[6:].strip() in _TERMINAL_TYPES:
-            return True
-        if line.startswith(b"data:") and any(
-            b'"type":"' + t + b'"' in line or b'"type": "' + t + b'"' in line for t in _TERMINAL_TYPES
-        ):
-            return True
-    return False
-
-
-def _strip_event(ev: bytes, endpoint: str, added: frozenset[str]) -> bytes:
-    lines = ev.split(b"\n")
-    for i, line in enumerate(lines):
-        if line.startswith(b"data:") and line[5:].strip() not in (b"", b"[DONE]"):
-            try:
-                payload = json.loads(line[5:])
-            except ValueError:
-                continue
-            payload = strip_token_data(endpoint, payload, added)
-            lines[i] = b"data: " + json.dumps(payload, separators=(",", ":")).encode("utf-8")
-    return b"\n".join(lines)
 
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -284,7 +215,7 @@ class _Gateway:
         parts = urlsplit(config.upstream.rstrip("/"))
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.base_path = parts.path.rstrip("/")  # e.g. "/v1"
-        self.table = SessionTable(config.max_open_sessions)
+        self.table = SessionTable(config.max_open_sessions, config.sessions_dir)
         self.stats = _Stats()
         self._client: aiohttp.ClientSession | None = None
         self.otlp: Any = None  # a SpanCollector with config.otlp, made at start-up
@@ -298,6 +229,8 @@ class _Gateway:
             await self._http(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+        elif kind == "websocket":
+            await refuse_websocket(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -342,30 +275,47 @@ class _Gateway:
 
     async def _http(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         method = scope["method"]
-        path = scope["path"]
+        raw = scope.get("raw_path")
+        # Routed on the raw path: a session id is percent-decoded once, by split_session, on every route.
+        path = raw.decode("latin-1") if raw else scope["path"]
+        if self.config.auth_token is not None:
+            sent, path = split_token(path)
+            if sent is None:
+                sent = next(
+                    (v.decode("latin-1") for k, v in scope["headers"] if k == b"x-tracerl-gateway-token"),
+                    None,
+                )
+            if not token_matches(sent, self.config.auth_token):
+                msg = (
+                    "tracerl gateway: missing or wrong gateway token (send it in the X-Tracerl-Gateway-Token"
+                    " header, or in the base URL as http://HOST:PORT/token/<token>/v1)"
+                )
+                return await send_error(send, 401, msg)
         if method == "GET" and path == "/stats":
             snapshot = self.stats.snapshot(self.table)
             if self.otlp is not None:
                 o = self.otlp.summary
                 snapshot["otlp"] = {"spans": o.spans, "chat_spans": o.chat_spans, "sessions": o.sessions}
                 snapshot["otlp"]["skipped"] = dict(o.skipped)
-            return await _send_json(send, 200, snapshot)
+            return await send_json(send, 200, snapshot)
         if method == "POST" and path == "/v1/traces" and self.otlp is not None:
             return await self._traces(scope, receive, send)
-        path_sid, rel = _split_session(path)
+        try:
+            path_sid, rel = split_session(path)
+        except BadRequest as exc:
+            return await send_error(send, 400, f"tracerl gateway: {exc}")
         if method == "POST" and path_sid is not None and rel in ("/reward", "/end"):
-            body = _json_or_none(await _read_body(receive))
+            body, problem = loads(await read_body(receive) or b"{}")
+            if problem is not None:
+                return await send_error(send, 400, f"tracerl gateway: the request body is {problem}")
             if rel == "/reward":
                 return await self._reward(send, path_sid, body)
-            error = body.get("error") if isinstance(body, dict) else None
-            with capture_internal_exceptions("gateway.end"):
-                self.table.end(path_sid, None if error is None else str(error))
-            return await _send_json(send, 200, {"session_id": path_sid, "ok": True})
+            return await self._end(send, path_sid, body)
         await self._proxy(scope, receive, send, path_sid, rel)
 
     async def _traces(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        body = await _read_body(receive)
+        body = await read_body(receive)
         status, data, media_type = await asyncio.to_thread(
             self.otlp.receive, body, headers.get("content-type", ""), headers.get("content-encoding", "")
         )
@@ -382,24 +332,29 @@ class _Gateway:
     async def _reward(self, send: Send, session_id: str, body: Any) -> None:
         if not isinstance(body, dict) or "value" not in body:
             msg = 'expected a JSON object {"value": number, "name"?: str, "call_id"?: str}'
-            return await _send_error(send, 400, msg)
+            return await send_error(send, 400, msg)
         try:
             self.table.reward(
                 session_id, body["value"], body.get("name") or "reward", call_id=body.get("call_id")
             )
-        except ValueError as exc:
-            return await _send_error(send, 400, str(exc))
-        await _send_json(send, 200, {"session_id": session_id, "ok": True})
+        except (ValueError, OverflowError) as exc:  # OverflowError: an integer beyond a float's range
+            return await send_error(send, 400, f"reward must be a finite number: {str(exc)[:200]}")
+        await send_json(send, 200, {"session_id": session_id, "ok": True})
+
+    async def _end(self, send: Send, session_id: str, body: Any) -> None:
+        error = body.get("error") if isinstance(body, dict) else None
+        if not await asyncio.to_thread(self.table.known, session_id):
+            return await send_error(send, 404, f"tracerl gateway: no session {session_id!r} to end")
+        with capture_internal_exceptions("gateway.end"):
+            self.table.end(session_id, None if error is None else str(error))
+        await send_json(send, 200, {"session_id": session_id, "ok": True})
 
     # -- the proxy -------------------------------------------------------------------------------------
 
-    def target_url(self, scope: dict[str, Any], path_sid: str | None) -> URL:
-        # The raw (still percent-encoded) path goes upstream as the client sent it.
-        raw = scope.get("raw_path")
-        path = raw.decode("latin-1") if raw else scope["path"]
-        if path_sid is not None:
-            path = _split_session(path)[1]
+    def target_url(self, scope: dict[str, Any], rel: str) -> URL:
+        # ``rel``: the raw (still percent-encoded) path after any session prefix, sent as the client sent it.
         # /v1/<rest> -> <upstream>/<rest>; anything else -> the upstream's origin, path unchanged.
+        path = rel
         if path == "/v1" or path.startswith("/v1/"):
             path = self.base_path + path[3:]
         query = scope.get("query_string")
@@ -411,56 +366,100 @@ class _Gateway:
     ) -> None:
         method = scope["method"]
         headers: list[tuple[str, str]] = []
-        tracerl: dict[str, str] = {}
+        tracerl: dict[str, bytes] = {}
         accept_encoding: list[tuple[str, str]] = []
+        connection: list[str] = []
+        encoding = ""
         for k, v in scope["headers"]:
             name = k.decode("latin-1").lower()
             if name.startswith("x-tracerl-"):
-                tracerl[name] = v.decode("latin-1")
+                tracerl[name] = v
             elif name == "accept-encoding":
                 accept_encoding.append((name, v.decode("latin-1")))
             elif name not in _HOP:
                 headers.append((name, v.decode("latin-1")))
-        body = await _read_body(receive)
-        url = self.target_url(scope, path_sid)
+                if name == "content-encoding":
+                    encoding = v.decode("latin-1")
+            elif name == "connection":
+                connection.append(v.decode("latin-1"))
+            elif name == "upgrade" and b"websocket" in v.lower():
+                return await refuse_websocket(scope, receive, send)
+        if connection:  # headers the client named as hop-by-hop for this connection (RFC 9110 §7.6.1)
+            headers = drop_connection_headers(headers, connection)
+            accept_encoding = drop_connection_headers(accept_encoding, connection)
+        body = await read_body(receive)
+        url = self.target_url(scope, rel)
         endpoint = None
         if method == "POST":
             route = rel.rstrip("/")
             endpoint = next((name for suffix, name in _ENDPOINTS if route.endswith(suffix)), None)
-        payload: Any = _json_or_none(body) if endpoint is not None else None
-        if endpoint is None or not isinstance(payload, dict):
+        payload = recordable(endpoint, body, encoding) if endpoint is not None else None
+        if payload is None:
             # Not recorded: the body is never read here, so the client's own encodings go through.
             return await self._passthrough(send, method, url, headers + accept_encoding, body)
+        try:
+            s = self.session_for(tracerl, path_sid)
+        except BadRequest as exc:
+            return await send_error(send, 400, f"tracerl gateway: {exc}")
         # Recorded: loopback or LAN to the model server, an uncompressed body is cheaper than gzip, and can
         # be forwarded and recorded without decoding.
         headers.append(("accept-encoding", "identity"))
         added: frozenset[str] = frozenset()
         if self.config.token_data:
             payload, added = token_data_params(endpoint, payload)
-            if added:
+            if added:  # the body changes: sent as plain JSON, whatever encoding the client used
                 body = json.dumps(payload).encode("utf-8")
+                headers = [(k, v) for k, v in headers if k != "content-encoding"]
         strip = added if self.config.strip_token_data else frozenset()
-        s = self.session_for(tracerl, path_sid)
         call = _Call(endpoint, payload, s, strip, time.time())
+        watch = _ClientWatch(receive)
+        try:
+            await self._exchange(send, call, watch, method, url, headers, body)
+        except asyncio.CancelledError:
+            if not watch.gone:
+                raise
+            # The client went away before its answer was delivered: a failed call, never a successful one
+            # (it never saw the answer), and the upstream request is dropped with it.
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            self.stats.client_disconnects += 1
+            gone = ConnectionAbortedError("client disconnected before its response was delivered")
+            self.record_failure(call, "ConnectionAbortedError", gone)
+        finally:
+            watch.stop()
+
+    async def _exchange(
+        self,
+        send: Send,
+        call: _Call,
+        watch: _ClientWatch,
+        method: str,
+        url: URL,
+        headers: list[tuple[str, str]],
+        body: bytes,
+    ) -> None:
+        """Send a recorded call upstream, record it, and answer the client (``watch`` cancels it if gone)."""
         try:
             resp = await self.client().request(method, url, headers=headers, data=body, allow_redirects=False)
         except (aiohttp.ClientError, TimeoutError) as exc:
+            watch.stop()
             return await self._failed(send, call, exc, "request")
         try:
             if "text/event-stream" in resp.headers.get("content-type", ""):
-                await self._stream(receive, send, call, resp)
+                await self._stream(send, call, watch, resp)
                 return
             try:
                 raw = await resp.read()
             except (aiohttp.ClientError, TimeoutError) as exc:
+                watch.stop()
                 return await self._failed(send, call, exc, "response")
         finally:
             resp.release()
         if resp.status >= 400:
             self.stats.upstream_errors += 1
+        watch.stop()  # from here the call is recorded as answered
         self.record(call, resp, raw)  # before the client gets a byte of the answer
-        if strip and resp.status < 400 and not resp.headers.get("content-encoding"):
-            raw = _strip_body(endpoint, raw, strip)
+        if call.strip and resp.status < 400 and not resp.headers.get("content-encoding"):
+            raw = _strip_body(call.endpoint, raw, call.strip)
         out = _response_headers(resp)
         out.append((b"content-length", str(len(raw)).encode("latin-1")))
         await send({"type": "http.response.start", "status": resp.status, "headers": out})
@@ -470,46 +469,29 @@ class _Gateway:
         self.stats.upstream_errors += 1
         name = _error_name(exc)
         self.record_failure(call, name, exc)
-        await _send_error(send, 502, f"tracerl gateway: upstream {what} failed: {name}: {exc}")
+        await send_error(send, 502, f"tracerl gateway: upstream {what} failed: {name}: {exc}")
 
-    async def _stream(self, receive: Receive, send: Send, call: _Call, resp: aiohttp.ClientResponse) -> None:
+    async def _stream(
+        self, send: Send, call: _Call, watch: _ClientWatch, resp: aiohttp.ClientResponse
+    ) -> None:
         """Forward an SSE response as it arrives; record it before its terminal event is sent."""
         await send({"type": "http.response.start", "status": resp.status, "headers": _response_headers(resp)})
-        # A client that goes away mid-stream shows up only on `receive`: watch it, and stop this call
-        # when it does (as a framework's streaming response would).
-        task = asyncio.current_task()
-        streaming = True
-
-        def on_message(fut: asyncio.Future[dict[str, Any]]) -> None:
-            if streaming and task is not None and not fut.cancelled() and fut.exception() is None:
-                task.cancel()
-
-        watch = asyncio.ensure_future(receive())
-        watch.add_done_callback(on_message)
-        forwarder = _SSEForwarder(call.endpoint, call.strip)
+        watch.start()  # a stream sent to a client that left would otherwise go on to its end unseen
+        forwarder = SSEForwarder(call.endpoint, call.strip)
         chunks: list[bytes] = []
-        recorded = False
         try:
             async for chunk in resp.content.iter_any():
                 chunks.append(chunk)
                 out = forwarder.feed(chunk)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-            self.record(call, resp, b"".join(chunks))
-            recorded = True
         except (aiohttp.ClientError, TimeoutError) as exc:
+            watch.stop()
             self.stats.upstream_errors += 1
             self.record_failure(call, _error_name(exc), exc)
-            recorded = True
             raise  # the client sees the stream break, as it would without the gateway
-        finally:
-            streaming = False
-            if not recorded:  # the client went away (this task was cancelled)
-                self.stats.client_disconnects += 1
-                self.record_failure(
-                    call, "ConnectionAbortedError", ConnectionAbortedError("client disconnected")
-                )
-            watch.cancel()
+        watch.stop()
+        self.record(call, resp, b"".join(chunks))
         await send({"type": "http.response.body", "body": forwarder.rest(), "more_body": False})
 
     async def _passthrough(
@@ -522,7 +504,7 @@ class _Gateway:
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
             msg = f"tracerl gateway: upstream request failed: {_error_name(exc)}: {exc}"
-            return await _send_error(send, 502, msg)
+            return await send_error(send, 502, msg)
         try:
             await send(
                 {"type": "http.response.start", "status": resp.status, "headers": _response_headers(resp)}
@@ -535,18 +517,20 @@ class _Gateway:
 
     # -- sessions and records --------------------------------------------------------------------------
 
-    def session_for(self, h: dict[str, str], path_sid: str | None) -> Session | None:
-        sid = path_sid or h.get(SESSION_HEADER)
-        if not sid or not sid.strip():
+    def session_for(self, h: dict[str, bytes], path_sid: str | None) -> Session | None:
+        """The call's session: the URL's id, else the header's (:class:`BadRequest` if not UTF-8)."""
+        header = h.get(SESSION_HEADER)
+        sid = path_sid if path_sid is not None else header_text(header, SESSION_HEADER) if header else None
+        if not sid:
             if h.get(TASK_HEADER):
                 count("gateway_task_without_session")
             return None  # the worker's implicit session, as in-process capture
         with capture_internal_exceptions("gateway.session"):
             return self.table.get(
-                sid.strip(),
-                task_id=h.get(TASK_HEADER) or None,
-                sample=_int_or_none(h.get(SAMPLE_HEADER)),
-                metadata=_metadata(h.get(METADATA_HEADER)),
+                sid,
+                task_id=_header(h, TASK_HEADER) or None,
+                sample=_int_or_none(_header(h, SAMPLE_HEADER)),
+                metadata=_metadata(_header(h, METADATA_HEADER)),
             )
         return None
 
@@ -556,34 +540,76 @@ class _Gateway:
             if decoded is None:
                 count("gateway_undecodable_bodies")
                 decoded = b""
-            record = parse_exchange(
-                call.endpoint,
-                call.payload,
-                resp.status,
-                decoded,
-                content_type=resp.headers.get("content-type", "application/json"),
-                started_at=call.started,
-                ended_at=time.time(),
-                request_id=resp.headers.get("x-request-id"),
-                framework="gateway",
-            )
+            kwargs: dict[str, Any] = {
+                "content_type": resp.headers.get("content-type", "application/json"),
+                "started_at": call.started,
+                "ended_at": time.time(),
+                "request_id": resp.headers.get("x-request-id"),
+                "framework": "gateway",
+            }
+            problem = request_problem(call.endpoint, call.payload)
+            try:
+                if problem is None:
+                    record = parse_exchange(call.endpoint, call.payload, resp.status, decoded, **kwargs)
+            except Exception as exc:  # an answered call is stored even if it cannot be parsed
+                problem = f"could not be parsed: {type(exc).__name__}: {str(exc)[:500]}"
+            if problem is not None:
+                record = malformed_record(call.endpoint, call.payload, problem, resp.status, decoded, kwargs)
             self.stats.calls += 1
             record_call(record, call.session)  # firewalled: a store failure is counted, never raised
 
     def record_failure(self, call: _Call, name: str, exc: BaseException) -> None:
         with capture_internal_exceptions("gateway.record"):
-            record = parse_exchange(
-                call.endpoint,
-                call.payload,
-                599,
-                b"",
-                started_at=call.started,
-                ended_at=time.time(),
-                framework="gateway",
-            )
+            kwargs = {"started_at": call.started, "ended_at": time.time(), "framework": "gateway"}
+            problem = request_problem(call.endpoint, call.payload)
+            if problem is None:
+                record = parse_exchange(call.endpoint, call.payload, 599, b"", **kwargs)
+            else:
+                record = malformed_record(call.endpoint, call.payload, problem, 599, b"", kwargs)
             record.error = {"type": name, "message": str(exc)[:2000], "status": None}
             self.stats.calls += 1
             record_call(record, call.session)
+
+
+class _ClientWatch:
+    """Cancels the request's task if its client goes away (any ``receive`` message once the body is read).
+
+    Watching starts :data:`_WATCH_AFTER_S` after the request went upstream, or when a streamed response
+    starts: an answer that comes sooner is not slowed by a watcher task (which costs more than the
+    proxying itself on a fast upstream), and a client that left before is seen at once when watching
+    starts. It stops (:meth:`stop`) once the call is recorded as answered: from then on the client's
+    leaving changes nothing in the store.
+    """
+
+    __slots__ = ("gone", "active", "task", "receive", "watch", "timer")
+
+    def __init__(self, receive: Receive) -> None:
+        self.gone = False
+        self.active = True
+        self.task = asyncio.current_task()
+        self.receive = receive
+        self.watch: asyncio.Future[dict[str, Any]] | None = None
+        self.timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            _WATCH_AFTER_S, self.start
+        )
+
+    def start(self) -> None:
+        if self.active and self.watch is None:
+            self.watch = asyncio.ensure_future(self.receive())
+            self.watch.add_done_callback(self._on_message)
+
+    def _on_message(self, fut: asyncio.Future[dict[str, Any]]) -> None:
+        if self.active and self.task is not None and not fut.cancelled() and fut.exception() is None:
+            self.gone = True
+            self.task.cancel()
+
+    def stop(self) -> None:
+        self.active = False
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.watch is not None:
+            self.watch.cancel()
 
 
 @dataclasses.dataclass
@@ -610,44 +636,17 @@ def _error_name(exc: BaseException) -> str:
 
 def _response_headers(resp: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
     out = []
+    connection = None
     for k, v in resp.raw_headers:
         k = k.lower()
-        if k.decode("latin-1") not in _HOP:
+        if k not in _HOP_BYTES:
             out.append((k, v))
+        elif k == b"connection":
+            connection = (connection or []) + [v.decode("latin-1")]
+    if connection:  # headers the upstream named as hop-by-hop (RFC 9110 §7.6.1)
+        named = {t.strip().lower().encode("latin-1") for value in connection for t in value.split(",")}
+        out = [(k, v) for k, v in out if k not in named]
     return out
-
-
-async def _read_body(receive: Receive) -> bytes:
-    message = await receive()
-    body = message.get("body", b"")
-    if not message.get("more_body"):
-        return body
-    parts = [body]
-    while message.get("more_body"):
-        message = await receive()
-        parts.append(message.get("body", b""))
-    return b"".join(parts)
-
-
-def _json_or_none(raw: bytes) -> Any:
-    if not raw:
-        return {}
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
-
-
-async def _send_json(send: Send, status: int, obj: Any) -> None:
-    data = json.dumps(obj, separators=(",", ":")).encode("utf-8")
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode("latin-1"))]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": data})
-
-
-async def _send_error(send: Send, status: int, message: str) -> None:
-    kind = "invalid_request_error" if status < 500 else "gateway_error"
-    await _send_json(send, status, error_body(message, kind))
 
 
 def _strip_body(endpoint: str, raw: bytes, added: frozenset[str]) -> bytes:

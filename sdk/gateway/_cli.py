@@ -1,20 +1,32 @@
-"""The command line: ``python -m sdk.gateway --upstream URL [--host --port --store --workers]``."""
+"""The command line: ``python -m sdk.gateway --upstream URL [--host --port --store --workers]``.
+
+Doors: with a token (``--auth-token-file`` or ``$TRACERL_GATEWAY_TOKEN``) every route needs it; a bind to
+an interface other than loopback is refused without one unless ``--allow-unauthenticated`` says so.
+Secrets are never printed: an upstream URL's password is masked, the token never shown.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import importlib.util
+import ipaddress
 import json
 import os
+import shutil
+import signal
 import socket
 import sys
+import tempfile
 from typing import Any
 from urllib.parse import urlsplit
 
 from sdk._token_data import rejects_token_data
 
-__all__ = ["main"]
+__all__ = ["TOKEN_ENV", "main", "masked"]
+
+TOKEN_ENV = "TRACERL_GATEWAY_TOKEN"
+"""The environment variable that holds the gateway token (``--auth-token-file`` takes precedence)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +57,17 @@ def _parser() -> argparse.ArgumentParser:
         help="also take OTLP/HTTP trace exports at POST /v1/traces and record their GenAI chat spans "
         "(needs tracerl[otel])",
     )
+    p.add_argument(
+        "--auth-token-file",
+        default=None,
+        help=f"file holding a token every request must carry (X-Tracerl-Gateway-Token header, or "
+        f"/token/<token>/ in the base URL); default ${TOKEN_ENV}, else no token",
+    )
+    p.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="listen on a non-loopback --host without a token (anyone who reaches the port can use it)",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="upstream timeout in seconds (default 600)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     return p
@@ -71,11 +94,64 @@ def _installed(module: str) -> bool:
         return False
 
 
+def masked(url: str) -> str:
+    """``url`` with the password of any ``user:password@`` replaced by ``***`` (for printing).
+
+    Example:
+        >>> masked("http://me:s3cret@10.0.0.5:8000/v1")
+        'http://me:***@10.0.0.5:8000/v1'
+    """
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        return parts._replace(netloc=f"{parts.username}:***@{netloc}").geturl()
+    except ValueError:
+        return "<an unparsable URL>"
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def _token(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """``(token, None)`` or ``(None, what is wrong)``; ``(None, None)`` when no token is configured."""
+    if args.auth_token_file is None:
+        token = os.environ.get(TOKEN_ENV)
+        where = f"${TOKEN_ENV}"
+        if token is None:
+            return None, None
+    else:
+        where = f"--auth-token-file {args.auth_token_file}"
+        try:
+            with open(args.auth_token_file, encoding="utf-8") as fh:
+                token = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            return None, f"{where}: cannot read it ({type(exc).__name__})"
+    token = token.strip()
+    if not token:
+        return None, f"{where} is empty"
+    if any(not c.isprintable() or c.isspace() for c in token) or not token.isascii():
+        return None, f"{where}: the token must be printable ASCII without spaces"
+    return token, None
+
+
 def _bad_argument(args: argparse.Namespace) -> str | None:
     """What is wrong with the arguments, if anything (the ``error:`` line's text)."""
-    parts = urlsplit(args.upstream)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"--upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {args.upstream!r}"
+    try:
+        parts = urlsplit(args.upstream)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        url = masked(args.upstream)
+        return f"--upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {url!r}"
     if args.workers < 1:
         return f"--workers must be at least 1, got {args.workers}"
     if not 0 <= args.port <= 65535:
@@ -85,7 +161,7 @@ def _bad_argument(args: argparse.Namespace) -> str | None:
     if args.strip_token_data and not args.token_data:
         return "--strip-token-data needs --token-data"
     if args.token_data and rejects_token_data(args.upstream):
-        return f"--token-data: {args.upstream} is OpenAI's API, which rejects return_token_ids"
+        return f"--token-data: {masked(args.upstream)} is OpenAI's API, which rejects return_token_ids"
     return None
 
 
@@ -134,10 +210,19 @@ def main(argv: list[str] | None = None) -> int:
     problem = _bad_argument(args)
     if problem:
         return fail(problem)
+    token, problem = _token(args)
+    if problem:
+        return fail(problem)
+    if token is None and not _loopback(args.host) and not args.allow_unauthenticated:
+        return fail(
+            f"--host {args.host} is reachable from other machines and no gateway token is set: anyone who "
+            f"reaches the port could spend the upstream and reward or end sessions. Set "
+            f"--auth-token-file PATH (or ${TOKEN_ENV}), or pass --allow-unauthenticated"
+        )
     try:
         import uvicorn
 
-        from sdk.gateway._app import ENV_CONFIG, GatewayConfig
+        from sdk.gateway._app import GatewayConfig
     except ImportError as exc:
         return fail(f"{exc.name or exc} is not installed; run: pip install 'tracerl[gateway]'")
     if args.otlp and not _installed("opentelemetry.proto"):
@@ -156,17 +241,39 @@ def main(argv: list[str] | None = None) -> int:
         strip_token_data=args.strip_token_data,
         timeout_s=args.timeout,
         otlp=args.otlp,
+        auth_token=token,
+        # Removed when the gateway exits (below): the workers' marks of the session ids they opened.
+        sessions_dir=tempfile.mkdtemp(prefix="tracerl-gateway-sessions-"),
     )
+
+    def remove_and_exit(sig: int, frame: Any) -> None:
+        # uvicorn re-raises the SIGTERM it shut down on, with this handler restored: clean up, then die of it.
+        shutil.rmtree(config.sessions_dir or "", ignore_errors=True)
+        signal.signal(sig, signal.SIG_DFL)
+        signal.raise_signal(sig)
+
+    signal.signal(signal.SIGTERM, remove_and_exit)
+    try:
+        return _serve(args, config, uvicorn, store)
+    finally:
+        shutil.rmtree(config.sessions_dir or "", ignore_errors=True)
+
+
+def _serve(args: argparse.Namespace, config: Any, uvicorn: Any, store: Any) -> int:
+    from sdk.gateway._app import ENV_CONFIG
+
     os.environ[ENV_CONFIG] = json.dumps(dataclasses.asdict(config))
     server_config = _server_config(uvicorn, args)
     try:
         sock = _listen(args.host, args.port, server_config.backlog)
     except OSError as exc:
-        return fail(f"cannot listen on {args.host}:{args.port}: {exc}")
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
     port = sock.getsockname()[1]
+    auth = "gateway token required" if config.auth_token else "no gateway token"
     print(
         f"tracerl gateway listening on http://{args.host}:{port}/v1 "
-        f"(upstream {args.upstream}, store {store}, workers {args.workers})",
+        f"(upstream {masked(args.upstream)}, store {store}, workers {args.workers}, {auth})",
         flush=True,
     )
     try:

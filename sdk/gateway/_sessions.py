@@ -13,8 +13,13 @@ Everything here that is not public SDK API is in :func:`_open_session`, :func:`_
 from __future__ import annotations
 
 import collections
+import hashlib
+import json
+import mmap
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from sdk.capture import Session, capture_internal_exceptions, count
@@ -60,6 +65,35 @@ def _reward_event(session_id: str, value: float, name: str, call_id: str | None)
         tracer.append(events.reward(session_id, value, name, call_id, time.time()))
 
 
+def _in_store(session_id: str) -> bool:
+    """Whether any segment of the configured local store has an event of ``session_id`` (internal).
+
+    A byte search of the segment files for the id as the writer spells it; a store that is not local (or
+    cannot be read) answers ``True``, so an id is never refused for want of a look.
+    """
+    from sdk._tracer import tracer
+
+    store = tracer.config.store
+    if getattr(tracer.config, "store_uri", None) or store is None:
+        return True
+    needles = {
+        b'"session_id":' + json.dumps(session_id, ensure_ascii=ascii).encode("utf-8") + b","
+        for ascii in (False, True)
+    }
+    try:
+        paths = [p for p in Path(store).rglob("*.jsonl") if p.is_file()]
+        for path in paths:
+            with open(path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size == 0:
+                    continue
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                    if any(data.find(n) >= 0 for n in needles):
+                        return True
+    except OSError:
+        return True
+    return False
+
+
 class _SessionError(Exception):
     """The error a client reported when it ended a session (stored as its type and message)."""
 
@@ -78,8 +112,10 @@ class SessionTable:
         >>> table.end("s1")
     """
 
-    def __init__(self, max_open: int = MAX_OPEN_SESSIONS) -> None:
+    def __init__(self, max_open: int = MAX_OPEN_SESSIONS, shared_dir: str | None = None) -> None:
         self.max_open = max_open
+        # Where the workers of one gateway mark the ids they opened (see `known`).
+        self.shared_dir = shared_dir
         self._open: collections.OrderedDict[str, Session] = collections.OrderedDict()
         self._lock = threading.Lock()
 
@@ -101,11 +137,33 @@ class SessionTable:
                 return s
             s = _open_session(session_id, task_id, sample, dict(metadata or {}))
             self._open[session_id] = s
+            self._mark(session_id)
             if len(self._open) > self.max_open:
                 # Forgotten, not ended: a later call reopens it, and the reader merges the two parts.
                 self._open.popitem(last=False)
                 count("gateway_sessions_forgotten")
             return s
+
+    def _mark(self, session_id: str) -> None:
+        if self.shared_dir is not None:
+            with capture_internal_exceptions("gateway.session"):
+                Path(self.shared_dir, _marker(session_id)).touch()
+
+    def known(self, session_id: str) -> bool:
+        """Whether ``session_id`` was opened: by this worker, another worker of this gateway, or in the store.
+
+        Example:
+            >>> table = SessionTable()
+            >>> _ = table.get("s2")
+            >>> table.known("s2")
+            True
+        """
+        with self._lock:
+            if session_id in self._open:
+                return True
+        if self.shared_dir is not None and Path(self.shared_dir, _marker(session_id)).exists():
+            return True
+        return _in_store(session_id)
 
     def end(self, session_id: str, error: str | None = None) -> None:
         """End ``session_id`` in this worker (opened first if only other workers have it)."""
@@ -122,3 +180,8 @@ class SessionTable:
             s.reward(value, name, call_id=call_id)
         else:
             _reward_event(session_id, value, name, call_id)
+
+
+def _marker(session_id: str) -> str:
+    # A file name for any id (ids may hold "/", NUL, or be longer than a name may be).
+    return hashlib.sha256(session_id.encode("utf-8")).hexdigest()

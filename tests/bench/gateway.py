@@ -39,12 +39,13 @@ BODY = {
 }
 
 
-def _spawn(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
+def _spawn(cmd: list[str], root: Path = ROOT) -> tuple[subprocess.Popen[str], str]:
+    """Start ``cmd`` with ``root`` (a checkout) first on the path; its URL from its first line."""
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p),
     }
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     url = next(w for w in line.split() if w.startswith("http://"))

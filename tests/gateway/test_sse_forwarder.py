@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from sdk.gateway._app import _SSEForwarder
+from sdk.gateway._sse import SSEForwarder as _SSEForwarder
 
 
 def _event(payload: dict, event: str | None = None) -> bytes:

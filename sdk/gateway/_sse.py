@@ -1,0 +1,116 @@
+"""Forwarding an SSE stream event by event, its terminal event held back until the call is stored."""
+
+from __future__ import annotations
+
+import json
+
+from sdk._token_data import strip_token_data
+
+__all__ = ["SSEForwarder"]
+
+_TERMINAL_TYPES = (b"response.completed", b"response.failed", b"response.incomplete")
+_TERMINAL_MARKS = (b"[DONE]", *_TERMINAL_TYPES)
+
+
+class SSEForwarder:
+    r"""Forwards an SSE stream event by event and holds back its terminal event until the call is stored.
+
+    Bytes of an event are sent once the event is complete (a client cannot use half an event), so a chunk
+    is forwarded as soon as it completes one. The terminal event (``data: [DONE]`` or a final
+    ``response.*`` event) and anything after it wait for :meth:`rest`, called after the record is written:
+    a client that saw the end of its stream can rely on the call being in the store.
+
+    Example:
+        >>> f = SSEForwarder("chat.completions", frozenset())
+        >>> f.feed(b'data: {"choices": []}\n\ndata: [DONE]\n\n')
+        b'data: {"choices": []}\n\n'
+        >>> f.rest()
+        b'data: [DONE]\n\n'
+    """
+
+    __slots__ = ("buf", "held", "endpoint", "strip")
+
+    def __init__(self, endpoint: str, strip: frozenset[str]) -> None:
+        self.buf = b""
+        self.held = False
+        self.endpoint = endpoint
+        self.strip = strip
+
+    def feed(self, chunk: bytes) -> bytes:
+        self.buf += chunk
+        if self.held:
+            return b""
+        lf, crlf = self.buf.rfind(b"\n\n"), self.buf.rfind(b"\r\n\r\n")
+        cut = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+        if cut == 0:  # no complete event yet
+            return b""
+        ready, self.buf = self.buf[:cut], self.buf[cut:]
+        term = _terminal_at(ready)
+        if term >= 0:
+            ready, self.buf, self.held = ready[:term], ready[term:] + self.buf, True
+        return self._out(ready)
+
+    def rest(self) -> bytes:
+        out, self.buf = self.buf, b""
+        return self._out(out)
+
+    def _out(self, data: bytes) -> bytes:
+        if not self.strip or not data:
+            return data
+        return b"".join(_strip_event(ev, self.endpoint, self.strip) for ev in _events(data))
+
+
+def _events(data: bytes) -> list[bytes]:
+    """Split complete SSE data into events, each with its terminating blank line."""
+    out = []
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n\n", start)
+        if end < 0:
+            out.append(data[start:])
+            break
+        out.append(data[start : end + 2])
+        start = end + 2
+    return out
+
+
+def _terminal_at(data: bytes) -> int:
+    """Offset of the first terminal event in ``data`` (complete events), or -1."""
+    # Events before the first place a terminal marker could be are not terminal: skip their lines.
+    first = min((i for i in (data.find(n) for n in _TERMINAL_MARKS) if i >= 0), default=-1)
+    if first < 0:
+        return -1
+    offset = 0
+    for ev in _events(data):
+        end = offset + len(ev)
+        if end > first and _is_terminal(ev):
+            return offset
+        offset = end
+    return -1
+
+
+def _is_terminal(ev: bytes) -> bool:
+    for line in ev.split(b"\n"):
+        line = line.strip()
+        if line in (b"data: [DONE]", b"data:[DONE]"):
+            return True
+        if line.startswith(b"event:") and line[6:].strip() in _TERMINAL_TYPES:
+            return True
+        if line.startswith(b"data:") and any(
+            b'"type":"' + t + b'"' in line or b'"type": "' + t + b'"' in line for t in _TERMINAL_TYPES
+        ):
+            return True
+    return False
+
+
+def _strip_event(ev: bytes, endpoint: str, added: frozenset[str]) -> bytes:
+    lines = ev.split(b"\n")
+    for i, line in enumerate(lines):
+        if line.startswith(b"data:") and line[5:].strip() not in (b"", b"[DONE]"):
+            try:
+                payload = json.loads(line[5:])
+            except ValueError:
+                continue
+            payload = strip_token_data(endpoint, payload, added)
+            lines[i] = b"data: " + json.dumps(payload, separators=(",", ":")).encode("utf-8")
+    return b"\n".join(lines)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sdk.openai_wire import parse_exchange
 from sdk.capture import CallRecord, count
 from sdk.gateway._http import decompress, loads
+from sdk.openai_wire import parse_exchange
 
 __all__ = ["MAX_DEPTH", "malformed_record", "recordable", "request_problem", "too_deep", "warn_once"]
 

@@ -7,7 +7,10 @@
 #     (tests/constraints.txt: without it pip's resolver backtracks for many minutes between the
 #     OpenTelemetry, Strands, s3fs and boto3 releases, or gives up);
 #   - .venv-phoenix: Arize Phoenix, the real OpenTelemetry consumer the export test sends spans to. It has
-#     its own environment because its dependency pins (openai >= 3) clash with llama-index's (openai < 3).
+#     its own environment because its dependency pins (openai >= 3) clash with llama-index's (openai < 3);
+#   - .venv-skyrl: SkyRL tx, a self-hosted Tinker API server (JAX on CPU) the tinker backend's tests train
+#     on. It needs Python 3.12 (pyenv's on these machines; set PY312 to another) and uv, with which its API
+#     server starts its engine (`uv run`); skyrl 0.4.0's tinker extra lacks aiohttp, which that server imports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,3 +31,14 @@ fi
 
 [ -x .venv-phoenix/bin/python ] || python3 -m venv .venv-phoenix
 .venv-phoenix/bin/pip install -q 'arize-phoenix==20.26.1'
+
+PY312="${PY312:-}"
+for candidate in "$HOME"/.pyenv/versions/3.12.*/bin/python3.12 "$(command -v python3.12 || true)"; do
+  if [ -z "$PY312" ] && [ -n "$candidate" ] && [ -x "$candidate" ]; then PY312="$candidate"; fi
+done
+if [ -n "$PY312" ]; then
+  [ -x .venv-skyrl/bin/python ] || "$PY312" -m venv .venv-skyrl
+  .venv-skyrl/bin/pip install -q 'skyrl[tinker,jax]==0.4.0' 'aiohttp==3.14.5' 'uv==0.13.9'
+else
+  echo "setup: no python3.12 here (set PY312): .venv-skyrl not made, the SkyRL tx tests will skip" >&2
+fi

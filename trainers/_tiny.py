@@ -4,7 +4,8 @@ The tokenizer is a byte-level BPE (vocabulary 512) trained in memory on a small 
 ``qwen2_5`` chat template, so TRL recognises it: ``supports_tool_calling`` and
 ``is_chat_template_prefix_preserving`` hold and ``add_response_schema`` knows it. The GPT-2 split regex keeps
 newlines and words apart, so no BPE merge crosses a template boundary. The model is a randomly initialised
-``Qwen2ForCausalLM`` built from a config (hidden 64, 2 layers, tied embeddings: about 107k parameters).
+``Qwen2ForCausalLM`` (or ``Qwen3ForCausalLM``) built from a config (hidden 64, 2 layers, tied embeddings:
+about 107k parameters).
 """
 
 from __future__ import annotations
@@ -103,8 +104,12 @@ def build_tiny_model(
     vocab_size: int = 512,
     corpus: Sequence[str] | None = None,
     seed: int = 0,
+    architecture: str = "qwen2",
 ) -> Path:
     """Build and save a tiny random ``Qwen2ForCausalLM`` plus its tokenizer; nothing is downloaded.
+
+    ``architecture="qwen3"`` builds a ``Qwen3ForCausalLM`` of the same size instead (servers that implement
+    only some architectures, such as SkyRL tx, load it).
 
     With the defaults the model has about 107 k parameters and a training step on 8 × ~500 tokens takes about
     0.2 s on 2 CPU cores.
@@ -116,6 +121,7 @@ def build_tiny_model(
         vocab_size: Target tokenizer vocabulary size.
         corpus: Tokenizer training sentences; defaults to :data:`DEFAULT_CORPUS`.
         seed: Torch seed for the random initialisation.
+        architecture: ``qwen2`` or ``qwen3``.
 
     Returns:
         ``Path(output_dir)``.
@@ -127,12 +133,21 @@ def build_tiny_model(
         107072
     """
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    import transformers
 
+    if architecture not in ("qwen2", "qwen3"):
+        raise ValueError(f"architecture must be qwen2 or qwen3, got {architecture!r}")
+    name = architecture.capitalize()
+    config_class, model_class = (
+        getattr(transformers, f"{name}Config"),
+        getattr(transformers, f"{name}ForCausalLM"),
+    )
+    # Qwen3's head_dim defaults to 128 whatever the width: keep it width / heads, as Qwen2 derives it.
+    extra = {"head_dim": hidden_size // 4} if architecture == "qwen3" else {}
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tiny_tokenizer(out, vocab_size=vocab_size, corpus=corpus)
-    config = Qwen2Config(
+    config = config_class(
         vocab_size=len(tok),
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
@@ -144,12 +159,13 @@ def build_tiny_model(
         bos_token_id=None,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
+        **extra,
     )
     # Seed locally and restore, so building a model never perturbs the caller's RNG stream.
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
+        model = model_class(config)
     finally:
         torch.random.set_rng_state(state)
     model.generation_config.eos_token_id = tok.eos_token_id

@@ -1,6 +1,7 @@
 """The ``tinker`` backend: Datum construction verified with tinker's own types and wire encoding, and the
 run's lifecycle (steps, saved states, Ctrl-C, re-attach, cancel) against an in-process stand-in for Tinker's
-service (no Tinker server can run on loopback; the Datums it receives are tinker's own types).
+service (fast, and it checks the calls' order; the Datums it receives are tinker's own types). The same CLI
+runs against a real Tinker API server, SkyRL tx, in ``test_remote_tinker_skyrl.py``.
 """
 
 from __future__ import annotations
@@ -166,6 +167,16 @@ def _use(monkeypatch, fake):
     monkeypatch.setattr(backend, "_service_client", lambda cfg: fake)
 
 
+def _interrupted(tmp_path, monkeypatch, episodes, *, interrupt_at, **settings):
+    """Start a run and interrupt it (Ctrl-C) in forward_backward number ``interrupt_at``."""
+    path, cfg = episodes
+    cfg = TinkerConfig(**{**cfg.__dict__, "output_dir": str(tmp_path / "run"), **settings})
+    _use(monkeypatch, FakeTinker(interrupt_at=interrupt_at))
+    with pytest.raises(KeyboardInterrupt):
+        TinkerTrainer().train(path, cfg)
+    return path, cfg, tmp_path / "run"
+
+
 def test_run_steps_saves_states_and_finishes(tmp_path, monkeypatch, episodes):
     from trainers.remote import RemoteJob
 
@@ -190,14 +201,9 @@ def test_run_steps_saves_states_and_finishes(tmp_path, monkeypatch, episodes):
 def test_interrupted_run_is_refused_then_continued_then_cancel_is_final(tmp_path, monkeypatch, episodes):
     from trainers.remote import RemoteJob
 
-    path, cfg = episodes
-    out = tmp_path / "run"
-    cfg = TinkerConfig(
-        **{**cfg.__dict__, "output_dir": str(out), "steps": 3, "save_every": 2, "groups_per_step": 1}
+    path, cfg, out = _interrupted(
+        tmp_path, monkeypatch, episodes, interrupt_at=3, steps=3, save_every=2, groups_per_step=1
     )
-    _use(monkeypatch, FakeTinker(interrupt_at=3))
-    with pytest.raises(KeyboardInterrupt):
-        TinkerTrainer().train(path, cfg)
     job = RemoteJob.load(out)
     assert job.status == "running" and job.info["step"] == 2
     assert job.info["state_path"] == "tinker://run/state/tracerl-000002"
@@ -214,11 +220,49 @@ def test_interrupted_run_is_refused_then_continued_then_cancel_is_final(tmp_path
 
 
 def test_cancel_marks_an_unfinished_run_cancelled(tmp_path, monkeypatch, episodes):
-    path, cfg = episodes
-    out = tmp_path / "run"
-    cfg = TinkerConfig(**{**cfg.__dict__, "output_dir": str(out), "steps": 2})
-    _use(monkeypatch, FakeTinker(interrupt_at=2))
-    with pytest.raises(KeyboardInterrupt):
-        TinkerTrainer().train(path, cfg)
+    _, _, out = _interrupted(tmp_path, monkeypatch, episodes, interrupt_at=2, steps=2)
     assert TinkerTrainer().cancel(out).metrics["status"] == "cancelled"
     assert TinkerTrainer().attach(out).global_step == 1  # nothing continues a cancelled run
+
+
+def test_resume_restarts_at_the_saved_states_step(tmp_path, monkeypatch, episodes):
+    from trainers.remote import RemoteJob
+
+    _, _, out = _interrupted(
+        tmp_path, monkeypatch, episodes, interrupt_at=4, steps=4, save_every=2, groups_per_step=1
+    )
+    job = RemoteJob.load(out)
+    assert job.info["step"] == 3 and job.info["state_step"] == 2  # step 3 is not in the saved state
+
+    fake = FakeTinker()
+    _use(monkeypatch, fake)
+    assert TinkerTrainer().attach(out).global_step == 4
+    assert fake.calls[0] == ("restore", "tinker://run/state/tracerl-000002")
+    assert [c[0] for c in fake.calls].count("forward_backward") == 2  # steps 3 and 4
+
+
+class LoadIntoNewModelOnly(FakeTinker):
+    """A server without create-from-checkpoint (as SkyRL tx 0.4.0): HTTP 422, then load_state works."""
+
+    def create_training_client_from_state_with_optimizer(self, path):
+        import httpx
+
+        response = httpx.Response(422, request=httpx.Request("POST", "http://127.0.0.1/api/v1/load_weights"))
+        raise tinker.UnprocessableEntityError("model_id: Field required", response=response, body=None)
+
+    def load_state_with_optimizer(self, path):
+        self.calls.append(("load_state", path))
+        return _Done(None)
+
+
+def test_resume_loads_the_state_into_a_new_client_where_the_server_cannot_create_from_it(
+    tmp_path, monkeypatch, episodes
+):
+    _, cfg, out = _interrupted(tmp_path, monkeypatch, episodes, interrupt_at=3, steps=3, save_every=2)
+    fake = LoadIntoNewModelOnly()
+    _use(monkeypatch, fake)
+    assert TinkerTrainer().attach(out).global_step == 3
+    assert fake.calls[:2] == [
+        ("create", cfg.model, cfg.lora_rank),
+        ("load_state", "tinker://run/state/tracerl-000002"),
+    ]

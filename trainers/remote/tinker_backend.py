@@ -42,6 +42,7 @@ import math
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,12 +322,11 @@ class TinkerTrainer(RemoteTrainer):
         service = _call(settings, "connect to Tinker", lambda: _service_client(cfg))
         state = job.info.get("state_path")
         if state:
-            progress(f"restoring Tinker state {state} (step {job.info.get('step') or 0})")
-            client = _call(
-                settings,
-                "restore training state",
-                lambda: _resolve(service.create_training_client_from_state_with_optimizer(state)),
-            )
+            # Continue from the step the state was saved at: steps done after it (before the client was
+            # killed) are not in the restored weights. Runs saved before "state_step" existed: "step".
+            job.info["step"] = int(job.info.get("state_step") or job.info.get("step") or 0)
+            progress(f"restoring Tinker state {state} (step {job.info['step']})")
+            client = _call(settings, "restore training state", lambda: _restore(service, state, cfg))
         else:
             job.info["step"] = 0  # nothing saved yet: the run starts again from the base weights
             client = _call(
@@ -387,6 +387,9 @@ class TinkerTrainer(RemoteTrainer):
         fb = _call(
             settings, "forward_backward", lambda: client.forward_backward(datums, cfg.loss_fn).result()
         )
+        metrics = dict(getattr(fb, "metrics", None) or {})
+        if "loss:sum" not in metrics:  # SkyRL tx reports no metrics, only per-token losses
+            metrics["loss:sum"] = _loss_sum(fb)
         _call(
             settings,
             "optim_step",
@@ -397,7 +400,7 @@ class TinkerTrainer(RemoteTrainer):
             "step": step + 1,
             "reward": statistics.fmean(rewards) if rewards else 0.0,
             "datums": len(datums),
-            **{k: float(v) for k, v in (getattr(fb, "metrics", None) or {}).items()},
+            **{k: float(v) for k, v in metrics.items()},
         }
         with open(out / "metrics.jsonl", "a") as fh:
             fh.write(json.dumps(row) + "\n")
@@ -408,10 +411,12 @@ class TinkerTrainer(RemoteTrainer):
         job.info["step"] = step + 1
         if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < run.steps:
             job.info["state_path"] = self._save_state(client, f"{cfg.save_name}-{step + 1:06d}", settings)
+            job.info["state_step"] = step + 1
 
     def _finish(self, run: _Run, job: RemoteJob, out: Path) -> None:
         name = f"{run.cfg.save_name}-final"
         job.info["state_path"] = self._save_state(run.client, name, run.settings)
+        job.info["state_step"] = job.info["step"]
         sampler = _call(
             run.settings, "save sampler weights", lambda: run.client.save_weights_for_sampler(name).result()
         )
@@ -485,6 +490,34 @@ def _service_client(cfg: TinkerConfig) -> Any:
     return tinker.ServiceClient(api_key=_api_key(cfg.api_key_env), base_url=cfg.base_url or None)
 
 
+def _restore(service: Any, path: str, cfg: TinkerConfig) -> Any:
+    """A training client with the weights and optimizer state saved at ``path``."""
+    import tinker
+
+    try:
+        return _resolve(service.create_training_client_from_state_with_optimizer(path))
+    except (tinker.BadRequestError, tinker.UnprocessableEntityError):
+        # Servers that only load a checkpoint into an existing model (SkyRL tx 0.4.0 answers HTTP 422
+        # "model_id: Field required" to the SDK's create-from-state request): a new LoRA client of the
+        # same rank, then the state loaded into it (tinker deprecates this path, hence the filter).
+        client = _resolve(
+            service.create_lora_training_client(base_model=cfg.model, rank=cfg.lora_rank, seed=cfg.seed)
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            client.load_state_with_optimizer(path).result()
+        return client
+
+
+def _loss_sum(fb: Any) -> float:
+    """The batch's summed loss from the per-token losses of a ``forward_backward`` result."""
+    total = 0.0
+    for output in getattr(fb, "loss_fn_outputs", None) or []:
+        if "elementwise_loss" in output:
+            total += float(output["elementwise_loss"].to_numpy().sum())
+    return total
+
+
 def _resolve(obj: Any) -> Any:
     # create_*training_client* return a future of the client in tinker >= 0.3x (the client itself before).
     return obj.result() if hasattr(obj, "result") and callable(obj.result) else obj
@@ -508,6 +541,14 @@ def _call(settings: dict[str, Any], what: str, fn: Callable[[], T]) -> T:
             raise RemoteError(
                 f"{what}: HTTP {exc.status_code} from Tinker: {str(exc).splitlines()[0]}"
             ) from exc
+        except tinker.RequestFailedError as exc:
+            raise RemoteError(f"{what}: Tinker failed the request: {str(exc).splitlines()[0]}") from exc
+        except ValueError as exc:
+            # The SDK raises a bare ValueError when a request's result comes back as an HTTP error (e.g. a
+            # LoRA rank over the server's limit: "Error retrieving result: ... (status 400)").
+            if not str(exc).startswith("Error retrieving result"):
+                raise
+            raise RemoteError(f"{what}: {str(exc).splitlines()[0]}") from exc
 
     return with_retries(
         once,

@@ -46,6 +46,7 @@ from sdk.episodes import (
     EpisodeError,
     ExportSummary,
     build_episodes,
+    group_advantages,
     read_episodes,
     validate_episode,
 )
@@ -1240,7 +1241,7 @@ def build_groups(
     to a random G (``"trim"``). A task with 2..G-1 episodes is filled up by resampling with replacement
     (``underflow="resample"``) or dropped (``"drop"``). Groups whose rewards are all equal carry no learning
     signal (zero advantage) and are dropped when ``filter_zero_std``. Every change is counted in the report,
-    and each sequence's ``advantage`` is set to ``(r - mean) / (std + 1e-4)`` within its group.
+    and each sequence's ``advantage`` is set by :func:`sdk.episodes.group_advantages` within its group.
 
     Args:
         episodes: Output of :func:`convert_episodes`.
@@ -1294,10 +1295,10 @@ def build_groups(
         rep.groups_zero_std_filtered += len(groups) - len(kept)
         groups = kept
     for g in groups:
-        mean, std = g.mean_reward, g.reward_std
-        for ep in g.episodes:
+        advantages = group_advantages([float(ep.reward or 0.0) for ep in g.episodes])
+        for ep, adv in zip(g.episodes, advantages, strict=True):
             for s in ep.sequences:
                 s.group_id = g.group_id
-                s.advantage = (float(ep.reward or 0.0) - mean) / (std + 1e-4)
+                s.advantage = adv
     rep.groups = len(groups)
     return groups, rep

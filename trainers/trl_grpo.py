@@ -18,8 +18,8 @@ from a ``rollout_func`` (only its docstring names it), so it would only reach re
   episodes are token-faithful, which also makes ``num_iterations > 1`` meaningful. Tokens without a known
   behaviour logprob fall back to the policy's own log-prob at generation time (ratio 1).
 - Episodes that are not append-only under the target template become per-turn sequences; their group's
-  advantages are computed here (``(r - mean) / (std + 1e-4)``, following ``scale_rewards``) and packed G per
-  row, padded with fully masked dummies; the subclass overrides TRL's advantages for those rows.
+  advantages are computed here (:func:`sdk.episodes.group_advantages`, following ``scale_rewards``) and
+  packed G per row, padded with fully masked dummies; the subclass overrides TRL's advantages for those rows.
 
 Multi-GPU: ``accelerate launch -m sdk.train --data ... --model ...`` (one process per GPU; groups never
 straddle processes incorrectly because slot indices use the process index; ``trained_episodes.jsonl`` records
@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from sdk.episodes import group_advantages
 from trainers._dataset import Group, TrainingSequence
 from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
 from trainers.errors import UserError
@@ -205,14 +206,13 @@ def build_units(
             seqs = [_seq(s, float(ep.reward or 0.0), None) for ep in g.episodes for s in ep.sequences]
             units.append(_Unit(g, seqs))
             continue
-        mean = g.mean_reward
-        scale = {"group": g.reward_std, "batch": batch_std}.get(str(scale_rewards))
+        rewards = [float(ep.reward or 0.0) for ep in g.episodes]
+        std = batch_std if scale_rewards == "batch" else None
+        advantages = group_advantages(rewards, scale=str(scale_rewards) in ("group", "batch"), std=std)
         seqs = []
-        for ep in g.episodes:
-            adv = float(ep.reward or 0.0) - mean
-            if scale is not None:
-                adv /= scale + 1e-4
-            seqs += [_seq(s, float(ep.reward or 0.0), adv) for s in ep.sequences]
+        for ep, r, adv in zip(g.episodes, rewards, advantages, strict=True):
+            seqs += [_seq(s, r, adv) for s in ep.sequences]
+        mean = g.mean_reward
         while len(seqs) % G:
             # A one-token, fully masked sequence: fills the block; no gradient and no trained tokens.
             seqs.append(_Seq(seqs[0].prompt_ids, [eos_token_id], [0], None, mean, 0.0, "<pad>", g.group_id))
@@ -682,10 +682,10 @@ def evaluate_units(trainer: Any, units: list[_Unit], batch_size: int = 8) -> dic
 
     seqs: list[tuple[_Seq, float]] = []
     for u in units:
-        mean, std = u.group.mean_reward, u.group.reward_std
-        for s in u.seqs:
-            if sum(s.env_mask):
-                seqs.append((s, (s.reward - mean) / (std + 1e-4)))
+        eps = u.group.episodes
+        advantages = group_advantages([e.reward or 0.0 for e in eps])
+        adv = dict(zip([e.episode_id for e in eps], advantages, strict=True))
+        seqs += [(s, adv[s.episode_id]) for s in u.seqs if sum(s.env_mask)]
     model = trainer.model
     was_training = model.training
     model.eval()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk._internal import logger
+from sdk.episodes._advantage import group_advantages
 from sdk.episodes._parallel import export_parallel, picklable, plan_workers
 from sdk.episodes._parquet import (
     DEFAULT_BATCH_SIZE,
@@ -48,6 +49,7 @@ __all__ = [
     "RewardError",
     "build_episodes",
     "export",
+    "group_advantages",
     "llm_judge_reward",
     "read_episodes",
     "validate_episode",

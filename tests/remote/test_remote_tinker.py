@@ -18,12 +18,12 @@ from tinker.proto import tinker_public_pb2 as public_pb  # noqa: E402
 from tinker.proto.request_conv import forward_backward_request_to_proto  # noqa: E402
 from tinker.proto.response_conv import _tensor_data_from_proto  # noqa: E402
 
+from sdk.episodes import group_advantages  # noqa: E402
 from trainers.base import prepare_data  # noqa: E402
 from trainers.errors import AuthError, UserError  # noqa: E402
 from trainers.remote.tinker_backend import (  # noqa: E402
     TinkerConfig,
     TinkerTrainer,
-    group_advantages,
     sequence_to_datum,
 )
 
@@ -52,7 +52,7 @@ def test_datums_from_faithful_episodes(prepared):
     batches = TinkerTrainer().build_datums(data, cfg)
     assert [len(b) for b in batches] == [4, 4]
     for group, datums in zip(data.groups, batches, strict=True):
-        adv = group_advantages(group)
+        adv = {e.episode_id: a for e, a in zip(group.episodes, group_advantages(group.rewards), strict=True)}
         assert math.isclose(sum(adv.values()), 0.0, abs_tol=1e-9)
         for s, d in zip(group.sequences, datums, strict=True):
             assert isinstance(d, types.Datum)

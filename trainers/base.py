@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
-from trainers._dataset import (
+from trainers.data import (
     ConvertedEpisode,
     DataReport,
     Group,
@@ -293,7 +293,7 @@ class TrainResult:
 class Trainer(Protocol):
     """A training backend, registered by name in ``trainers.TRAINERS``.
 
-    ``data`` is anything :func:`trainers._dataset.load_episodes` accepts (Parquet path, store directory,
+    ``data`` is anything :func:`trainers.data.load_episodes` accepts (Parquet path, store directory,
     DataFrame, list of episode dicts) or a list of :class:`TrainingSequence` built with the target tokenizer.
 
     Example:

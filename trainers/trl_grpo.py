@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from sdk.episodes import group_advantages
-from trainers._dataset import Group, TrainingSequence
 from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
+from trainers.data import Group, TrainingSequence
 from trainers.errors import UserError
 
 __all__ = [
@@ -189,7 +189,7 @@ def build_units(
     dummy sequences.
 
     Example:
-        >>> from trainers._dataset import ConvertedEpisode
+        >>> from trainers.data import ConvertedEpisode
         >>> def ep(i):
         ...     seq = TrainingSequence("t", f"e{i}", [1], [2], [1])
         ...     return ConvertedEpisode(f"e{i}", "t", float(i), [seq])

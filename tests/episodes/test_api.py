@@ -16,6 +16,7 @@ def test_public_surface_is_pinned_and_documented() -> None:
             "RewardError",
             "build_episodes",
             "export",
+            "group_advantages",
             "llm_judge_reward",
             "read_episodes",
             "validate_episode",

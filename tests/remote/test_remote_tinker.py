@@ -92,7 +92,7 @@ def test_datums_survive_tinkers_wire_encoding(prepared):
 
 
 def test_unknown_logprobs_are_nan_until_filled_and_cross_entropy_uses_weights():
-    from trainers._dataset import TrainingSequence
+    from trainers.data import TrainingSequence
 
     s = TrainingSequence("t", "e", prompt_ids=[5, 6], completion_ids=[7, 8, 9], loss_mask=[1, 0, 1])
     d = sequence_to_datum(s, -1.0)

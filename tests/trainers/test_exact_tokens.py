@@ -21,7 +21,7 @@ import sdk  # noqa: E402
 from integrations.openai import wrap_openai  # noqa: E402
 from sdk.messages import render_ids, template_messages  # noqa: E402
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
-from trainers._dataset import build_groups, convert_episodes, load_episodes  # noqa: E402
+from trainers.data import build_groups, convert_episodes, load_episodes  # noqa: E402
 
 TOOLS = [
     {

@@ -14,11 +14,10 @@ from _synth import make_episode, make_episodes, messages_for, span_token_ids, wr
 import sdk
 from sdk.capture import CallRecord, record_call
 from sdk.messages import template_messages
-from trainers._dataset import (
+from trainers.data import (
     ConvertedEpisode,
     DataReport,
     TrainingSequence,
-    UserError,
     build_groups,
     check_task_sizes,
     convert_episode,
@@ -26,6 +25,7 @@ from trainers._dataset import (
     load_episodes,
     parse_tools,
 )
+from trainers.errors import UserError
 
 
 def segments(tok, ids, mask):
@@ -483,7 +483,7 @@ def test_registry():
 
 def test_imports_stay_light():
     code = (
-        "import sys, sdk, trainers, trainers.base, trainers._dataset, trainers.trl_grpo, trainers._plots\n"
+        "import sys, sdk, trainers, trainers.base, trainers.data, trainers.trl_grpo, trainers._plots\n"
         "import sdk.train, sdk.serve, sdk.messages\n"
         "heavy = [m for m in ('torch', 'transformers', 'trl', 'polars', 'peft', 'datasets', 'matplotlib')"
         " if m in sys.modules]\n"
@@ -500,7 +500,7 @@ def _root():
 
 
 def test_build_units_packs_per_turn_groups_with_masked_padding():
-    from trainers._dataset import Group
+    from trainers.data import Group
     from trainers.trl_grpo import build_units, stored_reward
 
     def ep(i, reward, turns):

@@ -29,7 +29,7 @@ def policy_logprobs_episodes(model, tok, n_tasks=2, per_task=4):
     """Token-faithful episodes whose stored logprobs are the model's own (behaviour = initial policy)."""
     import torch
 
-    from trainers._dataset import convert_episode
+    from trainers.data import convert_episode
 
     eps = make_episodes(n_tasks, per_task, tokenizer=tok)
     for ep in eps:
@@ -310,7 +310,7 @@ def test_lora_adapter_and_heldout_eval(tmp_path, tiny_model_dir, model_tokenizer
 
 def test_training_samples_api(tmp_path, tiny_model_dir, model_tokenizer):
     """The Trainer protocol also takes prebuilt TrainingSequences."""
-    from trainers._dataset import convert_episodes
+    from trainers.data import convert_episodes
     from trainers.trl_grpo import TRLGRPOTrainer
 
     tok = model_tokenizer

@@ -251,7 +251,7 @@ class RayTrainer(RemoteTrainer):
         Example:
             >>> RayTrainer().prepare("episodes.parquet", RayConfig(model="./tiny"))  # doctest: +SKIP
         """
-        from trainers._dataset import load_episodes
+        from trainers.data import load_episodes
 
         validate_episodes(load_episodes(data))
         return prepare_data(data, config)
@@ -350,7 +350,7 @@ class RayTrainer(RemoteTrainer):
 
     def _data(self, data: Any, config: RayConfig) -> tuple[str, list[dict[str, Any]] | None]:
         """``(--data for the job, episodes to upload or None)``; local data is validated here."""
-        from trainers._dataset import load_episodes
+        from trainers.data import load_episodes
 
         if isinstance(data, (str, os.PathLike)) and (_is_uri(str(data)) or not config.upload_data):
             if _is_uri(str(data)):

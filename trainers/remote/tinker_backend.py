@@ -2,7 +2,7 @@
 
 Tinker trains a LoRA adapter on its GPUs while the training loop runs here, on a machine without GPUs:
 
-1. episodes → :class:`~trainers._dataset.TrainingSequence` s with the base model's tokenizer (locally; set
+1. episodes → :class:`~trainers.data.TrainingSequence` s with the base model's tokenizer (locally; set
    ``tokenizer`` to a local copy when the hub is unreachable), grouped by task as for GRPO;
 2. group-relative advantages per group, as TRL computes them (:func:`sdk.episodes.group_advantages`;
    ``scale_rewards: none`` only centres);
@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from sdk.episodes import group_advantages
-from trainers._dataset import TrainingSequence
 from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
+from trainers.data import TrainingSequence
 from trainers.errors import AuthError, RateLimitError, RemoteError, TransientError, UserError
 from trainers.remote import (
     JOB_FILE,

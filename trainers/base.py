@@ -1,6 +1,6 @@
 """The trainer protocol, the shared configuration and result types, and backend-independent data preparation.
 
-A backend (``trainers/trl_grpo.py`` for TRL; the remote ones in ``trainers/remote/``) pairs a documented
+A backend (``trainers/trl/`` for TRL; the remote ones in ``trainers/remote/``) pairs a documented
 ``<Name>Config`` dataclass (a subclass of :class:`TrainerConfig`) with a ``<Name>Trainer`` class that
 satisfies :class:`Trainer`, and imports its heavy dependencies inside ``train()``. Backends are registered
 by name in ``trainers/__init__.py``; errors live in ``trainers/errors.py``.

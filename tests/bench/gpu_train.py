@@ -217,7 +217,7 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
     from transformers import TrainerCallback
 
     from trainers._tiny import build_tiny_tokenizer
-    from trainers.trl_grpo import TRLGRPOConfig, TRLGRPOTrainer
+    from trainers.trl import TRLGRPOConfig, TRLGRPOTrainer
 
     cuda = torch.cuda.is_available()
     if not cuda:
@@ -257,7 +257,7 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
         grpo=grpo,
     )
     t_load = time.perf_counter()
-    trainer, _ = TRLGRPOTrainer().build_trainer(str(store), cfg, tokenizer=tok)
+    trainer = TRLGRPOTrainer().build_trainer(str(store), cfg, tokenizer=tok).trainer
     load_s = time.perf_counter() - t_load
 
     def sync() -> None:

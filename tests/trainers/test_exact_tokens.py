@@ -153,7 +153,7 @@ def test_token_in_token_out_trains_on_the_stored_ids(tmp_path: Path, tiny_tokeni
         assert "Router" not in trained_text and "tool_response" not in trained_text
 
     # The replay hands TRL the stored ids, the mask as env_mask and the stored behaviour logprobs.
-    from trainers.trl_grpo import build_units, make_rollout_func
+    from trainers.trl import build_units, make_rollout_func
 
     groups, _ = build_groups(convs, 2)
     units = build_units(groups, 2)

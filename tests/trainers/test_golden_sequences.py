@@ -30,7 +30,7 @@ def sequences_of(source: Path, per_turn: str) -> dict[str, Any]:
     """Everything a trainer consumes from ``source``, as JSON-ready data."""
     from trainers._tiny import build_tiny_tokenizer
     from trainers.base import TrainerConfig, prepare_data
-    from trainers.trl_grpo import build_units
+    from trainers.trl import build_units
 
     config = TrainerConfig(model="unused", num_generations=2, per_turn=per_turn)
     prepared = prepare_data(str(source), config, tokenizer=build_tiny_tokenizer())

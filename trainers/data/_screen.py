@@ -173,12 +173,8 @@ def convert_episodes(
             if screened is not ep:
                 rep.cut_at_length += 1
                 ep = screened
-        kw: dict[str, Any] = dict(
-            max_length=max_length,
-            max_completion_length=max_completion_length,
-            truncation=truncation,
-            per_turn=per_turn,
-        )
+        kw: dict[str, Any] = {"max_length": max_length, "max_completion_length": max_completion_length}
+        kw.update(truncation=truncation, per_turn=per_turn)
         try:
             conv = convert_episode(ep, tokenizer, **kw)
         except (TypeError, UnicodeEncodeError):

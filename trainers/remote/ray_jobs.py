@@ -60,7 +60,7 @@ from trainers.remote.base import (
     validate_episodes,
     with_retries,
 )
-from trainers.trl_grpo import TRLGRPOConfig
+from trainers.trl import TRLGRPOConfig
 
 __all__ = ["RayConfig", "RayTrainer", "run_job"]
 
@@ -81,7 +81,7 @@ _STATUS = {
 class RayConfig(RemoteConfig, TRLGRPOConfig):
     """Configuration of the ``ray`` backend: the TRL settings plus where and how the job runs.
 
-    Every :class:`~trainers.trl_grpo.TRLGRPOConfig` field is passed to the job, which runs the ``trl``
+    Every :class:`~trainers.trl.TRLGRPOConfig` field is passed to the job, which runs the ``trl``
     backend with it. ``eval_data`` is not supported (use ``eval_fraction``).
 
     Parameters:

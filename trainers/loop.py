@@ -7,8 +7,9 @@ task file. Each round:
    ``TRACERL_POLICY_BASE_URL`` / ``TRACERL_POLICY_MODEL``);
 2. ``sdk.rollout`` runs the agent ``samples`` times on this round's training tasks (split ``round-N``);
 3. ``sdk.episodes.export`` turns the round's sessions into Parquet;
-4. one training round through ``python -m sdk.train``'s machinery on any backend (``train:`` holds the same
-   keys as its ``--config`` file); a LoRA adapter is merged into full weights;
+4. one training round in-process through the trainer API (:func:`trainers.settings.make_config`, then the
+   backend's ``train``, whose ``TrainResult`` gives checkpoint, adapter flag and steps; ``train:`` holds the
+   keys of ``python -m sdk.train``'s ``--config`` file); a LoRA adapter is merged into full weights;
 5. the policy server loads the new weights;
 6. every ``eval_every`` rounds (and before the first), the runner evaluates the validation tasks
    (split ``eval-round-N``; nothing is trained on them).
@@ -432,8 +433,8 @@ class _Run:
 def _train_round(
     cfg: LoopConfig, run: _Run, rnd: int, data: Path, model: str, groups: int
 ) -> tuple[str, str | None, int]:
-    """One training round via ``sdk.train``; returns (full-weight checkpoint, adapter or None, steps)."""
-    import yaml
+    """One training round through the trainer API: (full-weight checkpoint, adapter or None, steps)."""
+    from trainers.settings import make_config
 
     out = run.out / "train" / f"round-{rnd}"
     if out.exists():
@@ -442,6 +443,7 @@ def _train_round(
     settings = dict(cfg.train)
     settings.setdefault("num_generations", cfg.samples)
     settings.setdefault("seed", cfg.seed)
+    settings.update(model=model, output_dir=str(out))
     grpo = dict(settings.get("grpo") or {})
     G = int(settings["num_generations"])
     batch = grpo.get("per_device_train_batch_size")
@@ -449,45 +451,20 @@ def _train_round(
         # Fewer groups carry signal this round than one batch holds: a smaller batch, not a failed round.
         grpo["per_device_train_batch_size"] = G * groups
         settings["grpo"] = grpo
-    conf = out / "loop-train.yaml"
-    conf.write_text(yaml.safe_dump(settings, sort_keys=False))
-    argv = ["--config", str(conf), "--data", str(data), "--model", model, "--output", str(out)]
-    from trainers.cli import main as train_main
-
-    log = out / "train.log"
-    with open(log, "w") as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
-        rc = train_main(argv)
-    if rc != 0:
-        tail = log.read_text(errors="replace")[-3000:]
-        raise UserError(f"training round {rnd} failed (sdk.train exit {rc}); log {log}:\n{tail}")
-    final = out / "final"
-    if not final.is_dir():
+    trainer, config, backend = make_config(settings, source="the loop's train section")
+    try:
+        result = trainer.train(str(data), config, extra_config={"backend": backend, "data": str(data)})
+    except UserError as exc:
+        raise UserError(f"training round {rnd} failed: {exc}") from None
+    final = result.checkpoint
+    if final is None or not Path(final).is_dir():
         raise UserError(
-            f"training round {rnd} left no local checkpoint in {final}: the loop serves weights it can "
-            "load (local trl backend, or a remote backend that downloads them)"
+            f"training round {rnd} left no local checkpoint in {out / 'final'}: the loop serves weights it "
+            "can load (local trl backend, or a remote backend that downloads them)"
         )
-    steps = 0
-    for row in run_rows(out / "metrics.jsonl"):
-        with contextlib.suppress(TypeError, ValueError):
-            steps = max(steps, int(row.get("step") or 0))
-    if (final / "adapter_config.json").is_file():
-        return _merge_adapter(model, final, out / "merged"), str(final), steps
-    return str(final), None, steps
-
-
-def run_rows(path: Path) -> list[dict[str, Any]]:
-    """JSON lines of a metrics file (unreadable lines skipped).
-
-    Example:
-        >>> run_rows(Path("missing.jsonl"))
-        []
-    """
-    rows: list[dict[str, Any]] = []
-    with contextlib.suppress(OSError):
-        for line in path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                rows.append(json.loads(line))
-    return rows
+    if result.adapter:
+        return _merge_adapter(model, Path(final), out / "merged"), str(final), result.global_step
+    return str(final), None, result.global_step
 
 
 def _merge_adapter(base: str, adapter: Path, dest: Path) -> str:

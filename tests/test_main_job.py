@@ -32,7 +32,7 @@ def test_main_job_runs_end_to_end(
     argv = [
         "--agent", agent, "--out", str(out), "--seed", "0", "--rounds", "1",
         "--sft-steps", "10", "--sft-batch", "8", "--n-sft", "40", "--n-train", "8", "--n-eval", "4",
-        "--eval-samples", "1", "--tasks-per-round", "4", "--G", "4", "--epochs", "1", "--workers", "8",
+        "--eval-samples", "1", "--tasks-per-round", "4", "--group-size", "4", "--epochs", "1", "--workers", "8",
     ]  # fmt: skip
     result = main(argv)
     printed = capsys.readouterr().out

@@ -54,7 +54,7 @@ class TrainerConfig:
         seed: seed for grouping choices and training.
 
     Parameters that control sequences and groups:
-        num_generations: GRPO group size G (episodes per task per update).
+        group_size: GRPO group size G (episodes per task per update).
         max_length: maximum prompt + completion tokens of a sequence.
         truncation: what to do with longer sequences: ``"truncate"`` the completion or ``"skip"`` the episode.
         per_turn: ``"auto"``, ``"always"`` or ``"never"`` split episodes into one sequence per assistant turn.
@@ -66,7 +66,7 @@ class TrainerConfig:
         curriculum, curriculum_start, curriculum_expand_every, curriculum_expand_by: easy-first ordering.
 
     Example:
-        >>> cfg = TrainerConfig(model="./tiny", num_generations=4, max_length=1024)
+        >>> cfg = TrainerConfig(model="./tiny", group_size=4, max_length=1024)
         >>> cfg.truncation
         'truncate'
     """
@@ -90,7 +90,7 @@ class TrainerConfig:
         },
     )
     seed: int = field(default=42, metadata={"help": "Seed for grouping choices and training."})
-    num_generations: int = field(
+    group_size: int = field(
         default=4, metadata={"help": "GRPO group size G: episodes of one task compared with each other."}
     )
     max_length: int | None = field(
@@ -155,7 +155,7 @@ class TrainerConfig:
         if self.max_length is not None and self.max_length <= 0:
             self.max_length = None  # 0 means "no limit" (convenient on the command line)
         checks = [
-            (self.num_generations >= 2, f"num_generations must be at least 2, got {self.num_generations}"),
+            (self.group_size >= 2, f"group_size must be at least 2, got {self.group_size}"),
             (0.0 <= self.eval_fraction < 1.0, f"eval_fraction must be in [0, 1), got {self.eval_fraction}"),
             (
                 0.0 < self.curriculum_start <= 1.0,
@@ -444,7 +444,7 @@ def prepare_data(
     train_eps, eval_eps = _split_eval(converted, config.eval_fraction, config.seed)
     groups, report = build_groups(
         train_eps,
-        config.num_generations,
+        config.group_size,
         overflow=config.group_overflow,
         underflow=config.group_underflow,
         filter_zero_std=config.filter_zero_std,
@@ -508,7 +508,7 @@ def _eval_groups(eval_eps: list[ConvertedEpisode], config: TrainerConfig, tok: A
     # Held-out groups keep all episodes and equal-reward groups: log-probs are measured on all of them.
     eval_groups, _ = build_groups(
         eval_eps,
-        config.num_generations,
+        config.group_size,
         overflow="split",
         underflow="resample",
         filter_zero_std=False,

@@ -45,7 +45,7 @@ from typing import Any
 from trainers import get_trainer, resolve_backend
 from trainers.errors import UserError
 from trainers.remote import find_job, reattach
-from trainers.settings import make_config
+from trainers.settings import DEPRECATED_KEYS, make_config
 
 __all__ = ["main"]
 
@@ -54,7 +54,7 @@ _GRPO_SHORTCUTS: dict[str, tuple[type, str]] = {
     "max_steps": (int, "Total optimizer steps (overrides --num-train-epochs)."),
     "num_train_epochs": (float, "Passes over the training groups."),
     "learning_rate": (float, "Learning rate (TRL's default is 1e-6)."),
-    "per_device_train_batch_size": (int, "Sequences per device per step (a multiple of num_generations)."),
+    "per_device_train_batch_size": (int, "Sequences per device per step (a multiple of group_size)."),
     "gradient_accumulation_steps": (int, "Micro-batches per optimizer step."),
     "loss_type": (str, "grpo, dr_grpo, dapo (TRL default), bnpo, cispo, sapo, luspo, vespo."),
     "beta": (float, "KL coefficient (0 loads no reference model)."),
@@ -146,6 +146,10 @@ def _build_parser(config_cls: type | None) -> _ArgumentParser:
         p.add_argument("--output", "--output-dir", dest="output_dir")
         return p
     hints = typing.get_type_hints(config_cls)
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    for old, new in DEPRECATED_KEYS.items():  # still accepted, with a notice (trainers.settings)
+        if new in names:
+            p.add_argument(_flag(old), dest=old, type=hints[new], help=argparse.SUPPRESS)
     for f in dataclasses.fields(config_cls):
         help_text = f.metadata.get("help", "")
         hint = hints[f.name]

@@ -79,7 +79,7 @@ class LoopConfig:
             ``sdk.reward``).
         rounds: Training rounds.
         tasks_per_round: Training tasks per round.
-        samples: Samples per task (GRPO group size G).
+        group_size: Samples per task (the GRPO group size G); ``samples`` is its deprecated spelling.
         concurrency: Samples at once.
         timeout: Seconds per sample.
         success_threshold: Reward counted as a success.
@@ -94,7 +94,7 @@ class LoopConfig:
         plot: Write ``progress.png``.
 
     Example:
-        >>> LoopConfig(agent="a:f", tasks="t.jsonl", model="m").samples
+        >>> LoopConfig(agent="a:f", tasks="t.jsonl", model="m").group_size
         8
     """
 
@@ -106,7 +106,7 @@ class LoopConfig:
     reward_fn: str | None = None
     rounds: int = 4
     tasks_per_round: int = 32
-    samples: int = 8
+    group_size: int = 8
     concurrency: int = 16
     timeout: float | None = None
     success_threshold: float = 1.0
@@ -123,7 +123,7 @@ class LoopConfig:
         checks = [
             (self.rounds >= 0, "rounds must be >= 0"),
             (self.tasks_per_round >= 1, "tasks_per_round must be >= 1"),
-            (self.samples >= 2, "samples must be >= 2 (a GRPO group compares samples of one task)"),
+            (self.group_size >= 2, "group_size must be >= 2 (a GRPO group compares samples of one task)"),
             (self.eval_every >= 1, "eval_every must be >= 1"),
             (self.eval_samples >= 1, "eval_samples must be >= 1"),
             (isinstance(self.train, dict), "train must be a mapping of sdk.train settings"),
@@ -161,6 +161,10 @@ class LoopConfig:
             >>> LoopConfig.from_mapping({"agent": "a:f", "tasks": "t", "model": "m"}).rounds
             4
         """
+        from trainers.settings import rename_deprecated
+
+        data = dict(data)
+        rename_deprecated(data, "samples", "group_size")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -178,7 +182,7 @@ class LoopConfig:
         """Read a YAML config file.
 
         Example:
-            >>> LoopConfig.from_yaml("examples/arithmetic/loop.yaml").samples  # doctest: +SKIP
+            >>> LoopConfig.from_yaml("examples/arithmetic/loop.yaml").group_size  # doctest: +SKIP
             8
         """
         import yaml
@@ -324,7 +328,7 @@ class _Run:
 
     # -- rounds ----------------------------------------------------------------------------------
 
-    def rollout(self, tasks: list[dict[str, Any]], split: str, samples: int) -> Any:
+    def rollout(self, tasks: list[dict[str, Any]], split: str, group_size: int) -> Any:
         from sdk.rollout import RolloutError, run_rollout
 
         cfg = self.cfg
@@ -332,7 +336,7 @@ class _Run:
             return run_rollout(
                 cfg.agent,
                 tasks,
-                samples=samples,
+                group_size=group_size,
                 concurrency=cfg.concurrency,
                 timeout=cfg.timeout,
                 reward_fn=cfg.reward_fn,
@@ -391,7 +395,7 @@ class _Run:
             pool, rnd, cfg.tasks_per_round, history=self.history, uses=self.uses, curriculum=cfg.curriculum
         )
         split = f"round-{rnd}"
-        got = self.rollout(tasks, split, cfg.samples)
+        got = self.rollout(tasks, split, cfg.group_size)
         results = read_results(self.out / "rollouts" / f"{split}.jsonl")
         self._remember(results, tasks)
         t_collect = time.time() - t0
@@ -441,11 +445,11 @@ def _train_round(
         shutil.rmtree(out)  # a round cut short trains again from scratch
     out.mkdir(parents=True)
     settings = dict(cfg.train)
-    settings.setdefault("num_generations", cfg.samples)
+    settings.setdefault("group_size", cfg.group_size)
     settings.setdefault("seed", cfg.seed)
     settings.update(model=model, output_dir=str(out))
     grpo = dict(settings.get("grpo") or {})
-    G = int(settings["num_generations"])
+    G = int(settings["group_size"])
     batch = grpo.get("per_device_train_batch_size")
     if isinstance(batch, int) and batch > G * groups:
         # Fewer groups carry signal this round than one batch holds: a smaller batch, not a failed round.

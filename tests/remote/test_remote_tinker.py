@@ -37,7 +37,7 @@ def episodes(tmp_path_factory, tiny_tokenizer):
     path = write_parquet(
         make_episodes(2, 4, tokenizer=tiny_tokenizer), tmp_path_factory.mktemp("d") / "e.parquet"
     )
-    cfg = TinkerConfig(model="Qwen/Qwen3-8B", tokenizer=str(tok_dir), num_generations=4, max_length=512)
+    cfg = TinkerConfig(model="Qwen/Qwen3-8B", tokenizer=str(tok_dir), group_size=4, max_length=512)
     return path, cfg
 
 

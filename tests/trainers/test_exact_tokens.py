@@ -204,7 +204,7 @@ def test_dry_run_reports_every_episode_from_exact_ids(tmp_path: Path, tiny_token
     store, _ = _store(tmp_path, tiny_tokenizer, extend=False)
     tok_dir = tmp_path / "tok"
     tiny_tokenizer.save_pretrained(tok_dir)
-    rc = main(["--data", str(store), "--model", str(tok_dir), "--dry-run", "--num-generations", "2"])
+    rc = main(["--data", str(store), "--model", str(tok_dir), "--dry-run", "--group-size", "2"])
     out = capsys.readouterr().out
     assert rc == 0
     (line,) = [x for x in out.splitlines() if "episodes trained from the exact stored token ids" in x]
@@ -231,7 +231,7 @@ def test_old_format_store_fixture_trains(tmp_path: Path, tiny_model_dir: Any, ca
     store = Path(__file__).resolve().parents[1] / "fixtures" / "store_v1"
     out = tmp_path / "out"
     argv = ["--data", str(store), "--model", str(tiny_model_dir), "--output", str(out)]
-    rc = main([*argv, "--num-generations", "2", "--max-steps", "1", "--grpo", "logging_steps=1"])
+    rc = main([*argv, "--group-size", "2", "--max-steps", "1", "--grpo", "logging_steps=1"])
     assert rc == 0, capsys.readouterr().err
     report = json.loads((out / "data_report.json").read_text())["report"]
     assert report["groups"] == 2 and report["sequences"] == 9

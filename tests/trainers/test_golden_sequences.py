@@ -32,7 +32,7 @@ def sequences_of(source: Path, per_turn: str) -> dict[str, Any]:
     from trainers.base import TrainerConfig, prepare_data
     from trainers.trl import build_units
 
-    config = TrainerConfig(model="unused", num_generations=2, per_turn=per_turn)
+    config = TrainerConfig(model="unused", group_size=2, per_turn=per_turn)
     prepared = prepare_data(str(source), config, tokenizer=build_tiny_tokenizer())
     seqs = [
         {

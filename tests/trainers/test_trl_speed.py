@@ -15,7 +15,7 @@ def _config(tmp_path, model_dir, name, **kw):
 
     grpo = kw.pop("grpo", {})
     return TRLGRPOConfig(
-        model=str(model_dir), output_dir=str(tmp_path / name), num_generations=4, seed=0, grpo=grpo, **kw
+        model=str(model_dir), output_dir=str(tmp_path / name), group_size=4, seed=0, grpo=grpo, **kw
     )
 
 

@@ -67,7 +67,7 @@ def test_viewer_shows_the_trainers_advantages(tmp_path: Path) -> None:
     page = (tmp_path / "r.html").read_text()
     data = json.loads(page.split('id="data"', 1)[1].split(">", 1)[1].split("</script>", 1)[0])
     shown = {v["id"]: v["adv"] for v in data["episodes"]}
-    config = TrainerConfig(model="unused", num_generations=2)
+    config = TrainerConfig(model="unused", group_size=2)
     prepared = prepare_data(str(store), config, tokenizer=build_tiny_tokenizer())
     trained = {s.episode_id: s.advantage for s in prepared.groups[0].sequences}
     assert sorted(shown.values()) == [-0.707, 0.707]

@@ -45,7 +45,7 @@ def _split_task(
 
 def build_groups(
     episodes: Sequence[ConvertedEpisode],
-    num_generations: int,
+    group_size: int,
     *,
     overflow: Literal["split", "trim"] = "split",
     underflow: Literal["resample", "drop"] = "resample",
@@ -53,7 +53,7 @@ def build_groups(
     seed: int = 0,
     report: DataReport | None = None,
 ) -> tuple[list[Group], DataReport]:
-    """Group converted episodes by task into GRPO groups of exactly ``num_generations`` episodes.
+    """Group converted episodes by task into GRPO groups of exactly ``group_size`` episodes.
 
     Tasks with fewer than 2 episodes are dropped. A task with more than G episodes is split into several
     groups of G (``overflow="split"``; leftovers fill a last group by resampling or are left out) or reduced
@@ -64,7 +64,7 @@ def build_groups(
 
     Args:
         episodes: Output of :func:`convert_episodes`.
-        num_generations: Group size G (≥ 2).
+        group_size: Group size G (≥ 2).
         overflow: Policy for tasks with more than G episodes.
         underflow: Policy for tasks with fewer than G episodes.
         filter_zero_std: Drop groups without reward spread.
@@ -82,8 +82,8 @@ def build_groups(
         >>> len(groups[0].episodes), rep.duplicates_added
         (4, 1)
     """
-    if num_generations < 2:
-        raise UserError(f"num_generations must be at least 2 for GRPO, got {num_generations}")
+    if group_size < 2:
+        raise UserError(f"group_size must be at least 2 for GRPO, got {group_size}")
     rep = report or DataReport()
     rng = random.Random(seed)
     by_task: dict[str, list[ConvertedEpisode]] = defaultdict(list)
@@ -91,7 +91,7 @@ def build_groups(
         if ep.task_id is not None and ep.reward is not None and ep.sequences:
             by_task[ep.task_id].append(ep)
     rep.tasks = len(by_task)
-    G = num_generations
+    G = group_size
     groups: list[Group] = []
     for task in sorted(by_task):
         eps = sorted(by_task[task], key=lambda e: e.episode_id)

@@ -89,7 +89,7 @@ class DataReport:
             "episodes_trimmed": "episodes left out by group sizing",
             "groups_resampled": "groups filled up by resampling",
             "duplicates_added": "duplicate episodes added by resampling",
-            "groups_dropped_small": "groups dropped: fewer than num_generations episodes",
+            "groups_dropped_small": "groups dropped: fewer than group_size episodes",
             "groups_zero_std_filtered": "groups dropped: all rewards equal (zero advantage)",
             "eval_groups": "held-out evaluation groups",
         }

@@ -82,7 +82,7 @@ class ConvertedEpisode:
 
 @dataclass
 class Group:
-    """A GRPO group: ``num_generations`` episodes of one task (duplicates possible after resampling).
+    """A GRPO group: ``group_size`` (G) episodes of one task (duplicates possible after resampling).
 
     Example:
         >>> eps = [ConvertedEpisode("a", "t1", 1.0), ConvertedEpisode("b", "t1", 0.0)]

@@ -7,7 +7,7 @@ returns ``prompt_ids``, ``completion_ids`` and ``logprobs`` (``None`` allowed) f
 reward functions as keyword arguments. ``logprob_token_ids`` is not returned: TRL 1.16 reads no such key
 from a ``rollout_func`` (only its docstring names it), so it would only reach reward functions. On top of it:
 
-- Each task group of ``num_generations`` (G) episodes is one dataset row (a *unit*). TRL's ``RepeatSampler``
+- Each task group of ``group_size`` (G) episodes is one dataset row (a *unit*). TRL's ``RepeatSampler``
   repeats every row G times in a contiguous block; the ``rollout_func`` answers slot ``i`` of a block with the
   group's ``i``-th stored episode: ``prompt_ids``, ``completion_ids``, ``env_mask`` (1 = model token, 0 = tool
   result / template glue: no gradient), behaviour ``logprobs`` and the stored reward, which a reward function

@@ -54,10 +54,10 @@ def resolve_grpo_kwargs(config: TRLGRPOConfig, prepared: PreparedData) -> dict[s
     for key, attr in _OWNED.items():
         if key in user and user[key] != getattr(config, attr):
             raise UserError(
-                f"set {key} at the top level of the config (--{key.replace('_', '-')}), not in grpo"
+                f"set {attr} at the top level of the config (--{attr.replace('_', '-')}), not in grpo"
             )
     cuda = torch.cuda.is_available()
-    G = config.num_generations
+    G = config.group_size
     n_units = max(1, len(prepared.groups))
     kw: dict[str, Any] = {
         "output_dir": config.output_dir,
@@ -193,11 +193,11 @@ def _grpo_args(config: TRLGRPOConfig, prepared: PreparedData) -> tuple[dict[str,
         raise UserError(f"invalid GRPO settings: {str(exc).splitlines()[0]}") from exc
 
 
-def _check_generation_batch(generation_batch_size: int, num_generations: int, units: int) -> None:
-    per_gen_units = generation_batch_size // num_generations
+def _check_generation_batch(generation_batch_size: int, group_size: int, units: int) -> None:
+    per_gen_units = generation_batch_size // group_size
     if per_gen_units > units:
         raise UserError(
             f"a generation batch needs {per_gen_units} groups (generation_batch_size "
-            f"{generation_batch_size} / num_generations {num_generations}) but only {units} exist; lower "
+            f"{generation_batch_size} / group_size {group_size}) but only {units} exist; lower "
             "per_device_train_batch_size or steps_per_generation"
         )

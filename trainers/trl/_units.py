@@ -34,9 +34,9 @@ def _replayed(s: TrainingSequence, reward: float | None, advantage: float | None
 
 
 def build_units(
-    groups: list[Group], num_generations: int, *, scale_rewards: str = "group", eos_token_id: int = 0
+    groups: list[Group], group_size: int, *, scale_rewards: str = "group", eos_token_id: int = 0
 ) -> list[_Unit]:
-    """Pack groups into dataset rows of exactly ``num_generations`` sequences each.
+    """Pack groups into dataset rows of exactly ``group_size`` sequences each.
 
     A group whose episodes are one sequence each is one unit (TRL computes its advantages). A group with
     per-turn sequences is spread over several units with precomputed advantages, padded with fully masked
@@ -51,7 +51,7 @@ def build_units(
         >>> [len(u.seqs) for u in build_units([Group("t", "t", eps)], 2)]
         [2]
     """
-    G = num_generations
+    G = group_size
     all_rewards = [r for g in groups for r in g.rewards]
     batch_std = statistics.stdev(all_rewards) if len(all_rewards) > 1 else 0.0
     units: list[_Unit] = []
@@ -101,7 +101,7 @@ def _write_episode_paths(path: Path, prepared: Any) -> None:
                 f.write(json.dumps(row) + "\n")
 
 
-def make_rollout_func(units: list[_Unit], num_generations: int, *, behaviour_logprobs: bool = True) -> Any:
+def make_rollout_func(units: list[_Unit], group_size: int, *, behaviour_logprobs: bool = True) -> Any:
     """Build the ``rollout_func`` that replays ``units`` (dataset column ``unit`` indexes them).
 
     The prompts arrive repeated G times in contiguous blocks; slot ``(process_index * len(prompts) + i) % G``
@@ -112,7 +112,7 @@ def make_rollout_func(units: list[_Unit], num_generations: int, *, behaviour_log
         >>> callable(fn)
         True
     """
-    G = num_generations
+    G = group_size
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         rows = trainer._replay_rows

@@ -10,8 +10,9 @@ from trainers.base import TrainerConfig
 __all__ = ["TRLGRPOConfig"]
 
 
-# Fields tracerl owns at the top level of the config; in `grpo` they must agree with it.
-_OWNED = {"output_dir": "output_dir", "seed": "seed", "num_generations": "num_generations"}
+# GRPOConfig fields tracerl owns at the top level of the config (GRPOConfig name: our name); in `grpo` they
+# must agree with it.
+_OWNED = {"output_dir": "output_dir", "seed": "seed", "num_generations": "group_size"}
 
 
 @dataclass

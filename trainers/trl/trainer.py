@@ -163,7 +163,7 @@ class TRLGRPOTrainer:
         out_dir = Path(config.output_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         kw, args = _grpo_args(config, prepared)
-        G = config.num_generations
+        G = config.group_size
         eos = tok.eos_token_id if isinstance(tok.eos_token_id, int) else 0
         units = build_units(prepared.groups, G, scale_rewards=str(args.scale_rewards), eos_token_id=eos)
         eval_units = build_units(prepared.eval_groups, G, scale_rewards="group", eos_token_id=eos)

@@ -157,6 +157,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t_start = time.time()
     import torch
 
+    from trainers.quiet import quiet_libraries
+
+    quiet_libraries()  # the job prints its own lines only (tracerl's bars stay)
+
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
     os.environ["ARITHMETIC_TEMPERATURE"] = str(args.temperature)

@@ -449,6 +449,9 @@ def _train_round(
     settings.setdefault("seed", cfg.seed)
     settings.update(model=model, output_dir=str(out))
     grpo = dict(settings.get("grpo") or {})
+    if str(settings.get("backend") or "trl") == "trl":
+        grpo.setdefault("disable_tqdm", True)  # the loop prints one row per round, not TRL's steps
+        settings["grpo"] = grpo
     G = int(settings["group_size"])
     batch = grpo.get("per_device_train_batch_size")
     if isinstance(batch, int) and batch > G * groups:
@@ -541,6 +544,8 @@ def run_loop(
 
     Re-running with the same ``out`` continues after the last finished round (``state.json``); a round cut
     short runs again (its rollout keeps the samples that finished). Raising ``rounds`` extends a run.
+    Third-party progress bars, logs and warnings are turned off for the process
+    (:func:`trainers.quiet.quiet_libraries`): the loop prints its own lines only.
 
     Args:
         config: A :class:`LoopConfig`, a mapping of its fields or a YAML file.
@@ -563,6 +568,7 @@ def run_loop(
     import sdk
     from sdk.rollout import RolloutError, load_tasks
     from trainers.policy import export_env, make_policy
+    from trainers.quiet import quiet_libraries
 
     run = _Run(cfg, on_round_end=on_round_end, quiet=quiet)
     run.out.mkdir(parents=True, exist_ok=True)
@@ -579,6 +585,7 @@ def run_loop(
     if first > cfg.rounds:
         run.say(f"all {cfg.rounds} rounds are done (raise rounds to continue)")
         return run.result()
+    quiet_libraries()  # one row per round: no third-party bars, logs or warnings between them
     policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
     policy.start()
     export_env(policy)

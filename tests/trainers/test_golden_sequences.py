@@ -73,7 +73,8 @@ def test_fixtures_give_the_pinned_sequences() -> None:
         assert now[name]["sequences"] == golden[name]["sequences"], name
         assert now[name]["unit_advantages"] == golden[name]["unit_advantages"], name
         assert now[name]["report"] == golden[name]["report"], name
-    assert any(s["turn"] is not None for s in golden["store_v1:always"]["sequences"])  # per-turn path pinned too
+    # The per-turn path is pinned too.
+    assert any(s["turn"] is not None for s in golden["store_v1:always"]["sequences"])
 
 
 if __name__ == "__main__":

@@ -107,7 +107,9 @@ def test_num_generations_still_works_with_a_notice(parquet, tokenizer_dir, tmp_p
     with pytest.warns(DeprecationWarning, match="num_generations is deprecated"):
         rc, out, err = run_cli(capsys, [*base, "--num-generations", "4"])
     assert rc == 0 and "nothing trained" in out
-    assert err.strip().splitlines() == ["tracerl: num_generations is deprecated; use group_size (--group-size)"]
+    assert err.strip().splitlines() == [
+        "tracerl: num_generations is deprecated; use group_size (--group-size)"
+    ]
     conf = tmp_path / "old.yaml"
     conf.write_text("num_generations: 4\n")
     with pytest.warns(DeprecationWarning):

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather_object
+from transformers import PrinterCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
 
@@ -50,6 +51,8 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self._episodes_log = episodes_log
         self._replay_rows: list[dict[str, Any]] = []
         super().__init__(*args, **kw)
+        if self.args.disable_tqdm:  # metrics go to metrics.jsonl; transformers would print every log dict
+            self.remove_callback(PrinterCallback)
 
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
         if not (self._length_grouped and self.model.training):

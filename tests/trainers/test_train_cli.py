@@ -118,6 +118,13 @@ def test_num_generations_still_works_with_a_notice(parquet, tokenizer_dir, tmp_p
     assert_user_error(capsys, [*base, "--num-generations", 4, "--group-size", 4], "group_size only")
 
 
+def test_config_keyword_num_generations_still_works():
+    from trainers.trl import TRLGRPOConfig
+
+    with pytest.warns(DeprecationWarning, match="use group_size"):
+        assert TRLGRPOConfig(model="./tiny", num_generations=6).group_size == 6
+
+
 def test_dry_run_counts_truncation(tmp_path, tokenizer_dir, capsys):
     path = write_parquet(make_episodes(2, 4), tmp_path / "e.parquet")
     rc, out, _ = run_cli(capsys, ["--data", path, "--model", tokenizer_dir, "--dry-run", "--max-length", 70])

@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sft-batch", type=int, default=32, help="SFT batch size")
     g.add_argument("--sft-lr", type=float, default=3e-3, help="SFT learning rate")
     r = p.add_argument_group("collection and GRPO (defaults from examples/arithmetic/loop.yaml)")
-    r.add_argument("--G", type=int, default=None, help="samples per task (GRPO group size)")
+    r.add_argument("--group-size", "--G", type=int, default=None, help="samples per task (GRPO group size G)")
     r.add_argument("--tasks-per-round", type=int, default=None, help="fresh training tasks per round")
     r.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (collect + eval)")
     r.add_argument("--lr", type=float, default=None, help="GRPO learning rate")
@@ -95,7 +95,7 @@ def loop_config(args: argparse.Namespace, model: str, tasks: dict[str, str], out
     if args.agent == "openai":
         cfg["agent"] = "examples.arithmetic.agent:solve_openai"
     for flag, key in (
-        ("G", "samples"),
+        ("group_size", "group_size"),
         ("tasks_per_round", "tasks_per_round"),
         ("eval_samples", "eval_samples"),
     ):
@@ -105,7 +105,7 @@ def loop_config(args: argparse.Namespace, model: str, tasks: dict[str, str], out
         cfg["concurrency"] = args.workers
     cfg["plot"] = not args.no_plot
     grpo = cfg["train"]["grpo"]
-    grpo["per_device_train_batch_size"] = cfg["samples"] * args.groups_per_step
+    grpo["per_device_train_batch_size"] = cfg["group_size"] * args.groups_per_step
     grpo["temperature"] = args.temperature
     if args.lr is not None:
         grpo["learning_rate"] = args.lr
@@ -157,6 +157,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t_start = time.time()
     import torch
 
+    from trainers.quiet import quiet_libraries
+
+    quiet_libraries()  # the job prints its own lines only (tracerl's bars stay)
+
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
     os.environ["ARITHMETIC_TEMPERATURE"] = str(args.temperature)
@@ -171,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     checkpoint, n_params = _sft_checkpoint(args, out, splits)
     cfg = loop_config(args, checkpoint, tasks, out)
     print(
-        f"agent: {cfg['agent']}; {cfg['tasks_per_round']} tasks x G={cfg['samples']} per round; held-out: "
+        f"agent: {cfg['agent']}; {cfg['tasks_per_round']} tasks x G={cfg['group_size']} per round; held-out: "
         f"{len(splits['eval'])} tasks x {cfg['eval_samples']} at T={args.temperature}",
         flush=True,
     )

@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--base-url", help="an OpenAI-compatible endpoint; default: a local scripted server")
     parser.add_argument("--model", default="gpt-4o-mini", help="model name (default: %(default)s)")
-    parser.add_argument("--samples", type=int, default=2, help="samples per task (default: %(default)s)")
+    parser.add_argument(
+        "--group-size", "--samples", type=int, default=2, help="samples per task, G (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
 
     sdk.configure(store=args.store)
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     client = wrap_openai(openai.OpenAI(base_url=base_url, api_key="x", max_retries=0))  # the one line
     try:
         for task_id, (a, b) in TASKS.items():
-            for sample in range(args.samples):
+            for sample in range(args.group_size):
                 with sdk.session(task_id=task_id, sample=sample, split="train") as s:
                     answer = run_agent(client, args.model, f"What is {a} + {b}?")
                     numbers = [int(x) for x in re.findall(r"-?\d+", answer)]

@@ -6,7 +6,7 @@ Two forms of a message, built by two functions:
   has the same six keys (:data:`MESSAGE_KEYS`) so the Parquet struct has one shape; content is text
   (:func:`flatten_content`); tool-call ``arguments`` are JSON strings, as in the OpenAI API.
 - :func:`template_messages`: the **chat-template** form, what a Hugging Face chat template renders. The
-  policy server (``trainers.serve``) and the trainer (``trainers._dataset``) both render this form with
+  policy server (``trainers.serve``) and the trainer (``trainers.data``) both render this form with
   :func:`render_ids`, so the same messages give the same token ids on both sides: the ids the server
   returned are the ids the trainer re-renders.
 

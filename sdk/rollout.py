@@ -27,7 +27,7 @@ I-th of N disjoint slices of the tasks (by a hash of the task id), so N machines
 
 Usage::
 
-    python -m sdk.rollout my_agent:solve tasks.jsonl --samples 8 --concurrency 16 --timeout 120
+    python -m sdk.rollout my_agent:solve tasks.jsonl --group-size 8 --concurrency 16 --timeout 120
         --reward-fn my_agent:score --store .tracerl --split train
     python -m sdk.rollout my_agent:solve eval.jsonl --split eval --json
 
@@ -42,7 +42,7 @@ Results line fields: ``task_id``, ``sample``, ``split``, ``status`` (``ok``, ``e
 Example:
     >>> from sdk.rollout import run_rollout
     >>> tasks = [{"id": "t1", "x": 2}]
-    >>> summary = run_rollout(lambda t: t["x"] * 2, tasks, samples=2,  # doctest: +SKIP
+    >>> summary = run_rollout(lambda t: t["x"] * 2, tasks, group_size=2,  # doctest: +SKIP
     ...                       reward_fn=lambda t, a: float(a == 4), results="r.jsonl")
     >>> summary.success_rate  # doctest: +SKIP
     1.0
@@ -65,6 +65,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -486,7 +487,7 @@ def run_rollout(
     agent: str | Callable[..., Any],
     tasks: str | os.PathLike[str] | Iterable[dict[str, Any]],
     *,
-    samples: int = 1,
+    group_size: int = 1,
     concurrency: int = 8,
     timeout: float | None = None,
     reward_fn: str | Callable[..., Any] | None = None,
@@ -500,14 +501,15 @@ def run_rollout(
     ray: str | None = None,
     ray_runtime_env: dict[str, Any] | None = None,
     shard: str | tuple[int, int] | None = None,
+    samples: int | None = None,
 ) -> RolloutSummary:
-    """Run ``agent`` ``samples`` times on every task, each run in its own session; resumable.
+    """Run ``agent`` ``group_size`` times on every task, each run in its own session; resumable.
 
     Args:
         agent: ``"module:function"`` or a callable (sync or async) taking the task dict and returning an
             answer; it may call ``sdk.reward`` itself.
         tasks: Tasks (see :func:`load_tasks`).
-        samples: Samples per task (GRPO group size G).
+        group_size: Samples per task (the GRPO group size G).
         concurrency: Samples running at once.
         timeout: Seconds per sample; a sample past it ends its session with ``TimeoutError``. A sync
             agent's thread cannot be stopped: it runs on in the background until it returns.
@@ -528,6 +530,7 @@ def run_rollout(
         shard: ``"I/N"`` or ``(I, N)``: run only the I-th of N disjoint slices of the tasks (by a hash of
             the task id, the same on every machine); ``python -m sdk.eval summarize`` merges the shards'
             results files.
+        samples: Deprecated spelling of ``group_size`` (a ``DeprecationWarning``; removed in a later release).
 
     Returns:
         A :class:`RolloutSummary` over the whole results file.
@@ -538,12 +541,15 @@ def run_rollout(
             interrupted) and every finished one is in the results file.
 
     Example:
-        >>> run_rollout("my_agent:solve", "tasks.jsonl", samples=4, results="out.jsonl")  # doctest: +SKIP
+        >>> run_rollout("my_agent:solve", "tasks.jsonl", group_size=4, results="out.jsonl")  # doctest: +SKIP
     """
     import sdk
 
-    if samples < 1 or concurrency < 1:
-        raise RolloutError("samples and concurrency must be at least 1")
+    if samples is not None:
+        warnings.warn("run_rollout(samples=) is deprecated: use group_size", DeprecationWarning, stacklevel=2)
+        group_size = samples
+    if group_size < 1 or concurrency < 1:
+        raise RolloutError("group_size and concurrency must be at least 1")
     if timeout is not None and timeout <= 0:
         raise RolloutError(f"timeout must be positive, got {timeout}")
     fn = load_function(agent, "agent")
@@ -565,8 +571,8 @@ def run_rollout(
     location = _store_location()
     rows = _resume(results_path, location, key, split, task_list, success_threshold)
     done = {(str(r["task_id"]), int(r["sample"])) for r in rows}
-    jobs = [(t, k) for t in task_list for k in range(samples) if (t["id"], k) not in done]
-    total = len(task_list) * samples
+    jobs = [(t, k) for t in task_list for k in range(group_size) if (t["id"], k) not in done]
+    total = len(task_list) * group_size
     started = time.monotonic()
     bar = _Progress(progress, total, total - len(jobs))
     extra = {**(metadata or {}), "split": split, "rollout": key}
@@ -940,7 +946,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``python -m sdk.rollout`` argument parser.
 
     Example:
-        >>> build_parser().parse_args(["m:f", "t.jsonl"]).samples
+        >>> build_parser().parse_args(["m:f", "t.jsonl"]).group_size
         1
     """
     p = argparse.ArgumentParser(
@@ -949,7 +955,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("agent", help="agent entry point module:function (takes the task dict)")
     p.add_argument("tasks", help="tasks: .jsonl, .parquet, a saved datasets directory or hf:NAME[:SPLIT]")
-    p.add_argument("--samples", "-G", type=int, default=1, help="samples per task (default 1)")
+    p.add_argument(
+        "--group-size", "-G", type=int, default=1, help="samples per task, the GRPO group size G (default 1)"
+    )
+    # Deprecated spelling of --group-size: still works, with a one-line notice.
+    p.add_argument("--samples", dest="samples_deprecated", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--concurrency", "-c", type=int, default=8, help="samples at once (default 8)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per sample (default: none)")
     p.add_argument("--reward-fn", default=None, help="module:function(task, answer) -> float | dict")
@@ -991,7 +1001,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns 0, 2 on bad input (one ``error:`` line), 130 when interrupted.
 
     Example:
-        >>> main(["my_agent:solve", "tasks.jsonl", "--samples", "4"])  # doctest: +SKIP
+        >>> main(["my_agent:solve", "tasks.jsonl", "--group-size", "4"])  # doctest: +SKIP
         0
     """
     parser = build_parser()
@@ -1001,6 +1011,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     import sdk
 
+    if args.samples_deprecated is not None:
+        print("tracerl: --samples is deprecated; use --group-size", file=sys.stderr)
+        args.group_size = args.samples_deprecated
     try:
         if args.store is not None:
             sdk.configure(store=args.store)
@@ -1012,7 +1025,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_rollout(
             args.agent,
             args.tasks,
-            samples=args.samples,
+            group_size=args.group_size,
             concurrency=args.concurrency,
             timeout=args.timeout,
             reward_fn=args.reward_fn,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,27 @@ pytest.importorskip("trl")
 pytest.importorskip("langchain")
 
 
+# What the main job itself prints: its header lines, the loop's table (header and one row per round), where
+# the results went, the final line, and tracerl's own one-line notices. Anything else (a transformers bar,
+# TRL's per-step dicts, a library's warning) is not ours.
+OURS = re.compile(
+    r"^(policy: |agent: |round  validation  train reward|\s+\d+\s+(\d+\.\d%|-)\s|results: |held-out success: "
+    r"|resuming after round \d+ |all \d+ rounds are done "
+    r"|tracerl: )"
+)
+
+
+def assert_only_our_lines(out: str, err: str) -> None:
+    assert [line for line in out.splitlines() if line and not OURS.match(line)] == []
+    assert [
+        line for line in re.split(r"[\r\n]", err) if line.strip() and not line.startswith("tracerl: ")
+    ] == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("agent", ["openai", "langchain"])
 def test_main_job_runs_end_to_end(
-    agent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    agent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     import examples.arithmetic.task as task_mod
     from examples.main import main
@@ -32,10 +50,11 @@ def test_main_job_runs_end_to_end(
     argv = [
         "--agent", agent, "--out", str(out), "--seed", "0", "--rounds", "1",
         "--sft-steps", "10", "--sft-batch", "8", "--n-sft", "40", "--n-train", "8", "--n-eval", "4",
-        "--eval-samples", "1", "--tasks-per-round", "4", "--G", "4", "--epochs", "1", "--workers", "8",
+        "--eval-samples", "1", "--tasks-per-round", "4", "--group-size", "4", "--epochs", "1", "--workers", "8",
     ]  # fmt: skip
     result = main(argv)
-    printed = capsys.readouterr().out
+    printed, err = capfd.readouterr()
+    assert_only_our_lines(printed, err)  # no third-party bar, log or warning between the table's rows
     assert printed.strip().splitlines()[-1].startswith("held-out success: ")
     assert "round  validation" in printed
     saved = json.loads((out / "results.json").read_text())
@@ -56,4 +75,6 @@ def test_main_job_runs_end_to_end(
     # Re-running the same command continues after the last finished round: nothing runs again.
     main(argv)
     assert [r["round"] for r in json.loads((out / "results.json").read_text())["rows"]] == [0, 1]
-    assert "reusing the SFT checkpoint" in capsys.readouterr().out
+    printed, err = capfd.readouterr()
+    assert "reusing the SFT checkpoint" in printed
+    assert_only_our_lines(printed, err)

@@ -38,7 +38,7 @@ __all__ = [
 
 #: Backend name → ``"module:Class"`` (imported lazily by :func:`get_trainer`).
 TRAINERS: dict[str, str] = {
-    "trl": "trainers.trl_grpo:TRLGRPOTrainer",
+    "trl": "trainers.trl:TRLGRPOTrainer",
     # Remote backends (trainers/remote/): `--backend http://head:8265` selects "ray" (resolve_backend).
     "ray": "trainers.remote.ray_jobs:RayTrainer",
     "openai": "trainers.remote.openai_ft:OpenAIFineTuneTrainer",

@@ -1,6 +1,6 @@
 """The trainer protocol, the shared configuration and result types, and backend-independent data preparation.
 
-A backend (``trainers/trl_grpo.py`` for TRL; the remote ones in ``trainers/remote/``) pairs a documented
+A backend (``trainers/trl/`` for TRL; the remote ones in ``trainers/remote/``) pairs a documented
 ``<Name>Config`` dataclass (a subclass of :class:`TrainerConfig`) with a ``<Name>Trainer`` class that
 satisfies :class:`Trainer`, and imports its heavy dependencies inside ``train()``. Backends are registered
 by name in ``trainers/__init__.py``; errors live in ``trainers/errors.py``.
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import statistics
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
-from trainers._dataset import (
+from trainers.data import (
     ConvertedEpisode,
     DataReport,
     Group,
@@ -41,8 +42,18 @@ __all__ = [
 ]
 
 
+class _RenamedKeywords(type):
+    """Accept ``num_generations=`` (the old name of ``group_size``) for a release, with a warning."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if "num_generations" in kwargs and "group_size" not in kwargs:
+            warnings.warn("num_generations is deprecated: use group_size", DeprecationWarning, stacklevel=2)
+            kwargs["group_size"] = kwargs.pop("num_generations")
+        return super().__call__(*args, **kwargs)
+
+
 @dataclass
-class TrainerConfig:
+class TrainerConfig(metaclass=_RenamedKeywords):
     """Configuration shared by every backend: model, data preparation, grouping, evaluation, curriculum.
 
     Parameters that control the model and output:
@@ -54,7 +65,7 @@ class TrainerConfig:
         seed: seed for grouping choices and training.
 
     Parameters that control sequences and groups:
-        num_generations: GRPO group size G (episodes per task per update).
+        group_size: GRPO group size G (episodes per task per update).
         max_length: maximum prompt + completion tokens of a sequence.
         truncation: what to do with longer sequences: ``"truncate"`` the completion or ``"skip"`` the episode.
         per_turn: ``"auto"``, ``"always"`` or ``"never"`` split episodes into one sequence per assistant turn.
@@ -66,7 +77,7 @@ class TrainerConfig:
         curriculum, curriculum_start, curriculum_expand_every, curriculum_expand_by: easy-first ordering.
 
     Example:
-        >>> cfg = TrainerConfig(model="./tiny", num_generations=4, max_length=1024)
+        >>> cfg = TrainerConfig(model="./tiny", group_size=4, max_length=1024)
         >>> cfg.truncation
         'truncate'
     """
@@ -90,7 +101,7 @@ class TrainerConfig:
         },
     )
     seed: int = field(default=42, metadata={"help": "Seed for grouping choices and training."})
-    num_generations: int = field(
+    group_size: int = field(
         default=4, metadata={"help": "GRPO group size G: episodes of one task compared with each other."}
     )
     max_length: int | None = field(
@@ -155,7 +166,7 @@ class TrainerConfig:
         if self.max_length is not None and self.max_length <= 0:
             self.max_length = None  # 0 means "no limit" (convenient on the command line)
         checks = [
-            (self.num_generations >= 2, f"num_generations must be at least 2, got {self.num_generations}"),
+            (self.group_size >= 2, f"group_size must be at least 2, got {self.group_size}"),
             (0.0 <= self.eval_fraction < 1.0, f"eval_fraction must be in [0, 1), got {self.eval_fraction}"),
             (
                 0.0 < self.curriculum_start <= 1.0,
@@ -293,7 +304,7 @@ class TrainResult:
 class Trainer(Protocol):
     """A training backend, registered by name in ``trainers.TRAINERS``.
 
-    ``data`` is anything :func:`trainers._dataset.load_episodes` accepts (Parquet path, store directory,
+    ``data`` is anything :func:`trainers.data.load_episodes` accepts (Parquet path, store directory,
     DataFrame, list of episode dicts) or a list of :class:`TrainingSequence` built with the target tokenizer.
 
     Example:
@@ -444,7 +455,7 @@ def prepare_data(
     train_eps, eval_eps = _split_eval(converted, config.eval_fraction, config.seed)
     groups, report = build_groups(
         train_eps,
-        config.num_generations,
+        config.group_size,
         overflow=config.group_overflow,
         underflow=config.group_underflow,
         filter_zero_std=config.filter_zero_std,
@@ -508,7 +519,7 @@ def _eval_groups(eval_eps: list[ConvertedEpisode], config: TrainerConfig, tok: A
     # Held-out groups keep all episodes and equal-reward groups: log-probs are measured on all of them.
     eval_groups, _ = build_groups(
         eval_eps,
-        config.num_generations,
+        config.group_size,
         overflow="split",
         underflow="resample",
         filter_zero_std=False,

@@ -45,6 +45,7 @@ from typing import Any
 from trainers import get_trainer, resolve_backend
 from trainers.errors import UserError
 from trainers.remote import find_job, reattach
+from trainers.settings import DEPRECATED_KEYS, make_config
 
 __all__ = ["main"]
 
@@ -53,7 +54,7 @@ _GRPO_SHORTCUTS: dict[str, tuple[type, str]] = {
     "max_steps": (int, "Total optimizer steps (overrides --num-train-epochs)."),
     "num_train_epochs": (float, "Passes over the training groups."),
     "learning_rate": (float, "Learning rate (TRL's default is 1e-6)."),
-    "per_device_train_batch_size": (int, "Sequences per device per step (a multiple of num_generations)."),
+    "per_device_train_batch_size": (int, "Sequences per device per step (a multiple of group_size)."),
     "gradient_accumulation_steps": (int, "Micro-batches per optimizer step."),
     "loss_type": (str, "grpo, dr_grpo, dapo (TRL default), bnpo, cispo, sapo, luspo, vespo."),
     "beta": (float, "KL coefficient (0 loads no reference model)."),
@@ -73,40 +74,6 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def _parse_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise UserError(f"expected a boolean, got {value!r}")
-
-
-def _coerce(name: str, value: Any, hint: Any) -> Any:
-    """Coerce a YAML/CLI value to the dataclass field type (YAML 1.1 reads '1e-5' as a string)."""
-    if value is None:
-        return None
-    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-    base = args[0]
-    if typing.get_origin(hint) is typing.Literal or typing.get_origin(base) is typing.Literal:
-        choices = typing.get_args(hint if typing.get_origin(hint) is typing.Literal else base)
-        if value not in choices:
-            raise UserError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
-        return value
-    try:
-        if base is bool:
-            return _parse_bool(value)
-        if base is int and not isinstance(value, bool):
-            return int(value)
-        if base is float and not isinstance(value, bool):
-            return float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{name} must be a {base.__name__}, got {value!r}") from None
-    return value
 
 
 def _yaml_loader() -> Any:
@@ -179,6 +146,10 @@ def _build_parser(config_cls: type | None) -> _ArgumentParser:
         p.add_argument("--output", "--output-dir", dest="output_dir")
         return p
     hints = typing.get_type_hints(config_cls)
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    for old, new in DEPRECATED_KEYS.items():  # still accepted, with a notice (trainers.settings)
+        if new in names:
+            p.add_argument(_flag(old), dest=old, type=hints[new], help=argparse.SUPPRESS)
     for f in dataclasses.fields(config_cls):
         help_text = f.metadata.get("help", "")
         hint = hints[f.name]
@@ -231,7 +202,7 @@ def _load_yaml(path: str) -> dict[str, Any]:
 
 
 def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
-    """Parse flags and YAML into (trainer class, config, data, dry_run, backend)."""
+    """Parse flags and YAML into (trainer, config, data, dry_run, backend)."""
     pre, _ = _build_parser(None).parse_known_args(argv)
     file_cfg = _load_yaml(pre.config) if getattr(pre, "config", None) else {}
     backend = getattr(pre, "backend", None) or file_cfg.pop("backend", None) or "trl"
@@ -241,17 +212,12 @@ def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
     config_cls = trainer_cls.config_class
     ns = vars(_build_parser(config_cls).parse_args(argv))
 
-    hints = typing.get_type_hints(config_cls)
     names = {f.name for f in dataclasses.fields(config_cls)}
     data = ns.pop("data", None) or file_cfg.pop("data", None)
     file_cfg.pop("data", None)
-    unknown = sorted(set(file_cfg) - names)
-    if unknown:
-        raise UserError(f"unknown setting(s) in {pre.config}: {', '.join(unknown)}")
-    values: dict[str, Any] = {k: _coerce(k, v, hints[k]) for k, v in file_cfg.items() if k != "grpo"}
-    grpo: dict[str, Any] = dict(file_cfg.get("grpo") or {}) if "grpo" in names else {}
-    if "grpo" in file_cfg and not isinstance(file_cfg["grpo"], dict):
+    if "grpo" in file_cfg and not isinstance(file_cfg["grpo"] or {}, dict):
         raise UserError("'grpo' in the config file must be a mapping of GRPOConfig fields")
+    grpo: dict[str, Any] = dict(file_cfg.pop("grpo", None) or {}) if "grpo" in names else {}
     grpo.update(_grpo_pairs(ns.pop("grpo", None) or []))
     for key in list(ns):
         if key.startswith("grpo."):
@@ -259,19 +225,17 @@ def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
     for key in ("config", "backend", "cancel"):
         ns.pop(key, None)
     dry_run = bool(ns.pop("dry_run", False))
-    values.update(backend_overrides)
-    values.update(ns)
+    settings = {**file_cfg, **backend_overrides, **ns}
     if "grpo" in names:
-        values["grpo"] = grpo
+        settings["grpo"] = grpo
     if not data:
         raise UserError(
             "no data given: pass --data FILE.parquet|STORE_DIR (or set 'data' in the config file)"
         )
-    try:
-        config = config_cls(**values)
-    except TypeError as exc:
-        raise UserError(f"invalid settings: {exc}") from exc
-    return trainer_cls, config, data, dry_run, str(backend)
+    trainer, config, _ = make_config(
+        settings, backend=backend_name, source=str(getattr(pre, "config", None) or "the flags")
+    )
+    return trainer, config, data, dry_run, str(backend)
 
 
 def _print_dry_run(prepared: Any) -> None:
@@ -349,8 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if getattr(pre, "cancel", False):
             raise UserError("--cancel needs --resume DIR, where DIR holds a remote job (job.json)")
-        trainer_cls, config, data, dry_run, backend = _resolve(argv)
-        trainer = trainer_cls()
+        trainer, config, data, dry_run, backend = _resolve(argv)
         if dry_run:
             _print_dry_run(trainer.prepare(data, config))
             return 0

@@ -7,8 +7,9 @@ task file. Each round:
    ``TRACERL_POLICY_BASE_URL`` / ``TRACERL_POLICY_MODEL``);
 2. ``sdk.rollout`` runs the agent ``samples`` times on this round's training tasks (split ``round-N``);
 3. ``sdk.episodes.export`` turns the round's sessions into Parquet;
-4. one training round through ``python -m sdk.train``'s machinery on any backend (``train:`` holds the same
-   keys as its ``--config`` file); a LoRA adapter is merged into full weights;
+4. one training round in-process through the trainer API (:func:`trainers.settings.make_config`, then the
+   backend's ``train``, whose ``TrainResult`` gives checkpoint, adapter flag and steps; ``train:`` holds the
+   keys of ``python -m sdk.train``'s ``--config`` file); a LoRA adapter is merged into full weights;
 5. the policy server loads the new weights;
 6. every ``eval_every`` rounds (and before the first), the runner evaluates the validation tasks
    (split ``eval-round-N``; nothing is trained on them).
@@ -78,7 +79,7 @@ class LoopConfig:
             ``sdk.reward``).
         rounds: Training rounds.
         tasks_per_round: Training tasks per round.
-        samples: Samples per task (GRPO group size G).
+        group_size: Samples per task (the GRPO group size G); ``samples`` is its deprecated spelling.
         concurrency: Samples at once.
         timeout: Seconds per sample.
         success_threshold: Reward counted as a success.
@@ -93,7 +94,7 @@ class LoopConfig:
         plot: Write ``progress.png``.
 
     Example:
-        >>> LoopConfig(agent="a:f", tasks="t.jsonl", model="m").samples
+        >>> LoopConfig(agent="a:f", tasks="t.jsonl", model="m").group_size
         8
     """
 
@@ -105,7 +106,7 @@ class LoopConfig:
     reward_fn: str | None = None
     rounds: int = 4
     tasks_per_round: int = 32
-    samples: int = 8
+    group_size: int = 8
     concurrency: int = 16
     timeout: float | None = None
     success_threshold: float = 1.0
@@ -122,7 +123,7 @@ class LoopConfig:
         checks = [
             (self.rounds >= 0, "rounds must be >= 0"),
             (self.tasks_per_round >= 1, "tasks_per_round must be >= 1"),
-            (self.samples >= 2, "samples must be >= 2 (a GRPO group compares samples of one task)"),
+            (self.group_size >= 2, "group_size must be >= 2 (a GRPO group compares samples of one task)"),
             (self.eval_every >= 1, "eval_every must be >= 1"),
             (self.eval_samples >= 1, "eval_samples must be >= 1"),
             (isinstance(self.train, dict), "train must be a mapping of sdk.train settings"),
@@ -160,6 +161,10 @@ class LoopConfig:
             >>> LoopConfig.from_mapping({"agent": "a:f", "tasks": "t", "model": "m"}).rounds
             4
         """
+        from trainers.settings import rename_deprecated
+
+        data = dict(data)
+        rename_deprecated(data, "samples", "group_size")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -177,7 +182,7 @@ class LoopConfig:
         """Read a YAML config file.
 
         Example:
-            >>> LoopConfig.from_yaml("examples/arithmetic/loop.yaml").samples  # doctest: +SKIP
+            >>> LoopConfig.from_yaml("examples/arithmetic/loop.yaml").group_size  # doctest: +SKIP
             8
         """
         import yaml
@@ -323,7 +328,7 @@ class _Run:
 
     # -- rounds ----------------------------------------------------------------------------------
 
-    def rollout(self, tasks: list[dict[str, Any]], split: str, samples: int) -> Any:
+    def rollout(self, tasks: list[dict[str, Any]], split: str, group_size: int) -> Any:
         from sdk.rollout import RolloutError, run_rollout
 
         cfg = self.cfg
@@ -331,7 +336,7 @@ class _Run:
             return run_rollout(
                 cfg.agent,
                 tasks,
-                samples=samples,
+                group_size=group_size,
                 concurrency=cfg.concurrency,
                 timeout=cfg.timeout,
                 reward_fn=cfg.reward_fn,
@@ -390,7 +395,7 @@ class _Run:
             pool, rnd, cfg.tasks_per_round, history=self.history, uses=self.uses, curriculum=cfg.curriculum
         )
         split = f"round-{rnd}"
-        got = self.rollout(tasks, split, cfg.samples)
+        got = self.rollout(tasks, split, cfg.group_size)
         results = read_results(self.out / "rollouts" / f"{split}.jsonl")
         self._remember(results, tasks)
         t_collect = time.time() - t0
@@ -432,62 +437,41 @@ class _Run:
 def _train_round(
     cfg: LoopConfig, run: _Run, rnd: int, data: Path, model: str, groups: int
 ) -> tuple[str, str | None, int]:
-    """One training round via ``sdk.train``; returns (full-weight checkpoint, adapter or None, steps)."""
-    import yaml
+    """One training round through the trainer API: (full-weight checkpoint, adapter or None, steps)."""
+    from trainers.settings import make_config
 
     out = run.out / "train" / f"round-{rnd}"
     if out.exists():
         shutil.rmtree(out)  # a round cut short trains again from scratch
     out.mkdir(parents=True)
     settings = dict(cfg.train)
-    settings.setdefault("num_generations", cfg.samples)
+    settings.setdefault("group_size", cfg.group_size)
     settings.setdefault("seed", cfg.seed)
+    settings.update(model=model, output_dir=str(out))
     grpo = dict(settings.get("grpo") or {})
-    G = int(settings["num_generations"])
+    if str(settings.get("backend") or "trl") == "trl":
+        grpo.setdefault("disable_tqdm", True)  # the loop prints one row per round, not TRL's steps
+        settings["grpo"] = grpo
+    G = int(settings["group_size"])
     batch = grpo.get("per_device_train_batch_size")
     if isinstance(batch, int) and batch > G * groups:
         # Fewer groups carry signal this round than one batch holds: a smaller batch, not a failed round.
         grpo["per_device_train_batch_size"] = G * groups
         settings["grpo"] = grpo
-    conf = out / "loop-train.yaml"
-    conf.write_text(yaml.safe_dump(settings, sort_keys=False))
-    argv = ["--config", str(conf), "--data", str(data), "--model", model, "--output", str(out)]
-    from trainers.cli import main as train_main
-
-    log = out / "train.log"
-    with open(log, "w") as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
-        rc = train_main(argv)
-    if rc != 0:
-        tail = log.read_text(errors="replace")[-3000:]
-        raise UserError(f"training round {rnd} failed (sdk.train exit {rc}); log {log}:\n{tail}")
-    final = out / "final"
-    if not final.is_dir():
+    trainer, config, backend = make_config(settings, source="the loop's train section")
+    try:
+        result = trainer.train(str(data), config, extra_config={"backend": backend, "data": str(data)})
+    except UserError as exc:
+        raise UserError(f"training round {rnd} failed: {exc}") from None
+    final = result.checkpoint
+    if final is None or not Path(final).is_dir():
         raise UserError(
-            f"training round {rnd} left no local checkpoint in {final}: the loop serves weights it can "
-            "load (local trl backend, or a remote backend that downloads them)"
+            f"training round {rnd} left no local checkpoint in {out / 'final'}: the loop serves weights it "
+            "can load (local trl backend, or a remote backend that downloads them)"
         )
-    steps = 0
-    for row in run_rows(out / "metrics.jsonl"):
-        with contextlib.suppress(TypeError, ValueError):
-            steps = max(steps, int(row.get("step") or 0))
-    if (final / "adapter_config.json").is_file():
-        return _merge_adapter(model, final, out / "merged"), str(final), steps
-    return str(final), None, steps
-
-
-def run_rows(path: Path) -> list[dict[str, Any]]:
-    """JSON lines of a metrics file (unreadable lines skipped).
-
-    Example:
-        >>> run_rows(Path("missing.jsonl"))
-        []
-    """
-    rows: list[dict[str, Any]] = []
-    with contextlib.suppress(OSError):
-        for line in path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                rows.append(json.loads(line))
-    return rows
+    if result.adapter:
+        return _merge_adapter(model, Path(final), out / "merged"), str(final), result.global_step
+    return str(final), None, result.global_step
 
 
 def _merge_adapter(base: str, adapter: Path, dest: Path) -> str:
@@ -560,6 +544,8 @@ def run_loop(
 
     Re-running with the same ``out`` continues after the last finished round (``state.json``); a round cut
     short runs again (its rollout keeps the samples that finished). Raising ``rounds`` extends a run.
+    Third-party progress bars, logs and warnings are turned off for the process
+    (:func:`trainers.quiet.quiet_libraries`): the loop prints its own lines only.
 
     Args:
         config: A :class:`LoopConfig`, a mapping of its fields or a YAML file.
@@ -582,6 +568,7 @@ def run_loop(
     import sdk
     from sdk.rollout import RolloutError, load_tasks
     from trainers.policy import export_env, make_policy
+    from trainers.quiet import quiet_libraries
 
     run = _Run(cfg, on_round_end=on_round_end, quiet=quiet)
     run.out.mkdir(parents=True, exist_ok=True)
@@ -598,6 +585,7 @@ def run_loop(
     if first > cfg.rounds:
         run.say(f"all {cfg.rounds} rounds are done (raise rounds to continue)")
         return run.result()
+    quiet_libraries()  # one row per round: no third-party bars, logs or warnings between them
     policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
     policy.start()
     export_env(policy)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk._internal import logger
+from sdk.episodes._advantage import group_advantages
 from sdk.episodes._options import EpisodeOptions, episode_options
 from sdk.episodes._parallel import export_parallel, picklable, plan_workers
 from sdk.episodes._parquet import (
@@ -53,6 +54,7 @@ __all__ = [
     "RewardError",
     "build_episodes",
     "export",
+    "group_advantages",
     "llm_judge_reward",
     "open_episodes",
     "read_episodes",

@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from sdk._sources import SourcedEpisode, episode_metadata, episodes_with_calls
+from sdk.episodes import group_advantages
 from sdk.messages import flatten_content
 from sdk.view._page import PAGE
 
-__all__ = ["ViewSummary", "build_report", "episode_view", "group_advantages"]
-
-_EPS = 1e-4  # TRL's GRPO: (r - mean) / (std + 1e-4)
+__all__ = ["ViewSummary", "build_report", "episode_view"]
 
 
 @dataclasses.dataclass
@@ -59,24 +58,16 @@ class ViewSummary:
     malformed: int = 0
 
 
-def group_advantages(rewards: list[float | None]) -> list[float | None]:
-    """GRPO's group-relative advantages: ``(r - mean) / (std + 1e-4)`` over the group's rewards.
+def _advantages(rewards: list[float | None]) -> list[float | None]:
+    """The trainer's advantages (:func:`sdk.episodes.group_advantages`) rounded for display.
 
-    Episodes without a reward get ``None`` and do not count in the mean.
-
-    Example:
-        >>> group_advantages([1.0, 0.0, None])
-        [0.9998, -0.9998, None]
+    Episodes without a reward get ``None`` and do not count in the group.
     """
-    values = [r for r in rewards if isinstance(r, (int, float)) and math.isfinite(r)]
-    if not values:
-        return [None for _ in rewards]
-    mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-    return [
-        round((r - mean) / (std + _EPS), 4) if isinstance(r, (int, float)) and math.isfinite(r) else None
-        for r in rewards
-    ]
+    known = [i for i, r in enumerate(rewards) if isinstance(r, (int, float)) and math.isfinite(r)]
+    out: list[float | None] = [None] * len(rewards)
+    for i, a in zip(known, group_advantages([float(rewards[i]) for i in known]), strict=True):  # type: ignore[arg-type]
+        out[i] = round(a, 4)
+    return out
 
 
 def _raw(value: Any) -> str:
@@ -309,7 +300,7 @@ def build_report(
     groups = []
     for task, members in by_task.items():
         members.sort(key=lambda v: (v["sample"] if isinstance(v["sample"], int) else 1 << 62, str(v["id"])))
-        for v, a in zip(members, group_advantages([v["reward"] for v in members]), strict=True):
+        for v, a in zip(members, _advantages([v["reward"] for v in members]), strict=True):
             v["adv"] = a
         rewards = [v["reward"] for v in members if v["reward"] is not None]
         mean = sum(rewards) / len(rewards) if rewards else None

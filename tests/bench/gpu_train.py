@@ -3,7 +3,7 @@
 What it does, per shape, in a fresh subprocess (so each shape starts with empty GPU memory):
 
 1. Writes a tracerl store through the public capture path (``sdk.session`` + ``sdk.capture.record_call``):
-   ``--tasks`` tasks x G = ``--num-generations`` sessions, each a three-turn tool-calling thread with a long
+   ``--tasks`` tasks x G = ``--group-size`` sessions, each a three-turn tool-calling thread with a long
    system prompt (~2.3k tokens at the default lengths), assistant turns of 60-350 words and tool results of
    ~120 words (~1.7k completion tokens per episode), with prompt/completion token ids and logprobs as a
    vLLM server returns them. The store is written once per ``--lengths`` and reused.
@@ -96,7 +96,7 @@ def _text(rng: random.Random, n: int) -> str:
 
 
 def write_store(
-    store: Path, tok: Any, *, lengths: str, tasks: int | None, num_generations: int
+    store: Path, tok: Any, *, lengths: str, tasks: int | None, group_size: int
 ) -> dict[str, Any]:
     """Record ``tasks`` x G three-turn tool threads with token ids and logprobs into ``store``."""
     import sdk
@@ -111,7 +111,7 @@ def write_store(
     completion_tokens: list[int] = []
     for t in range(tasks or L["tasks"]):
         user = {"role": "user", "content": f"Task {t}: " + _text(rng, L["user"])}
-        for g in range(num_generations):
+        for g in range(group_size):
             with sdk.session(task_id=f"task-{t}", sample=g) as s:
                 msgs: list[dict[str, Any]] = [system, user]
                 first_prompt = 0
@@ -217,19 +217,19 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
     from transformers import TrainerCallback
 
     from trainers._tiny import build_tiny_tokenizer
-    from trainers.trl_grpo import TRLGRPOConfig, TRLGRPOTrainer
+    from trainers.trl import TRLGRPOConfig, TRLGRPOTrainer
 
     cuda = torch.cuda.is_available()
     if not cuda:
         torch.set_num_threads(min(2, os.cpu_count() or 1))
     work = Path(a.workdir)
     tok = build_tiny_tokenizer()
-    store = work / f"store-{a.lengths}-{a.tasks or LENGTHS[a.lengths]['tasks']}x{a.num_generations}"
+    store = work / f"store-{a.lengths}-{a.tasks or LENGTHS[a.lengths]['tasks']}x{a.group_size}"
     stats_path = store.with_suffix(".json")
     if not stats_path.is_file():
         stats_path.write_text(
             json.dumps(
-                write_store(store, tok, lengths=a.lengths, tasks=a.tasks, num_generations=a.num_generations)
+                write_store(store, tok, lengths=a.lengths, tasks=a.tasks, group_size=a.group_size)
             )
         )
     store_stats = json.loads(stats_path.read_text())
@@ -248,7 +248,7 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
     cfg = TRLGRPOConfig(
         model=str(model_dir),
         output_dir=str(work / f"run-{a.shape}"),
-        num_generations=a.num_generations,
+        group_size=a.group_size,
         max_length=a.max_length,
         seed=0,
         lora=lora,
@@ -257,7 +257,7 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
         grpo=grpo,
     )
     t_load = time.perf_counter()
-    trainer, _ = TRLGRPOTrainer().build_trainer(str(store), cfg, tokenizer=tok)
+    trainer = TRLGRPOTrainer().build_trainer(str(store), cfg, tokenizer=tok).trainer
     load_s = time.perf_counter() - t_load
 
     def sync() -> None:
@@ -365,7 +365,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", help=argparse.SUPPRESS)  # one shape, in the worker subprocess
     p.add_argument("--lengths", choices=list(LENGTHS), help="Episode lengths (default: realistic on CUDA).")
     p.add_argument("--tasks", type=int, help="Tasks in the store (default: 64 realistic, 2 tiny).")
-    p.add_argument("--num-generations", type=int, default=8)
+    p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--batch", type=int, default=8, help="per_device_train_batch_size (sequences per step).")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=2)
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = a.workdir or tempfile.mkdtemp(prefix="tracerl-gpu-bench-")
     device = torch.cuda.get_device_name() if cuda else "cpu"
     print(
-        f"device: {device}; shapes: {', '.join(shapes)}; lengths: {lengths}; G={a.num_generations}",
+        f"device: {device}; shapes: {', '.join(shapes)}; lengths: {lengths}; G={a.group_size}",
         flush=True,
     )
     results = []
@@ -427,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\ndevice: {r0['device']}; {r0['versions']}; store: {st['episodes']} episodes, prompt "
         f"{st['prompt_tokens_mean']:.0f} + completion {st['completion_tokens_mean']:.0f} tokens (mean); "
-        f"batch {a.batch}, G {a.num_generations}, median of steps after {a.warmup}; peak "
+        f"batch {a.batch}, G {a.group_size}, median of steps after {a.warmup}; peak "
         f"{r0['peak_tflops'] or 'n/a'} TFLOP/s; memory = {r0['peak_mem_kind']}"
     )
     print(_table(results))

@@ -51,7 +51,7 @@ def _setup(hidden: int, layers: int) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from trainers._tiny import build_tiny_model
-    from trainers.trl_grpo import TRLGRPOConfig, TRLGRPOTrainer
+    from trainers.trl import TRLGRPOConfig, TRLGRPOTrainer
 
     cuda = torch.cuda.is_available()
     if not cuda:
@@ -88,7 +88,7 @@ def _grpo_kwargs(steps: int, max_completion_length: int, cuda: bool) -> dict[str
 
 def _build(variant: str, env: dict[str, Any], steps: int) -> Any:
     from sdk.messages import template_messages
-    from trainers.trl_grpo import TRLGRPOConfig, TRLGRPOTrainer
+    from trainers.trl import TRLGRPOConfig, TRLGRPOTrainer
 
     kw = _grpo_kwargs(steps, env["max_c"], env["cuda"])
     tok, episodes = env["tok"], env["episodes"]
@@ -100,7 +100,7 @@ def _build(variant: str, env: dict[str, Any], steps: int) -> Any:
             seed=0,
             grpo=kw,
         )
-        trainer, _ = TRLGRPOTrainer().build_trainer(episodes, cfg, tokenizer=tok, prepared=env["prepared"])
+        trainer = TRLGRPOTrainer().build_trainer(episodes, cfg, tokenizer=tok, prepared=env["prepared"]).trainer
         return trainer
 
     from datasets import Dataset

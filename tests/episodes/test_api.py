@@ -17,6 +17,7 @@ def test_public_surface_is_pinned_and_documented() -> None:
             "RewardError",
             "build_episodes",
             "export",
+            "group_advantages",
             "llm_judge_reward",
             "open_episodes",
             "read_episodes",

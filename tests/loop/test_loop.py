@@ -31,7 +31,7 @@ def _config(tmp_path: Path, model: str) -> dict:
         "out": str(tmp_path / "loop"),
         "rounds": 2,
         "tasks_per_round": 2,
-        "samples": 4,
+        "group_size": 4,
         "concurrency": 8,
         "curriculum": {"start": 0.5, "widen_every": 1, "widen_by": 0.5},
         "train": {
@@ -107,7 +107,7 @@ def test_bad_config_is_one_error_line(tmp_path, capsys):
     for text, msg in (
         ("agent: a:f\ntasks: t.jsonl\nmodel: m\nbogus: 1\n", "unknown loop setting(s): bogus"),
         ("agent: a:f\ntasks: t.jsonl\n", "needs model"),
-        ("agent: a:f\ntasks: t.jsonl\nmodel: m\nsamples: 1\n", "samples must be >= 2"),
+        ("agent: a:f\ntasks: t.jsonl\nmodel: m\ngroup_size: 1\n", "group_size must be >= 2"),
         ("agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {model: x}\n", "train.model is set by the loop"),
         (
             "agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {backend: openai}\n",
@@ -121,3 +121,12 @@ def test_bad_config_is_one_error_line(tmp_path, capsys):
         assert err.startswith("error: ") and msg in err, err
     with pytest.raises(UserError, match="curriculum"):
         LoopConfig(agent="a:f", tasks="t", model="m", curriculum={"start": 0})
+
+
+def test_samples_key_is_a_deprecated_alias_of_group_size(capsys):
+    from trainers.loop import LoopConfig
+
+    with pytest.warns(DeprecationWarning, match="samples is deprecated"):
+        cfg = LoopConfig.from_mapping({"agent": "a:f", "tasks": "t", "model": "m", "samples": 4})
+    assert cfg.group_size == 4
+    assert "tracerl: samples is deprecated; use group_size" in capsys.readouterr().err

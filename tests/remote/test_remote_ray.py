@@ -33,7 +33,7 @@ def config(head, model, out, **kw):
         address=head.dashboard,
         model=str(model),
         output_dir=str(out),
-        num_generations=4,
+        group_size=4,
         max_length=512,
         grpo=grpo,
         poll_interval=0.3,

@@ -19,12 +19,12 @@ from tinker.proto import tinker_public_pb2 as public_pb  # noqa: E402
 from tinker.proto.request_conv import forward_backward_request_to_proto  # noqa: E402
 from tinker.proto.response_conv import _tensor_data_from_proto  # noqa: E402
 
+from sdk.episodes import group_advantages  # noqa: E402
 from trainers.base import prepare_data  # noqa: E402
 from trainers.errors import AuthError, UserError  # noqa: E402
 from trainers.remote.tinker_backend import (  # noqa: E402
     TinkerConfig,
     TinkerTrainer,
-    group_advantages,
     sequence_to_datum,
 )
 
@@ -38,7 +38,7 @@ def episodes(tmp_path_factory, tiny_tokenizer):
     path = write_parquet(
         make_episodes(2, 4, tokenizer=tiny_tokenizer), tmp_path_factory.mktemp("d") / "e.parquet"
     )
-    cfg = TinkerConfig(model="Qwen/Qwen3-8B", tokenizer=str(tok_dir), num_generations=4, max_length=512)
+    cfg = TinkerConfig(model="Qwen/Qwen3-8B", tokenizer=str(tok_dir), group_size=4, max_length=512)
     return path, cfg
 
 
@@ -53,7 +53,7 @@ def test_datums_from_faithful_episodes(prepared):
     batches = TinkerTrainer().build_datums(data, cfg)
     assert [len(b) for b in batches] == [4, 4]
     for group, datums in zip(data.groups, batches, strict=True):
-        adv = group_advantages(group)
+        adv = {e.episode_id: a for e, a in zip(group.episodes, group_advantages(group.rewards), strict=True)}
         assert math.isclose(sum(adv.values()), 0.0, abs_tol=1e-9)
         for s, d in zip(group.sequences, datums, strict=True):
             assert isinstance(d, types.Datum)
@@ -93,7 +93,7 @@ def test_datums_survive_tinkers_wire_encoding(prepared):
 
 
 def test_unknown_logprobs_are_nan_until_filled_and_cross_entropy_uses_weights():
-    from trainers._dataset import TrainingSequence
+    from trainers.data import TrainingSequence
 
     s = TrainingSequence("t", "e", prompt_ids=[5, 6], completion_ids=[7, 8, 9], loss_mask=[1, 0, 1])
     d = sequence_to_datum(s, -1.0)

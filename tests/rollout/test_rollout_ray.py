@@ -18,7 +18,7 @@ REWARD = "examples.arithmetic.task:reward_fn"
 def test_arithmetic_rollout_on_ray_matches_local(ray_head, openai_server, tmp_path, monkeypatch):
     monkeypatch.setenv("TRACERL_POLICY_BASE_URL", openai_server.base_url)  # passed on to the Ray workers
     tasks = write_tasks(make_splits(0, n_train=4, n_eval=1, n_sft=1)["train"], tmp_path / "tasks.jsonl")
-    common = {"samples": 3, "concurrency": 2, "reward_fn": REWARD, "timeout": 60}
+    common = {"group_size": 3, "concurrency": 2, "reward_fn": REWARD, "timeout": 60}
 
     local = run_rollout(AGENT, tasks, store=tmp_path / "local", results=tmp_path / "local.jsonl", **common)
     on_ray = run_rollout(
@@ -48,7 +48,7 @@ def test_arithmetic_rollout_on_ray_matches_local(ray_head, openai_server, tmp_pa
         store=tmp_path / "ray",
         results=tmp_path / "ray.jsonl",
         ray=ray_head.gcs,
-        **{**common, "samples": 4},
+        **{**common, "group_size": 4},
     )
     assert more.ran == 4 and more.done == more.total == 16
     assert sorted(r["sample"] for r in read_results(tmp_path / "ray.jsonl")).count(3) == 4

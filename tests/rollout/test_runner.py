@@ -53,7 +53,7 @@ def test_each_sample_in_its_own_session_with_rewards(policy_env, tmp_path):
     store = tmp_path / "store"
     tasks = [{"id": f"t-{i}", "q": i} for i in range(3)]
     summary = run_rollout(
-        "rollout_agents:chat", tasks, samples=2, reward_fn="rollout_agents:score", store=store,
+        "rollout_agents:chat", tasks, group_size=2, reward_fn="rollout_agents:score", store=store,
         results=tmp_path / "res.jsonl", split="train", concurrency=4,
     )  # fmt: skip
     assert (summary.done, summary.ran, summary.total) == (6, 6, 6)
@@ -71,19 +71,19 @@ def test_each_sample_in_its_own_session_with_rewards(policy_env, tmp_path):
 
 def test_agent_reward_and_named_rewards(policy_env, tmp_path):
     tasks = [{"task_id": "t-0"}]  # task_id works as the id field too
-    s = run_rollout("rollout_agents:self_rewarding", tasks, samples=2, results=tmp_path / "a.jsonl")
+    s = run_rollout("rollout_agents:self_rewarding", tasks, group_size=2, results=tmp_path / "a.jsonl")
     assert s.mean_reward == 0.25 and s.counts["ok"] == 2
     assert read_results(tmp_path / "a.jsonl")[0]["rewards"] == {"reward": 0.25, "format": 1.0}
     s = run_rollout(
         "rollout_agents:chat",
         tasks,
-        samples=1,
+        group_size=1,
         reward_fn="rollout_agents:named",
         results=tmp_path / "b.jsonl",
     )
     assert read_results(tmp_path / "b.jsonl")[0]["rewards"]["length"] > 0
     # No reward function and the agent gives none: counted, not a failure.
-    s = run_rollout("rollout_agents:chat", tasks, samples=1, results=tmp_path / "c.jsonl")
+    s = run_rollout("rollout_agents:chat", tasks, group_size=1, results=tmp_path / "c.jsonl")
     assert s.counts["no_reward"] == 1 and s.mean_reward is None
 
 
@@ -92,10 +92,10 @@ def test_concurrency_is_bounded_and_used(policy_env, tmp_path):
 
     rollout_agents.peak = 0
     tasks = [{"id": f"t-{i}", "sleep": 0.2} for i in range(12)]
-    s = run_rollout("rollout_agents:chat", tasks, samples=1, concurrency=4, results=tmp_path / "r.jsonl")
+    s = run_rollout("rollout_agents:chat", tasks, group_size=1, concurrency=4, results=tmp_path / "r.jsonl")
     assert s.done == 12 and rollout_agents.peak == 4  # four ran at once, never more
     # async agents run on the event loop, also bounded
-    s = run_rollout("rollout_agents:achat", tasks, samples=1, concurrency=6, results=tmp_path / "a.jsonl")
+    s = run_rollout("rollout_agents:achat", tasks, group_size=1, concurrency=6, results=tmp_path / "a.jsonl")
     assert s.done == 12 and s.counts["no_reward"] == 12
 
 
@@ -104,7 +104,7 @@ def test_timeouts_and_agent_errors_are_recorded_and_counted(policy_env, tmp_path
     store = tmp_path / "store"
     tasks = [{"id": "t-0"}, {"id": "t-2", "hang": True}, {"id": "t-4", "fail": agent.endswith(":chat")}]
     s = run_rollout(
-        agent, tasks, samples=2, timeout=3.0, reward_fn="rollout_agents:score", store=store,
+        agent, tasks, group_size=2, timeout=3.0, reward_fn="rollout_agents:score", store=store,
         results=tmp_path / "r.jsonl", concurrency=6,
     )  # fmt: skip
     failing = 2 if agent.endswith(":chat") else 0
@@ -124,7 +124,7 @@ def test_reward_function_failures_are_clear_and_counted(policy_env, tmp_path, ca
     s = run_rollout(
         "rollout_agents:chat",
         tasks,
-        samples=3,
+        group_size=3,
         reward_fn="rollout_agents:score",
         results=tmp_path / "r.jsonl",
     )
@@ -136,7 +136,7 @@ def test_reward_function_failures_are_clear_and_counted(policy_env, tmp_path, ca
     s = run_rollout(
         "rollout_agents:chat",
         tasks,
-        samples=1,
+        group_size=1,
         reward_fn="rollout_agents:bad_type",
         results=tmp_path / "b.jsonl",
     )
@@ -147,9 +147,9 @@ def test_reward_function_failures_are_clear_and_counted(policy_env, tmp_path, ca
 def test_rerun_skips_finished_pairs(policy_env, tmp_path):
     tasks = [{"id": f"t-{i}"} for i in range(4)]
     res = tmp_path / "r.jsonl"
-    run_rollout("rollout_agents:chat", tasks[:2], samples=2, results=res, reward_fn="rollout_agents:score")
+    run_rollout("rollout_agents:chat", tasks[:2], group_size=2, results=res, reward_fn="rollout_agents:score")
     n_requests = len(policy_env.requests)
-    s = run_rollout("rollout_agents:chat", tasks, samples=2, results=res, reward_fn="rollout_agents:score")
+    s = run_rollout("rollout_agents:chat", tasks, group_size=2, results=res, reward_fn="rollout_agents:score")
     assert (s.ran, s.done) == (4, 8) and len(policy_env.requests) == n_requests + 4
 
 
@@ -157,7 +157,7 @@ def test_results_lines_lost_after_the_session_ended_are_recovered_with_their_sta
     """A run killed between a session's end and its results line: the next run takes the line from the store."""
     tasks = [{"id": "t-0"}, {"id": "t-2", "hang": True}]
     res = tmp_path / "r.jsonl"
-    kw = dict(samples=1, timeout=1.0, reward_fn="rollout_agents:score", store=tmp_path / "store", results=res)
+    kw = dict(group_size=1, timeout=1.0, reward_fn="rollout_agents:score", store=tmp_path / "store", results=res)
     first = run_rollout("rollout_agents:chat", tasks, **kw)
     assert (first.counts["ok"], first.counts["timeout"], first.done) == (1, 1, 2)
     res.write_text("")  # both lines lost; both sessions ended in the store
@@ -233,7 +233,7 @@ def test_samples_killed_after_their_reward_are_superseded_and_trained_once(polic
     assert json.loads(done.stdout)["done"] == 16
 
     from sdk.episodes import ExportSummary, build_episodes, export, read_episodes
-    from trainers._dataset import DataReport, load_episodes
+    from trainers.data import DataReport, load_episodes
 
     want = {(f"t-{i}", k) for i in range(8) for k in range(2)}
     summary = export(store, tmp_path / "ep.parquet", rejects=False)
@@ -280,7 +280,7 @@ def test_task_sources_and_bad_input(tmp_path, capsys):
         (["rollout_agents", bad], "must be 'module:function'"),
         (["rollout_agents:chat", bad], "bad.jsonl:2: not valid JSON"),
         (["rollout_agents:chat", str(tmp_path / "missing.jsonl")], "task file not found"),
-        (["rollout_agents:chat", bad, "--samples", "0"], "at least 1"),
+        (["rollout_agents:chat", bad, "--group-size", "0"], "at least 1"),
     ):
         assert main([*argv, "--store", str(tmp_path / "st"), "--results", str(tmp_path / "r.jsonl")]) == 2
         err = capsys.readouterr().err

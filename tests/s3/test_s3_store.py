@@ -104,7 +104,7 @@ def test_writer_ships_segments_and_export_reads_the_uri(bucket, openai_server, t
         x.pop("metadata")
     assert a == b
 
-    from trainers._dataset import load_episodes  # what `sdk.train --data s3://...` reads
+    from trainers.data import load_episodes  # what `sdk.train --data s3://...` reads
 
     assert len(load_episodes(uri)) == 6
     import fsspec

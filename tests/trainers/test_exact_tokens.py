@@ -21,7 +21,7 @@ import sdk  # noqa: E402
 from integrations.openai import wrap_openai  # noqa: E402
 from sdk.messages import render_ids, template_messages  # noqa: E402
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
-from trainers._dataset import build_groups, convert_episodes, load_episodes  # noqa: E402
+from trainers.data import build_groups, convert_episodes, load_episodes  # noqa: E402
 
 TOOLS = [
     {
@@ -153,7 +153,7 @@ def test_token_in_token_out_trains_on_the_stored_ids(tmp_path: Path, tiny_tokeni
         assert "Router" not in trained_text and "tool_response" not in trained_text
 
     # The replay hands TRL the stored ids, the mask as env_mask and the stored behaviour logprobs.
-    from trainers.trl_grpo import build_units, make_rollout_func
+    from trainers.trl import build_units, make_rollout_func
 
     groups, _ = build_groups(convs, 2)
     units = build_units(groups, 2)
@@ -204,7 +204,7 @@ def test_dry_run_reports_every_episode_from_exact_ids(tmp_path: Path, tiny_token
     store, _ = _store(tmp_path, tiny_tokenizer, extend=False)
     tok_dir = tmp_path / "tok"
     tiny_tokenizer.save_pretrained(tok_dir)
-    rc = main(["--data", str(store), "--model", str(tok_dir), "--dry-run", "--num-generations", "2"])
+    rc = main(["--data", str(store), "--model", str(tok_dir), "--dry-run", "--group-size", "2"])
     out = capsys.readouterr().out
     assert rc == 0
     (line,) = [x for x in out.splitlines() if "episodes trained from the exact stored token ids" in x]
@@ -231,7 +231,7 @@ def test_old_format_store_fixture_trains(tmp_path: Path, tiny_model_dir: Any, ca
     store = Path(__file__).resolve().parents[1] / "fixtures" / "store_v1"
     out = tmp_path / "out"
     argv = ["--data", str(store), "--model", str(tiny_model_dir), "--output", str(out)]
-    rc = main([*argv, "--num-generations", "2", "--max-steps", "1", "--grpo", "logging_steps=1"])
+    rc = main([*argv, "--group-size", "2", "--max-steps", "1", "--grpo", "logging_steps=1"])
     assert rc == 0, capsys.readouterr().err
     report = json.loads((out / "data_report.json").read_text())["report"]
     assert report["groups"] == 2 and report["sequences"] == 9

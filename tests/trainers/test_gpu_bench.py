@@ -25,7 +25,7 @@ def test_gpu_bench_runs_on_cpu_with_tiny_settings(tmp_path):
         "--lengths",
         "tiny",
     ]
-    cmd += ["--tasks", "2", "--num-generations", "4", "--batch", "4", "--steps", "2", "--warmup", "1"]
+    cmd += ["--tasks", "2", "--group-size", "4", "--batch", "4", "--steps", "2", "--warmup", "1"]
     cmd += ["--micro-batch-size", "2", "--workdir", str(tmp_path), "--json", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "2"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)

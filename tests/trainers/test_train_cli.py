@@ -40,7 +40,7 @@ def test_cli_end_to_end(tmp_path, parquet, tiny_model_dir, capsys):
         yaml.safe_dump(
             {
                 "backend": "trl",
-                "num_generations": 4,
+                "group_size": 4,
                 "max_length": 512,
                 "grpo": {
                     "learning_rate": "1e-3",
@@ -99,6 +99,30 @@ def test_dry_run_prints_groups_and_stats(parquet, tokenizer_dir, capsys):
     assert rc == 0, err
     assert "task-0" in out and "task-1" in out and "trained_tokens" in out and "nothing trained" in out
     assert "token-faithful episodes (behaviour logprobs used)" in out
+
+
+def test_num_generations_still_works_with_a_notice(parquet, tokenizer_dir, tmp_path, capsys):
+    """The old spelling of --group-size (flag and YAML key) works for a release, with one notice line."""
+    base = ["--data", parquet, "--model", tokenizer_dir, "--dry-run"]
+    with pytest.warns(DeprecationWarning, match="num_generations is deprecated"):
+        rc, out, err = run_cli(capsys, [*base, "--num-generations", "4"])
+    assert rc == 0 and "nothing trained" in out
+    assert err.strip().splitlines() == [
+        "tracerl: num_generations is deprecated; use group_size (--group-size)"
+    ]
+    conf = tmp_path / "old.yaml"
+    conf.write_text("num_generations: 4\n")
+    with pytest.warns(DeprecationWarning):
+        rc, _, err = run_cli(capsys, [*base, "--config", conf])
+    assert rc == 0 and "deprecated" in err
+    assert_user_error(capsys, [*base, "--num-generations", 4, "--group-size", 4], "group_size only")
+
+
+def test_config_keyword_num_generations_still_works():
+    from trainers.trl import TRLGRPOConfig
+
+    with pytest.warns(DeprecationWarning, match="use group_size"):
+        assert TRLGRPOConfig(model="./tiny", num_generations=6).group_size == 6
 
 
 def test_dry_run_counts_truncation(tmp_path, tokenizer_dir, capsys):
@@ -183,7 +207,7 @@ def test_error_bad_settings(tmp_path, parquet, tokenizer_dir, capsys):
     base = ["--data", parquet, "--model", tokenizer_dir]
     assert_user_error(capsys, [*base, "--bogus-flag"], "unrecognized arguments")
     assert_user_error(capsys, [*base, "--truncation", "chop"], "invalid choice")
-    assert_user_error(capsys, [*base, "--num-generations", 1, "--dry-run"], "num_generations")
+    assert_user_error(capsys, [*base, "--group-size", 1, "--dry-run"], "group_size")
     assert_user_error(capsys, [*base, "--backend", "nope"], "unknown backend", "trl")
     bad = tmp_path / "bad.yaml"
     bad.write_text("max_lenght: 3\n")
@@ -207,7 +231,7 @@ def test_error_unknown_grpo_field_and_resume_without_checkpoint(tmp_path, parque
 
 def test_help_exits_zero(capsys):
     rc, out, _ = run_cli(capsys, ["--help"])
-    assert rc == 0 and "--num-generations" in out and "--grpo KEY=VALUE" in out and "--max-steps" in out
+    assert rc == 0 and "--group-size" in out and "--grpo KEY=VALUE" in out and "--max-steps" in out
 
 
 def test_yaml_values_keep_trl_strings_and_read_exponent_floats(tmp_path) -> None:

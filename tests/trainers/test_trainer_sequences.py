@@ -14,11 +14,10 @@ from _synth import make_episode, make_episodes, messages_for, span_token_ids, wr
 import sdk
 from sdk.capture import CallRecord, record_call
 from sdk.messages import template_messages
-from trainers._dataset import (
+from trainers.data import (
     ConvertedEpisode,
     DataReport,
     TrainingSequence,
-    UserError,
     build_groups,
     check_task_sizes,
     convert_episode,
@@ -26,6 +25,7 @@ from trainers._dataset import (
     load_episodes,
     parse_tools,
 )
+from trainers.errors import UserError
 
 
 def segments(tok, ids, mask):
@@ -112,7 +112,7 @@ def test_one_sequence_mask_covers_only_model_tokens(tiny_tokenizer):
         segs[0][1]
         == '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
     )
-    # env_mask zeros are exactly the tool result plus template glue
+    # loss_mask zeros are exactly the tool result plus template glue
     assert segs[1][1] == (
         '\n<|im_start|>user\n<tool_response>\n{"temperature": 10, "unit": "celsius"}\n'
         "</tool_response><|im_end|>\n<|im_start|>assistant\n"
@@ -483,8 +483,9 @@ def test_registry():
 
 def test_imports_stay_light():
     code = (
-        "import sys, sdk, trainers, trainers.base, trainers._dataset, trainers.trl_grpo, trainers._plots\n"
+        "import sys, sdk, trainers, trainers.base, trainers.data, trainers.trl, trainers._plots\n"
         "import sdk.train, sdk.serve, sdk.messages\n"
+        "from trainers.trl.config import TRLGRPOConfig\nTRLGRPOConfig(model='./tiny', lora=True)\n"
         "heavy = [m for m in ('torch', 'transformers', 'trl', 'polars', 'peft', 'datasets', 'matplotlib')"
         " if m in sys.modules]\n"
         "print(heavy)\nassert not heavy, heavy\n"
@@ -500,8 +501,8 @@ def _root():
 
 
 def test_build_units_packs_per_turn_groups_with_masked_padding():
-    from trainers._dataset import Group
-    from trainers.trl_grpo import build_units, stored_reward
+    from trainers.data import Group
+    from trainers.trl import build_units, stored_reward
 
     def ep(i, reward, turns):
         sequences = [TrainingSequence("t", f"e{i}", [1, 2], [3, 2], [1, 1], turn=k) for k in range(turns)]
@@ -516,6 +517,6 @@ def test_build_units_packs_per_turn_groups_with_masked_padding():
     expected = 0.5 / (0.7071067811865476 + 1e-4)
     assert advs[:3] == pytest.approx([expected, expected, -expected]) and advs[3] == 0.0
     dummy = units[2].seqs[1]
-    assert dummy.completion_ids == [9] and dummy.env_mask == [0] and dummy.episode_id == "<pad>"
+    assert dummy.completion_ids == [9] and dummy.loss_mask == [0] and dummy.episode_id == "<pad>"
     assert build_units([per_turn], 2, scale_rewards="none")[0].seqs[0].advantage == pytest.approx(0.5)
     assert stored_reward(stored_reward=[1, 0]) == [1.0, 0.0]

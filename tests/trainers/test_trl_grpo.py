@@ -29,7 +29,7 @@ def policy_logprobs_episodes(model, tok, n_tasks=2, per_task=4):
     """Token-faithful episodes whose stored logprobs are the model's own (behaviour = initial policy)."""
     import torch
 
-    from trainers._dataset import convert_episode
+    from trainers.data import convert_episode
 
     eps = make_episodes(n_tasks, per_task, tokenizer=tok)
     for ep in eps:
@@ -50,7 +50,7 @@ def policy_logprobs_episodes(model, tok, n_tasks=2, per_task=4):
 
 
 def config(tmp_path, model_dir, **kw):
-    from trainers.trl_grpo import TRLGRPOConfig
+    from trainers.trl import TRLGRPOConfig
 
     grpo = cpu_grpo(**kw.pop("grpo", {}))
     return TRLGRPOConfig(model=str(model_dir), output_dir=str(tmp_path / "run"), grpo=grpo, **kw)
@@ -63,7 +63,7 @@ def metrics(path):
 def test_replay_raises_logprob_of_rewarded_completions(tmp_path, tiny_model_dir, model_tokenizer):
     from transformers import AutoModelForCausalLM
 
-    from trainers.trl_grpo import TRLGRPOTrainer
+    from trainers.trl import TRLGRPOTrainer
 
     tok = model_tokenizer
     eps = make_episodes(2, 4, tokenizer=tok)
@@ -88,7 +88,7 @@ def test_replay_raises_logprob_of_rewarded_completions(tmp_path, tiny_model_dir,
 def test_env_mask_reaches_trl_and_tool_tokens_get_no_gradient(tmp_path, tiny_model_dir, model_tokenizer):
     import torch
 
-    from trainers.trl_grpo import TRLGRPOTrainer
+    from trainers.trl import TRLGRPOTrainer
 
     tok = model_tokenizer
     eps = make_episodes(2, 4, tokenizer=tok)
@@ -99,14 +99,15 @@ def test_env_mask_reaches_trl_and_tool_tokens_get_no_gradient(tmp_path, tiny_mod
         behaviour_logprobs=False,
         grpo={"loss_type": "dapo", "per_device_train_batch_size": 8},
     )
-    trainer, run = TRLGRPOTrainer().build_trainer(eps, cfg, tokenizer=tok)
+    built = TRLGRPOTrainer().build_trainer(eps, cfg, tokenizer=tok)
+    trainer = built.trainer
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
     batch = next(iter(trainer.get_train_dataloader()))
     inputs = trainer._generate_and_score_completions(batch)
 
-    # TRL's tool_mask is our env_mask, row for row, and zeros sit exactly on the tool-result spans
-    by_episode = {s.episode_id: s for g in run["prepared"].groups for s in g.sequences}
+    # TRL's tool_mask is our loss_mask (TRL's env_mask), row for row, and zeros sit exactly on the tool-result spans
+    by_episode = {s.episode_id: s for g in built.prepared.groups for s in g.sequences}
     for i, row in enumerate(batch):
         s = by_episode[row["episode_id"]]
         n = len(s.completion_ids)
@@ -152,7 +153,7 @@ def test_env_mask_reaches_trl_and_tool_tokens_get_no_gradient(tmp_path, tiny_mod
 
 def test_contract_behaviour_logprob_clipping_is_nonzero(tmp_path, tiny_model_dir, model_tokenizer):
     """Pins TRL's private API: stored behaviour logprobs must drive the clipped ratio (trl==1.16.0)."""
-    from trainers.trl_grpo import TRLGRPOTrainer
+    from trainers.trl import TRLGRPOTrainer
 
     tok = model_tokenizer
     # stored logprobs from "another policy" (random) → the ratio is far from 1 at the first step
@@ -181,7 +182,7 @@ def test_contract_behaviour_logprob_clipping_is_nonzero(tmp_path, tiny_model_dir
 def test_behaviour_equals_initial_policy_clips_only_after_updates(tmp_path, tiny_model_dir, model_tokenizer):
     from transformers import AutoModelForCausalLM
 
-    from trainers.trl_grpo import TRLGRPOTrainer
+    from trainers.trl import TRLGRPOTrainer
 
     tok = model_tokenizer
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
@@ -201,7 +202,7 @@ def test_resume_reaches_same_step_count_and_weights(tmp_path, tiny_model_dir, mo
     import torch
     from transformers import AutoModelForCausalLM
 
-    from trainers.trl_grpo import TRLGRPOTrainer
+    from trainers.trl import TRLGRPOTrainer
 
     tok = model_tokenizer
     eps = make_episodes(2, 4, tokenizer=tok)
@@ -231,14 +232,15 @@ def test_resume_reaches_same_step_count_and_weights(tmp_path, tiny_model_dir, mo
 def test_per_turn_groups_train_with_precomputed_advantages(tmp_path, tiny_model_dir, model_tokenizer):
     import torch
 
-    from trainers.trl_grpo import TRLGRPOTrainer
+    from trainers.trl import TRLGRPOTrainer
 
     tok = model_tokenizer
     eps = make_episodes(2, 4)
     cfg = config(tmp_path, tiny_model_dir, per_turn="always", grpo={"max_steps": 2, "loss_type": "grpo"})
-    trainer, run = TRLGRPOTrainer().build_trainer(eps, cfg, tokenizer=tok)
-    assert len(run["units"]) == 4 and all(
-        len(u.seqs) == 4 for u in run["units"]
+    built = TRLGRPOTrainer().build_trainer(eps, cfg, tokenizer=tok)
+    trainer = built.trainer
+    assert len(built.units) == 4 and all(
+        len(u.seqs) == 4 for u in built.units
     )  # 8 sequences per group → 2 units
     trainer.model.train()
     batch = next(iter(trainer.get_train_dataloader()))
@@ -254,7 +256,7 @@ def test_per_turn_groups_train_with_precomputed_advantages(tmp_path, tiny_model_
 
 
 def test_curriculum_starts_easy_and_expands(tmp_path, tiny_model_dir, model_tokenizer):
-    from trainers.trl_grpo import TRLGRPOTrainer
+    from trainers.trl import TRLGRPOTrainer
 
     tok = model_tokenizer
     # 4 tasks with mean rewards 0.75 / 0.5 / 0.25 / ... : easy = high mean reward
@@ -270,15 +272,16 @@ def test_curriculum_starts_easy_and_expands(tmp_path, tiny_model_dir, model_toke
         curriculum_expand_by=0.25,
         grpo={"max_steps": 4, "per_device_train_batch_size": 4},
     )
-    trainer, run = TRLGRPOTrainer().build_trainer(eps, cfg, tokenizer=tok)
+    built = TRLGRPOTrainer().build_trainer(eps, cfg, tokenizer=tok)
+    trainer = built.trainer
     cur = trainer._curriculum
-    assert [run["units"][i].group.task_id for i in cur.order] == ["task-0", "task-1", "task-2", "task-3"]
+    assert [built.units[i].group.task_id for i in cur.order] == ["task-0", "task-1", "task-2", "task-3"]
     assert [cur.available(s) for s in (0, 1, 2, 4, 6, 8)] == [1, 1, 2, 3, 4, 4]
     sampler = trainer._get_train_sampler()
     first = list(sampler)[:4]
     assert set(first) == {cur.order[0]}  # only the easiest group at the start
     trainer.train()
-    rows = metrics(run["metrics_path"])
+    rows = metrics(built.metrics_path)
     avail = [
         r["curriculum/groups_available"] for r in rows if "curriculum/groups_available" in r and "loss" in r
     ]
@@ -286,7 +289,7 @@ def test_curriculum_starts_easy_and_expands(tmp_path, tiny_model_dir, model_toke
 
 
 def test_lora_adapter_and_heldout_eval(tmp_path, tiny_model_dir, model_tokenizer):
-    from trainers.trl_grpo import TRLGRPOTrainer
+    from trainers.trl import TRLGRPOTrainer
 
     tok = model_tokenizer
     eps = make_episodes(3, 4, tokenizer=tok)
@@ -310,8 +313,8 @@ def test_lora_adapter_and_heldout_eval(tmp_path, tiny_model_dir, model_tokenizer
 
 def test_training_samples_api(tmp_path, tiny_model_dir, model_tokenizer):
     """The Trainer protocol also takes prebuilt TrainingSequences."""
-    from trainers._dataset import convert_episodes
-    from trainers.trl_grpo import TRLGRPOTrainer
+    from trainers.data import convert_episodes
+    from trainers.trl import TRLGRPOTrainer
 
     tok = model_tokenizer
     convs, _ = convert_episodes(make_episodes(2, 4, tokenizer=tok), tok)

@@ -11,20 +11,20 @@ from _synth import cpu_grpo, make_episodes
 
 
 def _config(tmp_path, model_dir, name, **kw):
-    from trainers.trl_grpo import TRLGRPOConfig
+    from trainers.trl import TRLGRPOConfig
 
     grpo = kw.pop("grpo", {})
     return TRLGRPOConfig(
-        model=str(model_dir), output_dir=str(tmp_path / name), num_generations=4, seed=0, grpo=grpo, **kw
+        model=str(model_dir), output_dir=str(tmp_path / name), group_size=4, seed=0, grpo=grpo, **kw
     )
 
 
 def _one_step(tmp_path, model_dir, tok, name, episodes, grpo, **kw):
     """Train one SGD step; return (trainer, widths of the batches the loss saw, the parameters after)."""
-    from trainers.trl_grpo import TRLGRPOTrainer
+    from trainers.trl import TRLGRPOTrainer
 
     cfg = _config(tmp_path, model_dir, name, grpo=grpo, **kw)
-    trainer, _ = TRLGRPOTrainer().build_trainer(episodes, cfg, tokenizer=tok)
+    trainer = TRLGRPOTrainer().build_trainer(episodes, cfg, tokenizer=tok).trainer
     widths: list[tuple[int, int, int]] = []
     original = trainer.compute_loss
 
@@ -79,7 +79,7 @@ def _initial_params(model_dir):
 def test_strip_padding_drops_only_columns_padded_in_every_row():
     import torch
 
-    from trainers.trl_grpo import _sort_by_length, _strip_padding
+    from trainers.trl.replay import _sort_by_length, _strip_padding
 
     batch = {
         "prompt_ids": torch.tensor([[0, 0, 5, 6], [0, 7, 8, 9], [0, 0, 0, 4]]),
@@ -104,7 +104,7 @@ def test_strip_padding_drops_only_columns_padded_in_every_row():
 
 def test_micro_batch_settings_resolve_to_accumulation(tmp_path, tokenizer_dir, tiny_tokenizer):
     from trainers.errors import UserError
-    from trainers.trl_grpo import TRLGRPOTrainer, resolve_grpo_kwargs
+    from trainers.trl import TRLGRPOTrainer, resolve_grpo_kwargs
 
     eps = make_episodes(2, 4, tokenizer=tiny_tokenizer)
     cfg = _config(tmp_path, tokenizer_dir, "r", grpo={"per_device_train_batch_size": 8}, micro_batch_size=2)
@@ -136,7 +136,7 @@ def test_cpu_defaults_are_unchanged_and_bf16_weights_is_explicit(tmp_path, token
     import torch
 
     from trainers.errors import UserError
-    from trainers.trl_grpo import TRLGRPOTrainer, resolve_grpo_kwargs
+    from trainers.trl import TRLGRPOTrainer, resolve_grpo_kwargs
 
     if torch.cuda.is_available():
         pytest.skip("checks the CPU defaults")
@@ -160,7 +160,7 @@ def test_lora_inputs_stay_in_autocast_dtype_with_the_same_output(tiny_model_dir)
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from trainers.trl_grpo import _lora_inputs_in_autocast_dtype
+    from trainers.trl._args import _lora_inputs_in_autocast_dtype
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype="float32")

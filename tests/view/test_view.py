@@ -16,7 +16,7 @@ import pytest
 import sdk
 from sdk._sources import SourcedEpisode
 from sdk.capture import CallRecord, record_call
-from sdk.view import build_report, episode_view, group_advantages
+from sdk.view import build_report, episode_view
 from sdk.view.__main__ import main
 
 FEW_SHOT = {"role": "assistant", "content": "2 + 2 = 4."}
@@ -67,10 +67,25 @@ def _store(path: Path, samples: int = 3) -> Path:
     return path
 
 
-def test_group_advantages_follow_grpo() -> None:
-    assert group_advantages([1.0, 0.0, 0.0, 1.0]) == [0.9998, -0.9998, -0.9998, 0.9998]
-    assert group_advantages([0.5]) == [0.0]
-    assert group_advantages([None, None]) == [None, None]
+def test_viewer_shows_the_trainers_advantages(tmp_path: Path) -> None:
+    """A group of 2 with rewards [1, 0]: the page and the trainer both say ±0.707 (TRL's sample std)."""
+    pytest.importorskip("transformers")
+    import json
+
+    from trainers._tiny import build_tiny_tokenizer
+    from trainers.base import TrainerConfig, prepare_data
+
+    store = _store(tmp_path / "store", samples=2)
+    build_report(store, tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    data = json.loads(page.split('id="data"', 1)[1].split(">", 1)[1].split("</script>", 1)[0])
+    shown = {v["id"]: v["adv"] for v in data["episodes"]}
+    config = TrainerConfig(model="unused", group_size=2)
+    prepared = prepare_data(str(store), config, tokenizer=build_tiny_tokenizer())
+    trained = {s.episode_id: s.advantage for s in prepared.groups[0].sequences}
+    assert sorted(shown.values()) == [-0.707, 0.707]
+    assert shown.keys() == trained.keys()
+    assert all(shown[k] == round(trained[k], 4) for k in shown)
 
 
 def test_trained_tokens_are_the_threads_own_completions(tmp_path: Path) -> None:
@@ -148,7 +163,7 @@ def test_page_in_headless_chromium(tmp_path: Path) -> None:
     dom = subprocess.run([*browser, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
     assert "3 of 3 episodes · 1 task group" in dom
     assert re.search(r'<span class="r reward">1\.00</span>', dom)
-    assert re.search(r'<span class="a pos">A \+1\.41</span>', dom)  # (1 - 1/3) / std over the group
+    assert re.search(r'<span class="a pos">A \+1\.15</span>', dom)  # (1 - 1/3) / (sample std + 1e-4), as TRL
     # The first episode is shown: its generated turn's tokens highlighted with their behaviour logprobs
     # (as ids: the store keeps ids and logprob numbers; --tokenizer shows their text).
     trained = re.findall(r'<span class="tok trained" data-logprob="([^"]+)"[^>]*>([^<]*)</span>', dom)

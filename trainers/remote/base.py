@@ -530,7 +530,7 @@ def validate_episodes(
     ``require_groups``, that some task has at least two rewarded episodes.
 
     Args:
-        episodes: Episode dicts (``trainers._dataset.load_episodes``).
+        episodes: Episode dicts (``trainers.data.load_episodes``).
         require_reward: Episodes must carry a finite reward.
         require_groups: Some task must have ≥ 2 rewarded episodes (GRPO, best/worst pairs).
 
@@ -567,7 +567,7 @@ def validate_episodes(
         reasons = [f"{code}: {n} (e.g. {', '.join(examples[code])})" for code, n in by_code.most_common()]
         raise InvalidDataError(f"{bad} of {len(episodes)} episodes are invalid", reasons)
     if require_groups:
-        from trainers._dataset import check_task_sizes
+        from trainers.data import check_task_sizes
 
         check_task_sizes(episodes)
     return episodes

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from trainers._dataset import ConvertedEpisode, DataReport, Group, parse_tools
 from trainers.base import PreparedData, TrainerConfig, TrainResult
+from trainers.data import ConvertedEpisode, DataReport, Group, parse_tools
 from trainers.errors import (
     AuthError,
     InvalidDataError,
@@ -312,7 +312,7 @@ class OpenAIFineTuneTrainer(RemoteTrainer):
         Example:
             >>> lines, notes = OpenAIFineTuneTrainer().build_examples("e.parquet", cfg)  # doctest: +SKIP
         """
-        from trainers._dataset import load_episodes
+        from trainers.data import load_episodes
 
         episodes = validate_episodes(load_episodes(data))
         if config.method == "dpo":
@@ -335,7 +335,7 @@ class OpenAIFineTuneTrainer(RemoteTrainer):
             ['SFT: 12 examples (top 1 per task group)']
         """
         cfg = self.check_config(config)
-        from trainers._dataset import load_episodes
+        from trainers.data import load_episodes
 
         episodes = load_episodes(data)
         examples, notes = self.build_examples(episodes, cfg)

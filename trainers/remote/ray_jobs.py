@@ -61,7 +61,7 @@ from trainers.remote.base import (
     validate_episodes,
     with_retries,
 )
-from trainers.trl_grpo import TRLGRPOConfig
+from trainers.trl import TRLGRPOConfig
 
 __all__ = ["RayConfig", "RayTrainer", "run_job"]
 
@@ -82,7 +82,7 @@ _STATUS = {
 class RayConfig(RemoteConfig, TRLGRPOConfig):
     """Configuration of the ``ray`` backend: the TRL settings plus where and how the job runs.
 
-    Every :class:`~trainers.trl_grpo.TRLGRPOConfig` field is passed to the job, which runs the ``trl``
+    Every :class:`~trainers.trl.TRLGRPOConfig` field is passed to the job, which runs the ``trl``
     backend with it. ``eval_data`` is not supported (use ``eval_fraction``).
 
     Parameters:
@@ -248,7 +248,7 @@ class RayTrainer(RemoteTrainer):
         Example:
             >>> RayTrainer().prepare("episodes.parquet", RayConfig(model="./tiny"))  # doctest: +SKIP
         """
-        from trainers._dataset import load_episodes
+        from trainers.data import load_episodes
 
         validate_episodes(load_episodes(data))
         return prepare_data(data, config)
@@ -347,7 +347,7 @@ class RayTrainer(RemoteTrainer):
 
     def _data(self, data: Any, config: RayConfig) -> tuple[str, list[dict[str, Any]] | None]:
         """``(--data for the job, episodes to upload or None)``; local data is validated here."""
-        from trainers._dataset import load_episodes
+        from trainers.data import load_episodes
 
         if isinstance(data, (str, os.PathLike)) and (is_store_uri(str(data)) or not config.upload_data):
             if is_store_uri(str(data)):

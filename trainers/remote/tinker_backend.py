@@ -2,10 +2,10 @@
 
 Tinker trains a LoRA adapter on its GPUs while the training loop runs here, on a machine without GPUs:
 
-1. episodes → :class:`~trainers._dataset.TrainingSequence` s with the base model's tokenizer (locally; set
+1. episodes → :class:`~trainers.data.TrainingSequence` s with the base model's tokenizer (locally; set
    ``tokenizer`` to a local copy when the hub is unreachable), grouped by task as for GRPO;
-2. group-relative advantages ``(r - mean) / (std + 1e-6)`` per group (``scale_rewards: none`` drops the
-   division);
+2. group-relative advantages per group, as TRL computes them (:func:`sdk.episodes.group_advantages`;
+   ``scale_rewards: none`` only centres);
 3. sequences → ``tinker.types.Datum`` (:func:`sequence_to_datum`): ``model_input`` = prompt + completion
    without the last token, and aligned to it (position ``i`` predicts token ``i + 1``):
    ``target_tokens``, ``logprobs`` (the behaviour/sampling logprobs) and ``advantages`` (the sequence's
@@ -48,8 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from trainers._dataset import Group, TrainingSequence
+from sdk.episodes import group_advantages
 from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
+from trainers.data import TrainingSequence
 from trainers.errors import AuthError, RateLimitError, RemoteError, TransientError, UserError
 from trainers.remote import (
     JOB_FILE,
@@ -60,7 +61,7 @@ from trainers.remote import (
     with_retries,
 )
 
-__all__ = ["TinkerConfig", "TinkerTrainer", "group_advantages", "sequence_to_datum"]
+__all__ = ["TinkerConfig", "TinkerTrainer", "sequence_to_datum"]
 
 T = TypeVar("T")
 
@@ -118,27 +119,6 @@ class TinkerConfig(RemoteConfig):
 
 
 # ------------------------------------------------------------------------------------------- data → Datums
-
-
-def group_advantages(group: Group, *, scale_rewards: str = "group", eps: float = 1e-6) -> dict[str, float]:
-    """Advantage of each episode of a group: reward minus the group mean, over the std when scaling.
-
-    Example:
-        >>> from trainers._dataset import ConvertedEpisode
-        >>> g = Group("t", "t", [ConvertedEpisode("a", "t", 1.0), ConvertedEpisode("b", "t", 0.0)])
-        >>> {k: round(v, 3) for k, v in group_advantages(g, scale_rewards="none").items()}
-        {'a': 0.5, 'b': -0.5}
-    """
-    rewards = [float(e.reward or 0.0) for e in group.episodes]
-    mean = statistics.fmean(rewards)
-    std = statistics.stdev(rewards) if len(rewards) > 1 else 0.0
-    out = {}
-    for e, r in zip(group.episodes, rewards, strict=True):
-        adv = r - mean
-        if scale_rewards == "group":
-            adv /= std + eps
-        out[e.episode_id] = adv
-    return out
 
 
 def sequence_to_datum(
@@ -256,7 +236,9 @@ class TinkerTrainer(RemoteTrainer):
         """
         out = []
         for group in prepared.groups:
-            adv = group_advantages(group, scale_rewards=config.scale_rewards)
+            rewards = [float(e.reward or 0.0) for e in group.episodes]
+            scaled = group_advantages(rewards, scale=config.scale_rewards == "group")
+            adv = dict(zip([e.episode_id for e in group.episodes], scaled, strict=True))
             out.append(
                 [sequence_to_datum(s, adv[s.episode_id], loss_fn=config.loss_fn) for s in group.sequences]
             )

@@ -114,8 +114,8 @@ def test_abandoned_stream_turn_is_context_in_training(store: Path) -> None:
     pytest.importorskip("transformers")
     from sdk.episodes import build_episodes
     from sdk.testing import ScriptedOpenAIServer
-    from trainers._dataset import convert_episodes
     from trainers._tiny import build_tiny_tokenizer
+    from trainers.data import convert_episodes
 
     with ScriptedOpenAIServer(stream_delay_s=0.05) as server:
         client = wrap_openai(openai.OpenAI(base_url=server.base_url, api_key="x"))

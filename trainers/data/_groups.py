@@ -1,0 +1,124 @@
+"""Converted episodes → GRPO groups of G episodes per task, with their advantages."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Literal
+
+from sdk.episodes import (
+    group_advantages,
+)
+from trainers.data._report import DataReport
+from trainers.data._sequence import ConvertedEpisode, Group
+from trainers.errors import UserError
+
+__all__ = ["build_groups"]
+
+
+# ------------------------------------------------------------------------------------------------ grouping
+
+
+def _split_task(
+    eps: list[ConvertedEpisode],
+    G: int,
+    overflow: Literal["split", "trim"],
+    underflow: Literal["resample", "drop"],
+    rng: random.Random,
+    rep: DataReport,
+) -> list[list[ConvertedEpisode]]:
+    """One task's episodes as chunks of at most G (more than G: split or trimmed, as ``overflow`` says)."""
+    if len(eps) <= G:
+        return [eps]
+    rng.shuffle(eps)
+    if overflow == "trim":
+        rep.episodes_trimmed += len(eps) - G
+        return [eps[:G]]
+    chunks = [eps[i : i + G] for i in range(0, len(eps), G)]
+    rep.groups_split += 1
+    if len(chunks[-1]) < 2 or underflow == "drop" and len(chunks[-1]) < G:
+        rep.episodes_trimmed += len(chunks[-1])
+        chunks.pop()
+    return chunks
+
+
+def build_groups(
+    episodes: Sequence[ConvertedEpisode],
+    group_size: int,
+    *,
+    overflow: Literal["split", "trim"] = "split",
+    underflow: Literal["resample", "drop"] = "resample",
+    filter_zero_std: bool = True,
+    seed: int = 0,
+    report: DataReport | None = None,
+) -> tuple[list[Group], DataReport]:
+    """Group converted episodes by task into GRPO groups of exactly ``group_size`` episodes.
+
+    Tasks with fewer than 2 episodes are dropped. A task with more than G episodes is split into several
+    groups of G (``overflow="split"``; leftovers fill a last group by resampling or are left out) or reduced
+    to a random G (``"trim"``). A task with 2..G-1 episodes is filled up by resampling with replacement
+    (``underflow="resample"``) or dropped (``"drop"``). Groups whose rewards are all equal carry no learning
+    signal (zero advantage) and are dropped when ``filter_zero_std``. Every change is counted in the report,
+    and each sequence's ``advantage`` is set by :func:`sdk.episodes.group_advantages` within its group.
+
+    Args:
+        episodes: Output of :func:`convert_episodes`.
+        group_size: Group size G (≥ 2).
+        overflow: Policy for tasks with more than G episodes.
+        underflow: Policy for tasks with fewer than G episodes.
+        filter_zero_std: Drop groups without reward spread.
+        seed: Seed for the trimming/resampling choices (deterministic).
+        report: Report to update (a new one when ``None``).
+
+    Returns:
+        ``(groups, report)``; groups are sorted by group id.
+
+    Example:
+        >>> from trainers.data import TrainingSequence
+        >>> seq = lambda i: [TrainingSequence("t", f"e{i}")]
+        >>> eps = [ConvertedEpisode(f"e{i}", "t", float(i % 2), seq(i)) for i in range(3)]
+        >>> groups, rep = build_groups(eps, 4)
+        >>> len(groups[0].episodes), rep.duplicates_added
+        (4, 1)
+    """
+    if group_size < 2:
+        raise UserError(f"group_size must be at least 2 for GRPO, got {group_size}")
+    rep = report or DataReport()
+    rng = random.Random(seed)
+    by_task: dict[str, list[ConvertedEpisode]] = defaultdict(list)
+    for ep in episodes:
+        if ep.task_id is not None and ep.reward is not None and ep.sequences:
+            by_task[ep.task_id].append(ep)
+    rep.tasks = len(by_task)
+    G = group_size
+    groups: list[Group] = []
+    for task in sorted(by_task):
+        eps = sorted(by_task[task], key=lambda e: e.episode_id)
+        if len(eps) < 2:
+            rep.tasks_too_small += 1
+            continue
+        chunks = _split_task(eps, G, overflow, underflow, rng, rep)
+        for n, chunk in enumerate(chunks):
+            if len(chunk) < G:
+                if underflow == "drop":
+                    rep.groups_dropped_small += 1
+                    continue
+                extra = [rng.choice(chunk) for _ in range(G - len(chunk))]
+                rep.groups_resampled += 1
+                rep.duplicates_added += len(extra)
+                chunk = chunk + extra
+            gid = task if len(chunks) == 1 else f"{task}#{n}"
+            groups.append(Group(gid, task, list(chunk)))
+    if filter_zero_std:
+        kept = [g for g in groups if g.reward_std > 1e-8]
+        rep.groups_zero_std_filtered += len(groups) - len(kept)
+        groups = kept
+    for g in groups:
+        advantages = group_advantages([float(ep.reward or 0.0) for ep in g.episodes])
+        for ep, adv in zip(g.episodes, advantages, strict=True):
+            for s in ep.sequences:
+                s.group_id = g.group_id
+                s.advantage = adv
+    rep.groups = len(groups)
+    return groups, rep

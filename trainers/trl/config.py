@@ -1,0 +1,95 @@
+"""The ``trl`` backend's configuration; importable without torch or TRL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainers.base import TrainerConfig
+
+__all__ = ["TRLGRPOConfig"]
+
+
+# GRPOConfig fields tracerl owns at the top level of the config (GRPOConfig name: our name); in `grpo` they
+# must agree with it.
+_OWNED = {"output_dir": "output_dir", "seed": "seed", "num_generations": "group_size"}
+
+
+@dataclass
+class TRLGRPOConfig(TrainerConfig):
+    """Configuration of the ``trl`` backend: :class:`~trainers.base.TrainerConfig` plus TRL specifics.
+
+    Parameters that control the policy update:
+        behaviour_logprobs: clip against the stored behaviour logprobs of token-faithful episodes.
+        min_advantage: clamp advantages from below (0.0 = positive-only); None = signed GRPO advantages.
+        grpo: any ``trl.GRPOConfig`` field, passed through (e.g. ``learning_rate``, ``loss_type``,
+            ``beta``, ``num_iterations``, ``epsilon_high``, ``max_steps``, ``per_device_train_batch_size``,
+            ``save_steps``).
+
+    Parameters that control speed and memory (results stay the same within tolerance):
+        micro_batch_size: split each device's batch into micro-batches of this many sequences, sorted by
+            length and stripped of padding columns (gradient accumulation inside a GRPO group).
+        bf16_weights: load the weights in bf16 (halves weight, gradient and optimizer memory).
+
+    Parameters that control LoRA (peft):
+        lora, lora_r, lora_alpha, lora_dropout, lora_target_modules.
+
+    Example:
+        >>> cfg = TRLGRPOConfig(model="./tiny", grpo={"learning_rate": 1e-5, "max_steps": 10}, lora=True)
+        >>> cfg.grpo["max_steps"], cfg.lora_r
+        (10, 16)
+    """
+
+    behaviour_logprobs: bool = field(
+        default=True,
+        metadata={
+            "help": "Use stored behaviour logprobs of token-faithful episodes as the clipping reference "
+            "(π_θ/π_behaviour); otherwise the ratio starts at 1 each update."
+        },
+    )
+    min_advantage: float | None = field(
+        default=None,
+        metadata={
+            "help": "Clamp advantages from below (e.g. 0.0: reinforce better-than-group episodes and never "
+            "push failed ones down, a filtered-behaviour-cloning-like variant that is stabler for small "
+            "models); None keeps GRPO's signed advantages."
+        },
+    )
+    micro_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Sequences per forward/backward pass: each device's batch (whole GRPO groups) is "
+            "sorted by length, split into micro-batches of this size and stripped of padding columns; the "
+            "gradient is accumulated over them, so one optimizer step still sees whole groups. Smaller "
+            "micro-batches need less activation memory (activation_checkpointing=false on a GPU). "
+            "None: one pass."
+        },
+    )
+    bf16_weights: bool = field(
+        default=False,
+        metadata={
+            "help": "Load the weights in bf16 instead of fp32 (model_init_kwargs dtype). Halves weight, "
+            "gradient and AdamW-state memory for full fine-tuning, but updates smaller than bf16's "
+            "resolution (about 1/256 of the weight) are rounded away, which matters at small learning "
+            "rates. With --lora the frozen base is loaded in bf16 on CUDA anyway (adapters stay fp32)."
+        },
+    )
+    lora: bool = field(
+        default=False, metadata={"help": "Train a LoRA adapter (peft) instead of all weights."}
+    )
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
+    lora_target_modules: str = field(
+        default="all-linear",
+        metadata={
+            "help": "LoRA target modules: 'all-linear' or a comma-separated list (e.g. q_proj,v_proj)."
+        },
+    )
+    grpo: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "trl.GRPOConfig fields passed through (CLI: --grpo KEY=VALUE, repeatable; YAML: a "
+            "'grpo:' mapping)."
+        },
+    )

@@ -1,0 +1,217 @@
+"""``ReplayGRPOTrainer``: TRL's ``GRPOTrainer`` replaying stored episodes (imports torch and TRL)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from transformers import PrinterCallback
+from trl import GRPOTrainer
+from trl.trainer.utils import split_tensor_dict
+
+from trainers.trl._sampler import replay_sampler
+
+__all__ = ["ReplayGRPOTrainer"]
+
+
+class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
+    """TRL's ``GRPOTrainer`` replaying stored episodes instead of generating.
+
+    It (1) exposes the dataset rows of the current batch to the rollout function, (2) replaces TRL's
+    advantages by precomputed ones where the rollout supplies them (per-turn units), (3) uses the stored
+    behaviour logprobs as ``old_per_token_logps`` so the clipped ratio is ``π_θ / π_behaviour``, and (4)
+    uses :func:`~trainers.trl.replay_sampler` (epoch-seeded, exact resume; curriculum when configured). It
+    overrides private TRL methods (``_prepare_inputs``, ``_get_train_sampler``,
+    ``_generate_and_score_completions``, ``_get_per_token_logps_and_entropies``): keep the versions pinned.
+
+    Example:
+        >>> ReplayGRPOTrainer.__mro__[1].__name__
+        'GRPOTrainer'
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        replay_behaviour: bool = True,
+        curriculum: Any = None,
+        min_advantage: float | None = None,
+        length_grouped: bool = False,
+        episodes_log: Path | None = None,
+        **kw: Any,
+    ):
+        self._replay_behaviour = replay_behaviour
+        self._min_advantage = min_advantage
+        self._curriculum = curriculum
+        self._length_grouped = length_grouped
+        self._episodes_log = episodes_log
+        self._replay_rows: list[dict[str, Any]] = []
+        super().__init__(*args, **kw)
+        if self.args.disable_tqdm:  # metrics go to metrics.jsonl; transformers would print every log dict
+            self.remove_callback(PrinterCallback)
+
+    def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
+        if not (self._length_grouped and self.model.training):
+            return super()._prepare_inputs(generation_batch)
+        # TRL's loop, with its row shuffle replaced by a length sort and each micro-batch stripped of the
+        # padding columns it does not need: similar lengths share a pass, so almost no compute is padding.
+        spg = self.args.steps_per_generation
+        if self._step % (spg * self.num_iterations) == 0 or self._buffered_inputs is None:
+            batch = _sort_by_length(self._generate_and_score_completions(generation_batch))
+            self._buffered_inputs = [_strip_padding(b) for b in split_tensor_dict(batch, spg)]
+        return self._buffered_inputs[self._step % spg]
+
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
+        return replay_sampler(
+            len(dataset if dataset is not None else self.train_dataset),
+            mini_repeat_count=self.num_generations,
+            batch_size=self.args.generation_batch_size // self.num_generations,
+            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            shuffle=bool(self.shuffle_dataset),
+            seed=self.args.seed,
+            curriculum=self._curriculum,
+        )
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self._replay_rows = inputs
+        out = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        if mode == "train" and self._episodes_log is not None:
+            self._log_episodes([str(x.get("episode_id")) for x in inputs])
+        _use_replay_advantages(inputs, out, self._min_advantage)
+        if self._replay_behaviour:
+            frac = _use_behaviour_logps(out, lambda: self._replay_policy_logps(out))
+            if frac is not None:
+                self._metrics[mode]["replay/behaviour_token_frac"].append(frac)
+        return out
+
+    def _log_episodes(self, episode_ids: list[str]) -> None:
+        # Every process's share of this generation batch, written by the main process only: which
+        # episodes trained at which step, and proof that the processes' shares are disjoint whole groups.
+        shares = gather_object([(self.accelerator.process_index, episode_ids)])
+        if self.accelerator.is_main_process and self._episodes_log is not None:
+            row = {"step": int(self.state.global_step), "shares": [ids for _, ids in sorted(shares)]}
+            with self._episodes_log.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    def _replay_policy_logps(self, out: dict[str, Any]) -> Any:
+        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+        mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+        with torch.no_grad():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model,
+                ids,
+                mask,
+                out["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size,
+            )
+        return logps
+
+
+def _sort_by_length(batch: dict[str, Any]) -> dict[str, Any]:
+    """Reorder the rows of a generation batch by real length (prompt + completion tokens), longest first.
+
+    Longest first makes the first micro-batch the largest, so a batch that does not fit fails at once.
+    """
+    lengths = batch["prompt_mask"].sum(1) + batch["completion_mask"].sum(1)
+    order = torch.argsort(lengths, descending=True, stable=True)
+    rows = lengths.size(0)
+
+    def pick(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and v.ndim >= 1 and v.size(0) == rows:
+            return v[order.to(v.device)]
+        if isinstance(v, list) and len(v) == rows:
+            return [v[i] for i in order.tolist()]
+        return v
+
+    return {k: pick(v) for k, v in batch.items()}
+
+
+# Keys shaped like the prompt (left-padded) or the completion (right-padded); anything else stops stripping.
+_PROMPT_KEYS = {"prompt_ids", "prompt_mask"}
+
+
+_COMPLETION_KEYS = {
+    "completion_ids",
+    "completion_mask",
+    "tool_mask",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "sampling_per_token_logps",
+    "importance_sampling_ratio",
+    "advantages",
+}
+
+
+def _strip_padding(batch: dict[str, Any]) -> dict[str, Any]:
+    """Drop the columns that are padding in every row of a micro-batch (prompts' left, completions' right).
+
+    Nothing a loss reads changes: masked positions contribute nothing, ``num_items_in_batch`` counts real
+    tokens and ``dr_grpo`` divides by ``max_completion_length``, not by the tensor width. Positions shift by
+    the same amount in every row, which rotary attention does not see. Batches with other per-token tensors
+    (vision inputs) are returned as they are.
+    """
+    rows = batch["prompt_mask"].size(0)
+    per_token = {
+        k for k, v in batch.items() if isinstance(v, torch.Tensor) and v.ndim == 2 and v.size(0) == rows
+    }
+    if per_token - _PROMPT_KEYS - _COMPLETION_KEYS:
+        return batch
+    P, C = batch["prompt_mask"].size(1), batch["completion_mask"].size(1)
+    used_p = torch.nonzero(batch["prompt_mask"].sum(0)).flatten()
+    used_c = torch.nonzero(batch["completion_mask"].sum(0)).flatten()
+    start = int(used_p[0]) if used_p.numel() else P
+    end = int(used_c[-1]) + 1 if used_c.numel() else 1
+    out = dict(batch)
+    for k in per_token:
+        v = batch[k]
+        if k in _PROMPT_KEYS:
+            out[k] = v[:, start:]
+        elif k in _COMPLETION_KEYS and v.size(1) == C:
+            out[k] = v[:, :end]
+    return out
+
+
+def _use_replay_advantages(
+    inputs: list[dict[str, Any]], out: dict[str, Any], min_advantage: float | None
+) -> None:
+    """Put the precomputed advantages of per-turn rows into the batch ``out``; clamp at ``min_advantage``."""
+    # Extra rollout keys were merged into `inputs` by TRL; per-turn rows carry their own advantages.
+    pre = torch.tensor(
+        [float(x.get("replay_advantage", math.nan)) for x in inputs], device=out["advantages"].device
+    )
+    known = ~torch.isnan(pre)
+    if known.any():
+        out["advantages"] = torch.where(known, pre.to(out["advantages"].dtype), out["advantages"])
+    if min_advantage is not None:
+        out["advantages"] = out["advantages"].clamp(min=min_advantage)
+
+
+def _use_behaviour_logps(out: dict[str, Any], policy_logps: Callable[[], Any]) -> float | None:
+    """Make the stored sampling logprobs TRL's "old" policy, so the clipped ratio is ``π_θ / π_behaviour``.
+
+    Trained tokens without a stored logprob take TRL's old log-probs or, without those, ``policy_logps()``
+    (ratio 1). Returns the share of trained tokens that had a stored logprob, or ``None`` when the batch has
+    no sampling logprobs.
+    """
+    sampling = out.get("sampling_per_token_logps")
+    if sampling is None:
+        return None
+    loss_mask = out["completion_mask"]
+    if "tool_mask" in out:
+        loss_mask = loss_mask * out["tool_mask"]
+    unknown = torch.isnan(sampling) & loss_mask.bool()
+    behaviour = torch.nan_to_num(sampling, nan=0.0)
+    if unknown.any():
+        fallback = out.get("old_per_token_logps")
+        if fallback is None:
+            fallback = policy_logps()
+        behaviour = torch.where(unknown, fallback, behaviour)
+    out["old_per_token_logps"] = behaviour
+    out["sampling_per_token_logps"] = behaviour
+    n = loss_mask.sum().clamp(min=1)
+    return float(((~unknown) & loss_mask.bool()).sum() / n)

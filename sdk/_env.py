@@ -20,6 +20,7 @@ __all__ = [
     "TRACERL_DISABLED",
     "TRACERL_FSYNC",
     "TRACERL_GATEWAY_CONFIG",
+    "TRACERL_GATEWAY_TOKEN",
     "TRACERL_IMPLICIT_SESSIONS",
     "TRACERL_POLICY_BASE_URL",
     "TRACERL_POLICY_MODEL",
@@ -53,6 +54,8 @@ TRACERL_SPOOL = "TRACERL_SPOOL"
 # The gateway (sdk.gateway): how its command line hands the configuration to worker processes.
 TRACERL_GATEWAY_CONFIG = "TRACERL_GATEWAY_CONFIG"
 """JSON of the gateway's ``GatewayConfig``, set by ``python -m sdk.gateway`` for its workers."""
+TRACERL_GATEWAY_TOKEN = "TRACERL_GATEWAY_TOKEN"
+"""The gateway token every route then needs (``X-Tracerl-Gateway-Token`` or a ``/token/<token>/`` prefix)."""
 
 # The policy an agent calls during the loop (trainers.policy.export_env sets both).
 TRACERL_POLICY_BASE_URL = "TRACERL_POLICY_BASE_URL"

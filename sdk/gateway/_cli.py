@@ -21,11 +21,12 @@ import tempfile
 from typing import Any
 from urllib.parse import urlsplit
 
+from sdk import _env
 from sdk._token_data import rejects_token_data
 
 __all__ = ["TOKEN_ENV", "main", "masked"]
 
-TOKEN_ENV = "TRACERL_GATEWAY_TOKEN"
+TOKEN_ENV = _env.TRACERL_GATEWAY_TOKEN
 """The environment variable that holds the gateway token (``--auth-token-file`` takes precedence)."""
 
 

@@ -20,6 +20,13 @@ them before its sample counts as done. The results file stays with this process,
 done, as locally. The agent's code must be importable on the workers (installed there, or shipped with
 ``--ray-working-dir .``); ``TRACERL_*`` environment variables are passed on to them.
 
+``--continuous`` (:func:`run_continuous` in Python) keeps ``--concurrency`` samples in flight, cycling over
+the tasks (each visit of a task runs its next ``group_size`` samples, with fresh sample indices) until
+SIGINT/SIGTERM or its ``stop`` event; the samples in flight then finish and it exits 0. Its results file and
+store are the batch runner's and it resumes the same way. Each sample reads ``TRACERL_POLICY_BASE_URL`` and
+``TRACERL_POLICY_MODEL`` at its start (:func:`policy_endpoint`), so when the loop switches the policy to a
+new version the samples started afterwards call it.
+
 The summary adds the :mod:`sdk.eval` figures (pass@1 ± standard error, pass@k, pass^k, maj@k, rates,
 calls/tokens/latency per sample), also written to ``<results>.metrics.json``. ``--shard I/N`` runs the
 I-th of N disjoint slices of the tasks (by a hash of the task id), so N machines cover the task set;
@@ -30,6 +37,7 @@ Usage::
     python -m sdk.rollout my_agent:solve tasks.jsonl --group-size 8 --concurrency 16 --timeout 120
         --reward-fn my_agent:score --store .tracerl --split train
     python -m sdk.rollout my_agent:solve eval.jsonl --split eval --json
+    python -m sdk.rollout my_agent:solve tasks.jsonl --continuous --group-size 8 --concurrency 16
 
 Task files: JSON lines, Parquet, a directory saved with ``datasets.save_to_disk``, or ``hf:NAME[:SPLIT]``
 (``datasets.load_dataset``). Each task is a dict with an id (``--id-field``, default ``id``, else
@@ -51,11 +59,14 @@ Example:
 from __future__ import annotations
 
 from sdk.rollout._cli import build_parser, main
+from sdk.rollout._continuous import run_continuous
 from sdk.rollout._run import run_rollout
+from sdk.rollout._sample import PolicyEndpoint, policy_endpoint
 from sdk.rollout._summary import RolloutSummary, read_results, summarize
 from sdk.rollout._tasks import RolloutError, SampleTimeout, load_function, load_tasks
 
 __all__ = [
+    "PolicyEndpoint",
     "RolloutError",
     "RolloutSummary",
     "SampleTimeout",
@@ -63,7 +74,9 @@ __all__ = [
     "load_function",
     "load_tasks",
     "main",
+    "policy_endpoint",
     "read_results",
+    "run_continuous",
     "run_rollout",
     "summarize",
 ]

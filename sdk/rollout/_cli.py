@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import threading
 
 from sdk.eval import parse_shard
+from sdk.rollout._continuous import run_continuous
 from sdk.rollout._resume import _current_store
 from sdk.rollout._run import run_rollout
 from sdk.rollout._summary import RolloutSummary
@@ -70,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="I/N",
         help="run the I-th of N disjoint slices of the tasks (by task id); sdk.eval summarize merges them",
     )
+    p.add_argument(
+        "--continuous",
+        action="store_true",
+        help="keep --concurrency samples in flight, cycling over the tasks with fresh sample indices, until "
+        "SIGINT/SIGTERM; then finish the samples in flight and exit 0",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -100,22 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         results = args.results or str(
             store.parent / f"{store.name.lstrip('.') or 'store'}-rollout-{args.split}{shard}.jsonl"
         )
-        summary = run_rollout(
-            args.agent,
-            args.tasks,
-            group_size=args.group_size,
-            concurrency=args.concurrency,
-            timeout=args.timeout,
-            reward_fn=args.reward_fn,
-            split=args.split,
-            results=results,
-            id_field=args.id_field,
-            success_threshold=args.success_threshold,
-            progress=not args.no_progress and not args.json,
-            ray=args.ray,
-            ray_runtime_env={"working_dir": args.ray_working_dir} if args.ray_working_dir else None,
-            shard=args.shard,
-        )
+        summary = (_continuous if args.continuous else _batch)(args, results)
     except (RolloutError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -131,3 +126,57 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(summary.format_table())
     return 0
+
+
+def _batch(args: argparse.Namespace, results: str) -> RolloutSummary:
+    return run_rollout(
+        args.agent,
+        args.tasks,
+        group_size=args.group_size,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        reward_fn=args.reward_fn,
+        split=args.split,
+        results=results,
+        id_field=args.id_field,
+        success_threshold=args.success_threshold,
+        progress=not args.no_progress and not args.json,
+        ray=args.ray,
+        ray_runtime_env={"working_dir": args.ray_working_dir} if args.ray_working_dir else None,
+        shard=args.shard,
+    )
+
+
+def _continuous(args: argparse.Namespace, results: str) -> RolloutSummary:
+    """``--continuous``: cycle over the tasks until SIGINT/SIGTERM, then finish the samples in flight."""
+    if args.ray is not None or args.shard is not None:
+        raise RolloutError("--continuous runs here over the whole task set: drop --ray and --shard")
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt  # the second signal: stop now (in-flight samples end as interrupted)
+        stop.set()
+        os.write(2, b"stopping: finishing the samples in flight (signal again to stop now)\n")
+
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return run_continuous(
+            args.agent,
+            args.tasks,
+            results=results,
+            stop=stop,
+            concurrency=args.concurrency,
+            group_size=args.group_size,
+            split=args.split,
+            timeout=args.timeout,
+            reward_fn=args.reward_fn,
+            id_field=args.id_field,
+            success_threshold=args.success_threshold,
+            progress=not args.no_progress and not args.json,
+        )
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)

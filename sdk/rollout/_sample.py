@@ -12,16 +12,53 @@ import contextlib
 import contextvars
 import inspect
 import json
+import os
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
+from sdk import _env
 from sdk.rollout._tasks import SampleTimeout
 
-__all__: list[str] = []
+__all__ = ["PolicyEndpoint", "policy_endpoint"]
+
+
+class PolicyEndpoint(NamedTuple):
+    """The policy a sample calls: ``TRACERL_POLICY_BASE_URL`` and ``TRACERL_POLICY_MODEL`` (None if unset).
+
+    Example:
+        >>> PolicyEndpoint("http://127.0.0.1:8000/v1", "policy@v3").model
+        'policy@v3'
+    """
+
+    base_url: str | None
+    model: str | None
+
+
+_POLICY: contextvars.ContextVar[PolicyEndpoint | None] = contextvars.ContextVar("tracerl_policy")
+
+
+def _policy_now() -> PolicyEndpoint:
+    env = os.environ
+    return PolicyEndpoint(env.get(_env.TRACERL_POLICY_BASE_URL), env.get(_env.TRACERL_POLICY_MODEL))
+
+
+def policy_endpoint() -> PolicyEndpoint:
+    """The policy's base URL and model as the environment named them when the current sample started.
+
+    The runner reads the two variables at the start of every sample, so when the loop switches the policy
+    to a new version (re-exporting them) the samples started afterwards call the new one, while a running
+    sample keeps the endpoint it started with. Outside a sample: the variables as they are now.
+
+    Example:
+        >>> policy_endpoint() == _policy_now()
+        True
+    """
+    got = _POLICY.get(None)
+    return got if got is not None else _policy_now()
 
 
 class _Progress:
@@ -78,6 +115,7 @@ async def _one_sample(
 ) -> dict[str, Any]:
     import sdk
 
+    _POLICY.set(_policy_now())  # this sample's context (its task, the agent's thread) only
     t0 = time.monotonic()
     row: dict[str, Any] = {
         "task_id": task["id"],

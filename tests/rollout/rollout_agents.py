@@ -18,12 +18,12 @@ running = 0
 peak = 0
 
 
-def _client(kind: str) -> Any:
+def _client(kind: str, base: str | None = None) -> Any:
     import openai
 
     from integrations.openai import wrap_openai
 
-    base = os.environ["TRACERL_POLICY_BASE_URL"]
+    base = base or os.environ["TRACERL_POLICY_BASE_URL"]
     with _lock:
         if (kind, base) not in _clients:
             cls = openai.AsyncOpenAI if kind == "async" else openai.OpenAI
@@ -57,6 +57,17 @@ async def achat(task: dict[str, Any]) -> str | None:
         await asyncio.sleep(60)
     resp = await _client("async").chat.completions.create(
         model="policy", messages=[{"role": "user", "content": f"task {task['id']}"}]
+    )
+    return resp.choices[0].message.content
+
+
+def policy_chat(task: dict[str, Any]) -> str | None:
+    """One call to the policy the runner named at this sample's start (``sdk.rollout.policy_endpoint``)."""
+    from sdk.rollout import policy_endpoint
+
+    endpoint = policy_endpoint()
+    resp = _client("sync", endpoint.base_url).chat.completions.create(
+        model=endpoint.model or "policy", messages=[{"role": "user", "content": f"task {task['id']}"}]
     )
     return resp.choices[0].message.content
 

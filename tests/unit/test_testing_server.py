@@ -397,3 +397,32 @@ def test_import_pulls_no_third_party_modules() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", out.stdout
+
+
+def test_in_flight_counts_requests_until_their_reply_starts() -> None:
+    gate = threading.Semaphore(0)
+
+    def held(request: dict, endpoint: str) -> None:
+        gate.acquire(timeout=30)
+        return None
+
+    with ScriptedOpenAIServer(policy=held) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        calls = [
+            threading.Thread(target=client.chat.completions.create, kwargs={"model": "m", "messages": USER})
+            for _ in range(3)
+        ]
+        for t in calls:
+            t.start()
+        for _ in range(3000):  # a bound on a hang, not a timing
+            if server.in_flight == 3:
+                break
+            threading.Event().wait(0.01)
+        assert (server.in_flight, server.max_in_flight) == (3, 3)
+        for _ in range(3):
+            gate.release()
+        for t in calls:
+            t.join(10)
+        assert (server.in_flight, server.max_in_flight, len(server.requests)) == (0, 3, 3)
+        server.reset()
+        assert (server.in_flight, server.max_in_flight, server.requests) == (0, 0, [])

@@ -1,0 +1,182 @@
+"""``python -m sdk.rollout`` / ``tracerl rollout``: the command line of the runner.
+
+Example:
+    >>> build_parser().parse_args(["m:f", "t.jsonl", "-G", "4"]).group_size
+    4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+
+from sdk.eval import parse_shard
+from sdk.rollout._continuous import run_continuous
+from sdk.rollout._resume import _current_store
+from sdk.rollout._run import run_rollout
+from sdk.rollout._summary import RolloutSummary
+from sdk.rollout._tasks import RolloutError
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m sdk.rollout`` argument parser.
+
+    Example:
+        >>> build_parser().parse_args(["m:f", "t.jsonl"]).group_size
+        1
+    """
+    p = argparse.ArgumentParser(
+        prog="python -m sdk.rollout",
+        description="Run an agent over a task set (G samples per task, each in a session); resumable.",
+    )
+    p.add_argument("agent", help="agent entry point module:function (takes the task dict)")
+    p.add_argument("tasks", help="tasks: .jsonl, .parquet, a saved datasets directory or hf:NAME[:SPLIT]")
+    p.add_argument(
+        "--group-size", "-G", type=int, default=1, help="samples per task, the GRPO group size G (default 1)"
+    )
+    # Deprecated spelling of --group-size: still works, with a one-line notice.
+    p.add_argument("--samples", dest="samples_deprecated", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--concurrency", "-c", type=int, default=8, help="samples at once (default 8)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per sample (default: none)")
+    p.add_argument("--reward-fn", default=None, help="module:function(task, answer) -> float | dict")
+    p.add_argument(
+        "--split", default="train", help="session metadata split (default train; eval: no training)"
+    )
+    p.add_argument("--store", default=None, help="store directory (default $TRACERL_STORE or ./.tracerl)")
+    p.add_argument(
+        "--results",
+        default=None,
+        help="results file (default <store>-rollout-<split>.jsonl next to the store)",
+    )
+    p.add_argument("--id-field", default="id", help="task id field (default id, else task_id)")
+    p.add_argument("--success-threshold", type=float, default=1.0, help="reward counted as success")
+    p.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="run the samples as Ray tasks on this cluster (auto, ray://head:10001, host:6379)",
+    )
+    p.add_argument(
+        "--ray-working-dir",
+        default=None,
+        metavar="DIR",
+        help="directory shipped to the Ray workers (runtime_env working_dir), e.g. . for the agent's code",
+    )
+    p.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run the I-th of N disjoint slices of the tasks (by task id); sdk.eval summarize merges them",
+    )
+    p.add_argument(
+        "--continuous",
+        action="store_true",
+        help="keep --concurrency samples in flight, cycling over the tasks with fresh sample indices, until "
+        "SIGINT/SIGTERM; then finish the samples in flight and exit 0",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns 0, 2 on bad input (one ``error:`` line), 130 when interrupted.
+
+    Example:
+        >>> main(["my_agent:solve", "tasks.jsonl", "--group-size", "4"])  # doctest: +SKIP
+        0
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    import sdk
+
+    if args.samples_deprecated is not None:
+        print("tracerl: --samples is deprecated; use --group-size", file=sys.stderr)
+        args.group_size = args.samples_deprecated
+    try:
+        if args.store is not None:
+            sdk.configure(store=args.store)
+        store = _current_store()
+        shard = "" if args.shard is None else "-shard-" + "-of-".join(map(str, parse_shard(args.shard)))
+        results = args.results or str(
+            store.parent / f"{store.name.lstrip('.') or 'store'}-rollout-{args.split}{shard}.jsonl"
+        )
+        summary = (_continuous if args.continuous else _batch)(args, results)
+    except (RolloutError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        got = exc.args[0] if exc.args and isinstance(exc.args[0], RolloutSummary) else None
+        if got is not None:
+            print(got.format_table(), file=sys.stderr)
+        else:
+            print("interrupted: re-run the same command to continue", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(summary.as_dict()))
+    else:
+        print(summary.format_table())
+    return 0
+
+
+def _batch(args: argparse.Namespace, results: str) -> RolloutSummary:
+    return run_rollout(
+        args.agent,
+        args.tasks,
+        group_size=args.group_size,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        reward_fn=args.reward_fn,
+        split=args.split,
+        results=results,
+        id_field=args.id_field,
+        success_threshold=args.success_threshold,
+        progress=not args.no_progress and not args.json,
+        ray=args.ray,
+        ray_runtime_env={"working_dir": args.ray_working_dir} if args.ray_working_dir else None,
+        shard=args.shard,
+    )
+
+
+def _continuous(args: argparse.Namespace, results: str) -> RolloutSummary:
+    """``--continuous``: cycle over the tasks until SIGINT/SIGTERM, then finish the samples in flight."""
+    if args.ray is not None or args.shard is not None:
+        raise RolloutError("--continuous runs here over the whole task set: drop --ray and --shard")
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt  # the second signal: stop now (in-flight samples end as interrupted)
+        stop.set()
+        os.write(2, b"stopping: finishing the samples in flight (signal again to stop now)\n")
+
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return run_continuous(
+            args.agent,
+            args.tasks,
+            results=results,
+            stop=stop,
+            concurrency=args.concurrency,
+            group_size=args.group_size,
+            split=args.split,
+            timeout=args.timeout,
+            reward_fn=args.reward_fn,
+            id_field=args.id_field,
+            success_threshold=args.success_threshold,
+            progress=not args.no_progress and not args.json,
+        )
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)

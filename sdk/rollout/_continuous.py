@@ -1,0 +1,226 @@
+"""Continuous collection: ``concurrency`` samples always in flight over a task set or stream, until stopped.
+
+The batch runner runs a fixed set of (task, sample) pairs and ends; :func:`run_continuous` keeps going, so a
+trainer can learn beside it (the loop's ``mode: async``). Samples are taken in blocks of ``group_size``
+(one GRPO group): block ``b`` of a task is samples ``b*G .. b*G+G-1``, and each time a task comes round
+(the task set cycled in order, or the next task of ``task_stream``) it gets its first block not yet done,
+so a task that comes back gets fresh sample indices. The results file, the store and resuming are the batch
+runner's: after a kill, the same call skips the pairs in the results file, takes pairs the store finished
+from there, marks the attempts cut short superseded, and runs those pairs again when their task comes round.
+
+Example:
+    >>> import threading
+    >>> stop = threading.Event()
+    >>> run_continuous("my_agent:solve", "tasks.jsonl", results="r.jsonl", stop=stop)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from sdk.rollout._run import _finish, _Plan, _prepare
+from sdk.rollout._sample import _in_thread, _one_sample, _Progress
+from sdk.rollout._summary import RolloutSummary, _append, read_results
+from sdk.rollout._tasks import RolloutError, load_tasks
+
+__all__ = ["run_continuous"]
+
+_END = object()  # the task source is exhausted
+_POLL_S = 0.05  # how often the run looks at ``stop`` while it waits (a threading.Event cannot be awaited)
+
+Metadata = dict[str, Any] | Callable[[dict[str, Any], int], dict[str, Any]]
+
+
+class _AnyTask:
+    """Every task id: a streamed run resumes the samples of whatever tasks its results file holds."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+def run_continuous(
+    agent: str | Callable[..., Any],
+    tasks: str | os.PathLike[str] | Iterable[dict[str, Any]] = (),
+    *,
+    results: str | os.PathLike[str],
+    stop: threading.Event,
+    concurrency: int = 8,
+    group_size: int = 1,
+    task_stream: Iterable[dict[str, Any]] | None = None,
+    cycle: bool = True,
+    split: str = "train",
+    timeout: float | None = None,
+    metadata: Metadata | None = None,
+    on_sample: Callable[[dict[str, Any]], None] | None = None,
+    reward_fn: str | Callable[..., Any] | None = None,
+    store: str | os.PathLike[str] | None = None,
+    id_field: str = "id",
+    success_threshold: float = 1.0,
+    progress: bool = False,
+) -> RolloutSummary:
+    """Keep ``concurrency`` samples of ``agent`` in flight until ``stop`` is set; resumable (as run_rollout).
+
+    Args:
+        agent: As for :func:`sdk.rollout.run_rollout`.
+        tasks: The task set, taken ``group_size`` samples per task in order (again and again when
+            ``cycle``, with fresh sample indices each round); ignored when ``task_stream`` is given.
+        results: The results file (JSON lines, the batch runner's format); pairs already in it are skipped.
+        stop: Set to stop: no sample starts after it, those in flight finish (or time out), then it returns.
+        concurrency: Samples in flight at once.
+        group_size: Samples per task each time it comes round (the GRPO group size G).
+        task_stream: An iterable of task dicts, e.g. fed by a curriculum; each task it yields gets its next
+            ``group_size`` samples. It may block; a task it yields after ``stop`` is not run.
+        cycle: Cycle over ``tasks`` until stopped; False: one pass, then return.
+        split: Session metadata ``split``.
+        timeout: Seconds per sample.
+        metadata: Extra session metadata, or a callable ``(task, sample) -> dict`` called at each sample's
+            start (the loop stamps ``policy_version`` this way).
+        on_sample: Called with each results line once it is written (in the runner's thread); its errors are
+            reported once and do not stop the run.
+        reward_fn: As for :func:`sdk.rollout.run_rollout`.
+        store: Store directory or URI; default: the current configuration.
+        id_field: Task id field.
+        success_threshold: A sample succeeds when its reward is at least this.
+        progress: Show a progress bar on stderr.
+
+    Returns:
+        A :class:`sdk.rollout.RolloutSummary` over the whole results file (``total``: the pairs done).
+
+    Raises:
+        RolloutError: Bad agent, reward function, tasks or settings.
+
+    Example:
+        >>> run_continuous("my_agent:solve", "tasks.jsonl", results="r.jsonl", stop=stop)  # doctest: +SKIP
+    """
+    plan = _prepare(
+        agent, tasks if task_stream is None else (), group_size=group_size, concurrency=concurrency,
+        timeout=timeout, reward_fn=reward_fn, split=split, results=results, store=store, id_field=id_field,
+        threshold=success_threshold, metadata=None if callable(metadata) else metadata,
+        task_ids=_AnyTask() if task_stream is not None else None,
+    )  # fmt: skip
+    done = {(str(r["task_id"]), int(r["sample"])) for r in plan.rows}
+    plan.rows = []
+    if task_stream is not None:
+        source: Iterator[dict[str, Any]] = iter(task_stream)
+    else:
+        source = itertools.cycle(plan.tasks) if cycle else iter(plan.tasks)
+    bar = _Progress(progress, None, len(done))  # no total: it runs until stopped
+    run = _Continuous(plan, concurrency, stop, metadata if callable(metadata) else None, on_sample, bar)
+    pairs = _pairs(source, group_size, done, id_field, bar)
+    try:
+        asyncio.run(run.loop(pairs, blocking=task_stream is not None))
+    finally:
+        bar.close()
+        import sdk
+
+        sdk.flush()
+    plan.rows = read_results(plan.results)  # the whole file, read again: a long run keeps no rows in memory
+    summary = _finish(plan, [], len({(r["task_id"], r["sample"]) for r in plan.rows}), interrupted=False)
+    summary.ran = run.ran
+    return summary
+
+
+def _pairs(
+    source: Iterator[dict[str, Any]],
+    group_size: int,
+    done: set[tuple[str, int]],
+    id_field: str,
+    bar: _Progress,
+) -> Iterator[tuple[dict[str, Any], int]]:
+    """(task, sample) pairs: each task as it comes, its first block of ``group_size`` samples not yet done."""
+    blocks: dict[str, int] = defaultdict(int)  # the next block to look at, per task id
+    for raw in source:
+        try:
+            (task,) = load_tasks([raw], id_field)
+        except RolloutError as exc:
+            bar.say(f"warning: a streamed task was skipped: {exc}")
+            continue
+        tid = task["id"]
+        while True:
+            first = blocks[tid] * group_size
+            blocks[tid] += 1
+            todo = [k for k in range(first, first + group_size) if (tid, k) not in done]
+            if todo:
+                break
+        for k in todo:
+            yield task, k
+
+
+class _Continuous:
+    """The event loop's side of :func:`run_continuous`: starts samples as others finish, until stopped."""
+
+    def __init__(
+        self,
+        plan: _Plan,
+        concurrency: int,
+        stop: threading.Event,
+        metadata: Callable[[dict[str, Any], int], dict[str, Any]] | None,
+        on_sample: Callable[[dict[str, Any]], None] | None,
+        bar: _Progress,
+    ) -> None:
+        self.plan, self.concurrency, self.stop = plan, concurrency, stop
+        self.metadata, self.on_sample, self.bar = metadata, on_sample, bar
+        self.ran = 0
+        self.warned: set[str] = set()
+
+    async def loop(self, pairs: Iterator[tuple[dict[str, Any], int]], *, blocking: bool) -> None:
+        """Keep ``concurrency`` samples running; on ``stop`` start no more and wait for the running ones."""
+        running: set[asyncio.Future[Any]] = set()
+        feed: asyncio.Future[Any] | None = None  # the next pair, fetched in a thread (a stream may block)
+        exhausted = False
+        while not self.stop.is_set():
+            while not exhausted and feed is None and len(running) < self.concurrency:
+                if blocking:
+                    feed = _in_thread(lambda _: next(pairs, _END), None)
+                    break
+                pair = next(pairs, _END)
+                if pair is _END:
+                    exhausted = True
+                else:
+                    running.add(asyncio.ensure_future(self.sample(*pair)))
+            waiting = running | ({feed} if feed is not None else set())
+            if not waiting:
+                break  # one pass over the tasks is done
+            finished, _ = await asyncio.wait(waiting, timeout=_POLL_S, return_when=asyncio.FIRST_COMPLETED)
+            if feed is not None and feed in finished:
+                pair, feed = feed.result(), None
+                if pair is _END:
+                    exhausted = True
+                elif not self.stop.is_set():
+                    running.add(asyncio.ensure_future(self.sample(*pair)))
+            running -= finished
+        if running:
+            await asyncio.gather(*running)
+
+    async def sample(self, task: dict[str, Any], k: int) -> None:
+        """One sample, its line appended to the results file as it ends (no await in between)."""
+        plan = self.plan
+        md = plan.metadata
+        if self.metadata is not None:
+            try:
+                md = {**self.metadata(task, k), **plan.metadata}
+            except Exception as exc:
+                self.warn("metadata", f"the metadata function failed on task {task['id']!r} sample {k}", exc)
+        row = await _one_sample(
+            plan.fn, plan.score, task, k, plan.timeout, md, plan.threshold, self.warned, self.bar
+        )
+        _append(plan.results, row)
+        self.ran += 1
+        self.bar.update(bool(row["success"]))
+        if self.on_sample is not None:
+            try:
+                self.on_sample(row)
+            except Exception as exc:
+                self.warn("on_sample", f"on_sample failed on task {task['id']!r} sample {k}", exc)
+
+    def warn(self, what: str, message: str, exc: Exception) -> None:
+        """One line on stderr the first time ``what`` fails; later failures pass quietly."""
+        if what not in self.warned:
+            self.warned.add(what)
+            self.bar.say(f"warning: {message}: {type(exc).__name__}: {exc} (further failures not reported)")

@@ -1,0 +1,312 @@
+"""The batch runner: every task ``group_size`` times, at most ``concurrency`` at once, locally or on Ray.
+
+Example:
+    >>> from sdk.rollout import run_rollout
+    >>> run_rollout("my_agent:solve", "tasks.jsonl", results="out.jsonl")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Container, Iterable
+from pathlib import Path
+from typing import Any
+
+from sdk import _env
+from sdk.rollout._resume import _current_store, _resume, _run_key, _store_location
+from sdk.rollout._sample import _one_sample, _Progress
+from sdk.rollout._summary import RolloutSummary, _append, _write_metrics, summarize
+from sdk.rollout._tasks import RolloutError, _shard_tasks, load_function, load_tasks
+
+__all__ = ["run_rollout"]
+
+
+def run_rollout(
+    agent: str | Callable[..., Any],
+    tasks: str | os.PathLike[str] | Iterable[dict[str, Any]],
+    *,
+    group_size: int = 1,
+    concurrency: int = 8,
+    timeout: float | None = None,
+    reward_fn: str | Callable[..., Any] | None = None,
+    split: str = "train",
+    results: str | os.PathLike[str] = "rollout-results.jsonl",
+    store: str | os.PathLike[str] | None = None,
+    id_field: str = "id",
+    success_threshold: float = 1.0,
+    progress: bool = False,
+    metadata: dict[str, Any] | None = None,
+    ray: str | None = None,
+    ray_runtime_env: dict[str, Any] | None = None,
+    shard: str | tuple[int, int] | None = None,
+    samples: int | None = None,
+) -> RolloutSummary:
+    """Run ``agent`` ``group_size`` times on every task, each run in its own session; resumable.
+
+    Args:
+        agent: ``"module:function"`` or a callable (sync or async) taking the task dict and returning an
+            answer; it may call ``sdk.reward`` itself.
+        tasks: Tasks (see :func:`load_tasks`).
+        group_size: Samples per task (the GRPO group size G).
+        concurrency: Samples running at once.
+        timeout: Seconds per sample; a sample past it ends its session with ``TimeoutError``. A sync
+            agent's thread cannot be stopped: it runs on in the background until it returns.
+        reward_fn: ``"module:function"`` or callable ``(task, answer) -> float | dict``; a dict gives
+            named rewards, its ``"reward"`` entry is the episode reward. Async functions work too.
+        split: Recorded as session metadata ``split`` (``export(splits=[...])`` selects by it).
+        results: The results file (JSON lines); pairs already in it are skipped.
+        store: Store directory (``sdk.configure(store=...)``); default: the current configuration.
+        id_field: Task id field.
+        success_threshold: A sample succeeds when its reward is at least this.
+        progress: Show a progress bar on stderr.
+        metadata: Extra session metadata.
+        ray: Run the samples as tasks on the Ray cluster at this address (``ray.init(address=...)``);
+            ``concurrency`` bounds the tasks in flight. The store must be reachable from the workers (a
+            shared directory or an object-store URI).
+        ray_runtime_env: Ray runtime environment for the workers (e.g. ``{"working_dir": "."}``); the
+            ``TRACERL_*`` environment variables of this process are added to its ``env_vars``.
+        shard: ``"I/N"`` or ``(I, N)``: run only the I-th of N disjoint slices of the tasks (by a hash of
+            the task id, the same on every machine); ``python -m sdk.eval summarize`` merges the shards'
+            results files.
+        samples: Deprecated spelling of ``group_size`` (a ``DeprecationWarning``; removed in a later release).
+
+    Returns:
+        A :class:`RolloutSummary` over the whole results file.
+
+    Raises:
+        RolloutError: Bad agent, reward function, tasks or settings.
+        KeyboardInterrupt: On Ctrl-C, after in-flight samples were cancelled (their sessions end as
+            interrupted) and every finished one is in the results file.
+
+    Example:
+        >>> run_rollout("my_agent:solve", "tasks.jsonl", group_size=4, results="out.jsonl")  # doctest: +SKIP
+    """
+    if samples is not None:
+        warnings.warn("run_rollout(samples=) is deprecated: use group_size", DeprecationWarning, stacklevel=2)
+        group_size = samples
+    plan = _prepare(
+        agent, tasks, group_size=group_size, concurrency=concurrency, timeout=timeout, reward_fn=reward_fn,
+        split=split, results=results, store=store, id_field=id_field, threshold=success_threshold,
+        metadata=metadata, shard=shard,
+    )  # fmt: skip
+    done = {(str(r["task_id"]), int(r["sample"])) for r in plan.rows}
+    jobs = [(t, k) for t in plan.tasks for k in range(group_size) if (t["id"], k) not in done]
+    total = len(plan.tasks) * group_size
+    bar = _Progress(progress, total, total - len(jobs))
+    new_rows: list[dict[str, Any]] = []
+    interrupted = _execute(plan, jobs, concurrency, bar, new_rows, ray, ray_runtime_env, (agent, reward_fn))
+    summary = _finish(plan, new_rows, total, interrupted)
+    if interrupted:
+        raise KeyboardInterrupt(summary)
+    return summary
+
+
+@dataclasses.dataclass
+class _Plan:
+    """A run's checked inputs: the functions, the tasks, the results file and what it already holds."""
+
+    fn: Callable[..., Any]
+    score: Callable[..., Any] | None
+    tasks: list[dict[str, Any]]
+    results: Path
+    location: str | Path  # the store as other processes name it
+    rows: list[dict[str, Any]]  # the results file's lines so far (samples recovered from the store included)
+    metadata: dict[str, Any]  # every sample's session metadata, ``split`` and ``rollout`` (the run's key)
+    timeout: float | None
+    threshold: float
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+
+def _prepare(
+    agent: str | Callable[..., Any],
+    tasks: str | os.PathLike[str] | Iterable[dict[str, Any]],
+    *,
+    group_size: int,
+    concurrency: int,
+    timeout: float | None,
+    reward_fn: str | Callable[..., Any] | None,
+    split: str,
+    results: str | os.PathLike[str],
+    store: str | os.PathLike[str] | None,
+    id_field: str,
+    threshold: float,
+    metadata: dict[str, Any] | None,
+    shard: str | tuple[int, int] | None = None,
+    task_ids: Container[str] | None = None,
+) -> _Plan:
+    """Check the inputs, point the SDK at the store, resume the results file of the tasks (or task_ids)."""
+    import sdk
+
+    if group_size < 1 or concurrency < 1:
+        raise RolloutError("group_size and concurrency must be at least 1")
+    if timeout is not None and timeout <= 0:
+        raise RolloutError(f"timeout must be positive, got {timeout}")
+    fn = load_function(agent, "agent")
+    score = load_function(reward_fn, "reward function") if reward_fn is not None else None
+    task_list = load_tasks(tasks, id_field)
+    if not task_list and task_ids is None:
+        named = isinstance(tasks, (str, os.PathLike))
+        raise RolloutError(f"no tasks in {os.fspath(tasks)}" if named else "no tasks given")
+    if shard is not None:
+        task_list = _shard_tasks(task_list, shard)
+    results_path = Path(results)
+    if store is not None and _current_store().resolve() != Path(store).resolve():
+        sdk.configure(store=store)
+    store_path = _current_store()
+    if results_path.resolve().parent == store_path.resolve():
+        raise RolloutError(f"the results file {results_path} must not be inside the store {store_path}")
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    key = _run_key(results_path)
+    location = _store_location()
+    ids = task_ids if task_ids is not None else {t["id"] for t in task_list}
+    rows = _resume(results_path, location, key, split, ids, threshold)
+    extra = {**(metadata or {}), "split": split, "rollout": key}
+    return _Plan(fn, score, task_list, results_path, location, rows, extra, timeout, threshold)
+
+
+def _execute(
+    plan: _Plan,
+    jobs: list[tuple[dict[str, Any], int]],
+    concurrency: int,
+    bar: _Progress,
+    out: list[dict[str, Any]],
+    ray: str | None,
+    ray_runtime_env: dict[str, Any] | None,
+    specs: tuple[Any, Any],
+) -> bool:
+    """Run ``jobs`` locally or on Ray, appending each row to ``out``; True when interrupted (Ctrl-C)."""
+    import sdk
+
+    try:
+        if ray is not None:
+            spec = (*specs, plan.timeout, plan.metadata, plan.threshold, plan.location)
+            _run_on_ray(ray, ray_runtime_env, spec, jobs, concurrency, plan.results, out, bar)
+        else:
+            asyncio.run(_run_all(plan, jobs, concurrency, out, bar))
+    except KeyboardInterrupt:
+        return True
+    finally:
+        bar.close()
+        sdk.flush()
+    return False
+
+
+def _finish(plan: _Plan, new_rows: list[dict[str, Any]], total: int, interrupted: bool) -> RolloutSummary:
+    """The summary over the whole results file; the evaluation figures written beside it."""
+    rows = plan.rows + new_rows
+    summary = summarize(
+        rows,
+        split=plan.metadata["split"],
+        results_path=str(plan.results),
+        total=total,
+        success_threshold=plan.threshold,
+    )
+    summary.ran = len(new_rows)
+    summary.seconds = time.monotonic() - plan.started
+    summary.interrupted = interrupted
+    summary.metrics = _write_metrics(rows, plan.location, plan.results)
+    return summary
+
+
+def _run_on_ray(
+    address: str,
+    runtime_env: dict[str, Any] | None,
+    spec: tuple[Any, ...],
+    jobs: list[tuple[dict[str, Any], int]],
+    concurrency: int,
+    results: Path,
+    out: list[dict[str, Any]],
+    bar: _Progress,
+) -> None:
+    """Run ``jobs`` as Ray tasks, at most ``concurrency`` in flight; append each row as its task ends."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise RolloutError("--ray needs Ray: pip install 'tracerl[ray]'") from exc
+    env = dict(runtime_env or {})
+    env_vars = {k: v for k, v in os.environ.items() if k.startswith(_env.PREFIX) and k != _env.TRACERL_STORE}
+    env["env_vars"] = {**env_vars, **env.get("env_vars", {})}
+    started_here = not ray.is_initialized()
+    if started_here:
+        try:
+            ray.init(address=address, runtime_env=env, log_to_driver=False, configure_logging=False)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise RolloutError(f"cannot connect to the Ray cluster at {address!r}: {exc}") from exc
+    remote = ray.remote(num_cpus=1, max_retries=0)(_ray_sample)
+    pending: dict[Any, tuple[str, int]] = {}
+    todo = list(jobs)
+    try:
+        while todo or pending:
+            while todo and len(pending) < concurrency:
+                task, k = todo.pop(0)
+                pending[remote.remote(spec, task, k)] = (task["id"], k)
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                tid, k = pending.pop(ref)
+                try:
+                    row = ray.get(ref)
+                except Exception as exc:  # the worker died: the sample has no result line and runs again
+                    cause = [ln for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+                    print(
+                        f"warning: the Ray task of task {tid!r} sample {k} failed: {cause[-1][:300]} "
+                        "(re-run to retry it)",
+                        file=sys.stderr,
+                    )
+                    continue
+                _append(results, row)
+                out.append(row)
+                bar.update(bool(row["success"]))
+    except KeyboardInterrupt:
+        for ref in pending:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        raise
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _ray_sample(spec: tuple[Any, ...], task: dict[str, Any], k: int) -> dict[str, Any]:
+    """One (task, sample) in a Ray worker: the same sample as locally, in this worker's store segments."""
+    import sdk
+    from sdk._tracer import tracer
+
+    agent, reward_fn, timeout, metadata, threshold, store = spec
+    current = tracer.config.store_uri or Path(tracer.config.store).resolve()
+    if str(current) != str(store):
+        sdk.configure(store=str(store))
+    fn = load_function(agent, "agent")
+    score = load_function(reward_fn, "reward function") if reward_fn is not None else None
+    quiet = _Progress(False, 0, 0)  # warnings go to the worker log
+    row = asyncio.run(_one_sample(fn, score, task, k, timeout, metadata, threshold, set(), quiet))
+    sdk.flush()  # in the store (and shipped to an object store) before the sample counts as done
+    return row
+
+
+async def _run_all(
+    plan: _Plan,
+    jobs: list[tuple[dict[str, Any], int]],
+    concurrency: int,
+    out: list[dict[str, Any]],
+    bar: _Progress,
+) -> None:
+    sem = asyncio.Semaphore(concurrency)
+    warned: set[str] = set()
+
+    async def one(task: dict[str, Any], k: int) -> None:
+        async with sem:
+            row = await _one_sample(
+                plan.fn, plan.score, task, k, plan.timeout, plan.metadata, plan.threshold, warned, bar
+            )
+            # No await between the session's end and this line: a cancelled sample has no line.
+            _append(plan.results, row)
+            out.append(row)
+            bar.update(bool(row["success"]))
+
+    await asyncio.gather(*(one(t, k) for t, k in jobs))

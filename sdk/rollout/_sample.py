@@ -1,0 +1,228 @@
+"""One sample: the agent on one task inside its session, scored, turned into a results line.
+
+Example:
+    >>> _named_rewards({"reward": 1, "format": 0.5})
+    {'reward': 1.0, 'format': 0.5}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import inspect
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from sdk import _env
+from sdk.rollout._tasks import SampleTimeout
+
+__all__ = ["PolicyEndpoint", "policy_endpoint"]
+
+
+class PolicyEndpoint(NamedTuple):
+    """The policy a sample calls: ``TRACERL_POLICY_BASE_URL`` and ``TRACERL_POLICY_MODEL`` (None if unset).
+
+    Example:
+        >>> PolicyEndpoint("http://127.0.0.1:8000/v1", "policy@v3").model
+        'policy@v3'
+    """
+
+    base_url: str | None
+    model: str | None
+
+
+_POLICY: contextvars.ContextVar[PolicyEndpoint | None] = contextvars.ContextVar("tracerl_policy")
+
+
+def _policy_now() -> PolicyEndpoint:
+    env = os.environ
+    return PolicyEndpoint(env.get(_env.TRACERL_POLICY_BASE_URL), env.get(_env.TRACERL_POLICY_MODEL))
+
+
+def policy_endpoint() -> PolicyEndpoint:
+    """The policy's base URL and model as the environment named them when the current sample started.
+
+    The runner reads the two variables at the start of every sample, so when the loop switches the policy
+    to a new version (re-exporting them) the samples started afterwards call the new one, while a running
+    sample keeps the endpoint it started with. Outside a sample: the variables as they are now.
+
+    Example:
+        >>> policy_endpoint() == _policy_now()
+        True
+    """
+    got = _POLICY.get(None)
+    return got if got is not None else _policy_now()
+
+
+class _Progress:
+    """tqdm bar (done / total, success so far, ETA) on stderr, or nothing."""
+
+    def __init__(self, enabled: bool, total: int | None, initial: int) -> None:
+        self.bar: Any = None
+        self.ok = 0
+        self.n = 0
+        if enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self.bar = tqdm(total=total, initial=initial, desc="rollout", unit="sample", file=sys.stderr)
+
+    def update(self, success: bool) -> None:
+        self.n += 1
+        self.ok += success
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(f"success {100 * self.ok / self.n:.0f}%", refresh=False)
+
+    def say(self, message: str) -> None:
+        """One line on stderr that does not break the bar."""
+        if self.bar is not None:
+            self.bar.write(message, file=sys.stderr)
+        else:
+            print(message, file=sys.stderr)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _json_safe(value: Any, limit: int = 2000) -> Any:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)[:limit]
+    return value if len(text) <= limit else text[:limit]
+
+
+async def _one_sample(
+    fn: Callable[..., Any],
+    score: Callable[..., Any] | None,
+    task: dict[str, Any],
+    k: int,
+    timeout: float | None,
+    metadata: dict[str, Any],
+    threshold: float,
+    warned: set[str],
+    bar: _Progress,
+) -> dict[str, Any]:
+    import sdk
+
+    _POLICY.set(_policy_now())  # this sample's context (its task, the agent's thread) only
+    t0 = time.monotonic()
+    row: dict[str, Any] = {
+        "task_id": task["id"],
+        "sample": k,
+        "split": metadata["split"],
+        "status": "ok",
+        "reward": None,
+        "rewards": {},
+        "success": False,
+        "answer": None,
+        "error": None,
+        "session_id": None,
+    }
+    try:
+        async with sdk.session(task_id=task["id"], sample=k, **metadata) as s:
+            row["session_id"] = s.session_id
+            try:
+                answer = await asyncio.wait_for(_call(fn, task), timeout)
+            except asyncio.TimeoutError:
+                raise SampleTimeout(f"sample took longer than {timeout} s") from None
+            row["answer"] = _json_safe(answer)
+            if score is not None:
+                try:
+                    got = score(task, answer)
+                    if inspect.isawaitable(got):
+                        got = await got
+                    named = _named_rewards(got)
+                    for name, value in named.items():
+                        s.reward(value, name)
+                except Exception as exc:
+                    row["status"] = "reward_error"
+                    row["error"] = f"reward function failed: {type(exc).__name__}: {exc}"
+                    if "reward" not in warned:
+                        warned.add("reward")
+                        bar.say(
+                            f"error: the reward function failed on task {task['id']!r} sample {k}: "
+                            f"{type(exc).__name__}: {exc} (counted as reward_error; further failures only "
+                            "counted)"
+                        )
+            named = {n: v for n, v, call_id in s.rewards if call_id is None}
+            row["rewards"] = named
+            row["reward"] = named.get("reward")
+            if row["reward"] is None and row["status"] == "ok":
+                row["status"] = "no_reward"
+    except SampleTimeout as exc:
+        row["status"], row["error"] = "timeout", str(exc)
+    except Exception as exc:
+        row["status"] = "error"
+        row["error"] = f"{type(exc).__name__}: {exc}"
+        if "agent" not in warned:
+            warned.add("agent")
+            tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            bar.say(
+                f"warning: the agent raised on task {task['id']!r} sample {k}: {tb} (counted as error; "
+                "further errors only counted)"
+            )
+    row["success"] = row["reward"] is not None and row["reward"] >= threshold
+    row["seconds"] = round(time.monotonic() - t0, 3)
+    row["ts"] = time.time()
+    return row
+
+
+async def _call(fn: Callable[..., Any], task: dict[str, Any]) -> Any:
+    if inspect.iscoroutinefunction(fn):
+        return await fn(task)
+    got = await _in_thread(fn, task)
+    if inspect.isawaitable(got):
+        got = await got
+    return got
+
+
+def _in_thread(fn: Callable[..., Any], task: dict[str, Any]) -> asyncio.Future[Any]:
+    """Run a sync agent in a daemon thread, in a copy of this context (so the session is current there).
+
+    Not an executor: a sync agent past its timeout cannot be stopped, and an executor's threads are
+    joined at exit, so one hung agent would hang the run's end.
+    """
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+    ctx = contextvars.copy_context()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if fut.done():
+            return  # timed out or cancelled meanwhile
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(value)
+
+    def run() -> None:
+        value, error = None, None
+        try:
+            value = ctx.run(fn, task)
+        except BaseException as exc:
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed (interrupted run)
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=run, name="tracerl-rollout-sample", daemon=True).start()
+    return fut
+
+
+def _named_rewards(value: Any) -> dict[str, float]:
+    if isinstance(value, dict):
+        if "reward" not in value:
+            raise ValueError(f"a reward dict needs a 'reward' entry, got keys {sorted(value)}")
+        return {str(k): float(v) for k, v in value.items()}
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a float or a dict of floats, got {type(value).__name__} {value!r}")
+    return {"reward": float(value)}

@@ -1,0 +1,32 @@
+"""A scripted OpenAI-compatible HTTP server for tests, examples and benchmarks (standard library only).
+
+Serves ``POST /v1/chat/completions`` and ``POST /v1/responses`` (JSON or SSE), ``GET /v1/models`` and
+``GET /health``; replies are deterministic text, tool calls, logprobs, usage, vLLM-style token ids or errors
+(a chat request with ``n`` > 1 gets the reply ``n`` times, one choice per index, interleaved when streamed).
+``python -m sdk.testing [--host H] [--port N]`` serves in the foreground and prints one line,
+``tracerl test server listening on http://127.0.0.1:PORT/v1``.
+
+Example:
+    >>> with ScriptedOpenAIServer() as server:  # doctest: +SKIP
+    ...     server.enqueue(ScriptedResponse.text("hi"))
+    ...     client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+"""
+
+from sdk.testing._responses import (
+    RecordedRequest,
+    ScriptedResponse,
+    default_policy,
+    fake_tokenize,
+    synthesize_arguments,
+)
+from sdk.testing._server import ScriptedOpenAIServer, main
+
+__all__ = [
+    "RecordedRequest",
+    "ScriptedOpenAIServer",
+    "ScriptedResponse",
+    "default_policy",
+    "fake_tokenize",
+    "main",
+    "synthesize_arguments",
+]

@@ -33,6 +33,7 @@ class DataReport:
     unfaithful: int = 0
     unfaithful_no_token_ids: int = 0
     unfaithful_mismatch: int = 0
+    unfaithful_logprobs_length_mismatch: int = 0
     exact_ids: int = 0
     rerender_match: int = 0
     rerender_differs: int = 0
@@ -76,6 +77,7 @@ class DataReport:
             "unfaithful": "episodes not token-faithful (no behaviour logprobs)",
             "unfaithful_no_token_ids": "  of which: no stored token ids/logprobs",
             "unfaithful_mismatch": "  of which: stored ids differ from this tokenizer",
+            "unfaithful_logprobs_length_mismatch": "  of which: logprobs of another length than their ids",
             "exact_ids": "episodes trained from the exact stored token ids (no chat template)",
             "rerender_match": "episodes re-rendered with the chat template, matching the stored ids",
             "rerender_differs": "episodes re-rendered with the chat template, differing from the stored ids",

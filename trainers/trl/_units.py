@@ -95,6 +95,8 @@ def _write_episode_paths(path: Path, prepared: Any) -> None:
                     "path": ep.path,
                     "differs": ep.differs,
                     "faithful": ep.faithful,
+                    # no token ids, mismatch (the ids differ from this tokenizer), logprobs_length_mismatch
+                    "unfaithful_reason": None if ep.faithful else ep.unfaithful_reason,
                     "per_turn": ep.per_turn,
                     "sequences": len(ep.sequences),
                 }

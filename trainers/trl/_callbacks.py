@@ -72,7 +72,8 @@ def _callbacks(
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if curriculum is not None:
                 curriculum.step = state.global_step
-            self._evaluate(state)
+            if not resume:  # a resumed run evaluated this step before its checkpoint, when it was due
+                self._evaluate(state)
 
         def on_evaluate_replay(self, state: Any) -> None:
             self._evaluate(state)

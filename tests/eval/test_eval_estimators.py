@@ -1,8 +1,7 @@
 """``sdk.eval`` estimators against direct enumeration of every k-subset and an independent exact formula.
 
-The second computation is exact rational
-arithmetic (``fractions.Fraction``) with the product forms of the estimators, which use no binomial at
-all: pass@k = 1 - prod_{i=n-c+1..n} (1 - k/i) (the form in Chen et al. 2021's code) and
+The second computation is exact rational arithmetic (``fractions.Fraction``) with the product forms of the
+estimators, which use no binomial at all: pass@k = 1 - prod_{i=n-c+1..n} (1 - k/i) (the form in Chen et al. 2021's code) and
 pass^k = prod_{i<k} (c-i)/(n-i); the third is ``scipy.special.comb`` (scipy is in the ``dev`` extra).
 """
 

@@ -29,14 +29,12 @@ def _line(event: dict[str, Any]) -> bytes:
     return json.dumps({"v": 1, **event}).encode() + b"\n"
 
 
-def session_lines(
-    sid: str, task: str, reward: float, content: str = "q", answer: str = "a", **token_data: Any
-) -> bytes:
-    """A complete one-call session, as the SDK writes it (``token_data``: e.g. ``completion_token_ids``)."""
+def call_line(sid: str, call_id: str, content: str = "q", answer: str = "a", **token_data: Any) -> bytes:
+    """One call event with one user message (``token_data``: e.g. ``completion_token_ids``)."""
     call = {
         **token_data,
         "event": "call",
-        "call_id": f"c-{sid}",
+        "call_id": call_id,
         "session_id": sid,
         "framework": "openai",
         "model": "tiny",
@@ -45,10 +43,17 @@ def session_lines(
         "started_at": 2.0,
         "ended_at": 3.0,
     }
+    return _line(call)
+
+
+def session_lines(
+    sid: str, task: str, reward: float, content: str = "q", answer: str = "a", **token_data: Any
+) -> bytes:
+    """A complete one-call session, as the SDK writes it."""
     return b"".join(
         [
             _line({"event": "session_start", "session_id": sid, "ts": 1.0, "task_id": task}),
-            _line(call),
+            call_line(sid, f"c-{sid}", content, answer, **token_data),
             _line({"event": "reward", "session_id": sid, "value": reward, "name": "reward", "ts": 4.0}),
             _line({"event": "session_end", "session_id": sid, "ts": 5.0, "status": "ok"}),
         ]

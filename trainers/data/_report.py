@@ -43,6 +43,7 @@ class DataReport:
     truncated: int = 0
     cut_at_length: int = 0
     skipped_too_long: int = 0
+    multi_thread_samples: int = 0
     tasks: int = 0
     tasks_too_small: int = 0
     groups: int = 0
@@ -86,6 +87,7 @@ class DataReport:
             "truncated": "episodes truncated to max length",
             "cut_at_length": "episodes cut before a message that starts past max length (not tokenized)",
             "skipped_too_long": "episodes skipped: longer than max length",
+            "multi_thread_samples": "samples of several threads (a truncated context, ...): one group member",
             "tasks": "tasks",
             "tasks_too_small": "tasks with < 2 usable episodes (dropped)",
             "groups": "training groups",

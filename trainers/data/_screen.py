@@ -197,6 +197,8 @@ def convert_episodes(
             rep.notes.append(f"episode {conv.episode_id} skipped: {conv.skipped}")
             continue
         _count_converted(rep, conv)
+        session = ep.get("session_id")
+        conv.session_id = None if session is None else str(session)
         out.append(conv)
     return out, rep
 

@@ -234,9 +234,9 @@ def _read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
 def check_before_loading(cfg: LoopConfig) -> None:
     """Everything a run needs that can be checked without loading a model or running a rollout.
 
-    The model path, the agent and reward function imports, and the trainer's settings (its config fields
-    and, for TRL, every ``train.grpo`` key against ``trl.GRPOConfig``): a typo costs one line, not a
-    round of rollouts.
+    The model path, the ``policy`` section, the agent and reward function imports, and the trainer's
+    settings (its config fields and, for TRL, every ``train.grpo`` key against ``trl.GRPOConfig``): a typo
+    costs one line, not a round of rollouts.
 
     Raises:
         UserError: The first problem, in one line.
@@ -248,9 +248,11 @@ def check_before_loading(cfg: LoopConfig) -> None:
     """
     from sdk.rollout import RolloutError, load_function
     from trainers.base import check_model
+    from trainers.policy import make_policy
     from trainers.settings import make_config
 
     check_model(cfg.model)
+    make_policy(cfg.policy, cfg.model)  # the policy section's keys (builds the server object; starts nothing)
     try:
         load_function(cfg.agent, "agent")
         if cfg.reward_fn:

@@ -39,6 +39,7 @@ CASES = [
     ("timeout: -1\n", (), "timeout must be > 0"),
     ("agent: no_such_module_here:solve\n", (), "no_such_module_here"),
     ("reward_fn: loop_agents:no_such_function\n", (), "no_such_function"),
+    ("policy: {kind: local, thread: 2}\n", (), "invalid policy settings"),
 ]
 
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -173,6 +174,9 @@ class LoopConfig:
                 if ok:
                     setattr(self, f.name, float(value))
             elif hint.startswith("str"):
+                if isinstance(value, os.PathLike):  # run_loop({"model": Path(...)}) from Python
+                    value = os.fspath(value)
+                    setattr(self, f.name, value)
                 ok, kind = isinstance(value, str), "a string"
             elif hint.startswith("bool"):
                 ok, kind = isinstance(value, bool), "true or false"
@@ -261,7 +265,8 @@ def check_before_loading(cfg: LoopConfig) -> None:
         raise UserError(str(exc)) from None
     settings = _train_settings(cfg, cfg.model, Path(cfg.out) / "train" / "round-1")
     _, config, _ = make_config(settings, source="the loop's train section")
-    if isinstance(getattr(config, "grpo", None), dict):
+    # GRPOConfig keys, also for a remote backend's TRL when trl is installed here (else its job checks them).
+    if isinstance(getattr(config, "grpo", None), dict) and importlib.util.find_spec("trl") is not None:
         from trainers.trl import check_grpo_keys
 
         check_grpo_keys(config)  # type: ignore[arg-type]

@@ -61,6 +61,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainers._loop_table import HEADER, plot_progress, print_row, validation_change
 from trainers.base import UserError
 
 __all__ = ["LoopConfig", "check_before_loading", "main", "run_loop", "select_tasks"]
@@ -429,9 +430,9 @@ class _Run:
         self.save_state({"round": row["round"], "checkpoint": self.checkpoint})
         self.all_rows.append(row)
         if not self.quiet:
-            _print_row(row)
+            print_row(row)
         if self.cfg.plot:
-            _plot(
+            plot_progress(
                 self.all_rows,
                 self.out / "progress.png",
                 f"{self.cfg.agent}: train reward and validation success",
@@ -580,84 +581,6 @@ def _groups_with_signal(rows: list[dict[str, Any]]) -> int:
         if isinstance(r.get("reward"), (int, float)):
             by_task[str(r["task_id"])].add(float(r["reward"]))
     return sum(len(v) > 1 for v in by_task.values())
-
-
-def _plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    val = [(r["round"], r["val_success"]) for r in rows if r.get("val_success") is not None]
-    tr = [(r["round"], r["train_reward"]) for r in rows if r.get("train_reward") is not None]
-    if val:
-        ax.plot([x for x, _ in val], [y for _, y in val], "o-", label="validation success rate")
-    if tr:
-        ax.plot([x for x, _ in tr], [y for _, y in tr], "s--", label="mean reward of the round's rollouts")
-    ax.set_xlabel("round")
-    ax.set_xticks([r["round"] for r in rows])
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _fmt(x: float | None, pct: bool = False) -> str:
-    if x is None:
-        return "-"
-    return f"{100 * x:.1f}%" if pct else f"{x:.3f}"
-
-
-#: The header of the loop's table; validation is pass@1 ± its standard error over tasks (sdk.eval).
-HEADER = "round  validation pass@1  train reward  groups  steps   wall s"
-
-
-def _pass_at_1(r: dict[str, Any]) -> str:
-    p = r.get("val_pass_at_1", r.get("val_success"))  # rows of runs before pass@1 was recorded
-    if p is None:
-        return "-"
-    se = r.get("val_pass_at_1_se")
-    return f"{100 * p:.1f}%" + ("" if se is None else f" ± {100 * se:.1f}")
-
-
-def _print_row(r: dict[str, Any]) -> None:
-    print(
-        f"{r['round']:>5}  {_pass_at_1(r):>17}  {_fmt(r.get('train_reward')):>12}  "
-        f"{r.get('groups', 0):>6}  {r.get('steps', 0):>5}  {r['wall_s']:>7.1f}",
-        flush=True,
-    )
-
-
-def validation_change(out: str | os.PathLike[str], rows: list[dict[str, Any]]) -> str | None:
-    """The last line of the loop's table: pass@1 of the last validated round against round 0.
-
-    The difference comes with its 95% interval (paired bootstrap over the validation tasks) and p-value
-    (paired sign-flip test), from :func:`sdk.eval.compare` on the two rounds' results files. ``None``
-    without two validated rounds.
-
-    Example:
-        >>> validation_change("runs/loop", [{"round": 0, "val_success": None}]) is None
-        True
-    """
-    from sdk.eval import EvalError, compare
-
-    validated = [r["round"] for r in rows if r.get("val_success") is not None]
-    if len(validated) < 2 or validated[0] != 0:
-        return None
-    last = validated[-1]
-    results = Path(out) / "rollouts"
-    try:
-        c = compare(results / "eval-round-0.jsonl", results / f"eval-round-{last}.jsonl", resamples=10_000)
-    except EvalError as exc:
-        return f"validation pass@1, round {last} vs round 0: not compared ({exc})"
-    return (
-        f"validation pass@1: {100 * c.a_pass_at_1:.1f}% (round 0) -> {100 * c.b_pass_at_1:.1f}% "
-        f"(round {last}), {100 * c.difference:+.1f} points, 95% CI [{100 * c.ci_low:+.1f}, "
-        f"{100 * c.ci_high:+.1f}], p = {c.p_value:.3g} over {c.tasks} tasks"
-    )
 
 
 def run_loop(

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sdk.eval import compare, summarize
-from trainers.loop import HEADER, LoopConfig, _print_row, _Run, main, validation_change
+from trainers._loop_table import HEADER, print_row, validation_change
+from trainers.loop import LoopConfig, _Run, main
 
 pytest.importorskip("trl")
 
@@ -79,7 +80,7 @@ def test_validation_rows_show_pass_at_1_and_the_change_against_round_0(
     assert rows[0]["val_pass_at_1_se"] == first.pass_at_1_se
     assert math.isclose(first.pass_at_1_se, math.sqrt(0.25 * 0.75 / 19))  # se over tasks
     for row in rows:
-        _print_row(row)
+        print_row(row)
     table = capsys.readouterr().out.splitlines()
     assert "validation pass@1" in HEADER
     assert "25.0% ± 9.9" in table[0] and "75.0% ± 9.9" in table[1]

@@ -133,8 +133,7 @@ def build_groups(
     by_task: dict[str, list[ConvertedEpisode]] = defaultdict(list)
     usable = [ep for ep in episodes if ep.task_id is not None and ep.reward is not None and ep.sequences]
     for ep in _by_sample(usable, rep):
-        if ep.task_id is not None and ep.reward is not None and ep.sequences:
-            by_task[ep.task_id].append(ep)
+        by_task[str(ep.task_id)].append(ep)
     rep.tasks = len(by_task)
     G = group_size
     groups: list[Group] = []

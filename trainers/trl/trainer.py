@@ -35,6 +35,19 @@ def _checkpoint_state(checkpoint: Any) -> dict[str, Any]:
     return state if isinstance(state, dict) else {}
 
 
+def _start_logs(resume: Any, metrics_path: Path, episodes_log: Path) -> None:
+    """A new run starts ``trained_episodes.jsonl`` afresh; a resumed one drops the rows past its checkpoint.
+
+    Steps after the checkpoint run again: their rows (written before a crash or kill) would be logged twice.
+    """
+    if resume is None:
+        episodes_log.unlink(missing_ok=True)
+        return
+    step = int(_checkpoint_state(resume).get("global_step") or 0)
+    _keep_rows(metrics_path, lambda row: row <= step)  # step N's row is logged before its checkpoint
+    _keep_rows(episodes_log, lambda row: row < step)  # generated at step N: trains step N + 1
+
+
 def _keep_rows(path: Path, keep: Any) -> None:
     """Rewrite a JSON-lines log keeping the rows whose ``step`` passes ``keep`` (torn lines dropped)."""
     if not path.is_file():
@@ -220,13 +233,8 @@ class TRLGRPOTrainer:
         config_path = self._write_config(out_dir, config, kw, prepared, extra_config)
 
         episodes_log = out_dir / "trained_episodes.jsonl"
-        if resume is None and _is_main_process():
-            episodes_log.unlink(missing_ok=True)
-        elif _is_main_process():
-            # Steps after the checkpoint run again: their rows (written before a kill) would be logged twice.
-            step = int(_checkpoint_state(resume).get("global_step") or 0)
-            _keep_rows(metrics_path, lambda row: row <= step)  # step N's row is logged before its save
-            _keep_rows(episodes_log, lambda row: row < step)  # generated at step N: trains step N + 1
+        if _is_main_process():
+            _start_logs(resume, metrics_path, episodes_log)
         from trainers.trl.replay import ReplayGRPOTrainer  # torch and TRL: only when training
 
         try:

@@ -61,6 +61,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainers._loop_checks import check_field_types, check_loop_model
 from trainers._loop_table import HEADER, plot_progress, print_row, validation_change
 from trainers.base import UserError
 
@@ -122,7 +123,7 @@ class LoopConfig:
     plot: bool = True
 
     def __post_init__(self) -> None:
-        self._check_types()
+        check_field_types(self)
         checks = [
             (self.rounds >= 0, "rounds must be >= 0"),
             (self.concurrency >= 1, "concurrency must be >= 1"),
@@ -158,33 +159,6 @@ class LoopConfig:
             ):
                 raise UserError("curriculum needs 0 < start <= 1, 0 < widen_by <= 1, widen_every >= 1")
             self.curriculum = c
-
-    def _check_types(self) -> None:
-        """Each field holds its declared type (YAML gives ``rounds: 1.5`` or ``agent: 3`` as they are)."""
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            hint = str(f.type)
-            if value is None and "None" in hint:
-                continue
-            if hint.startswith("int"):
-                ok = isinstance(value, int) and not isinstance(value, bool)
-                kind = "an integer"
-            elif hint.startswith("float"):
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-                kind = "a number"
-                if ok:
-                    setattr(self, f.name, float(value))
-            elif hint.startswith("str"):
-                if isinstance(value, os.PathLike):  # run_loop({"model": Path(...)}) from Python
-                    value = os.fspath(value)
-                    setattr(self, f.name, value)
-                ok, kind = isinstance(value, str), "a string"
-            elif hint.startswith("bool"):
-                ok, kind = isinstance(value, bool), "true or false"
-            else:  # dict[str, Any] (| None)
-                ok, kind = isinstance(value, dict), "a mapping"
-            if not ok:
-                raise UserError(f"{f.name} must be {kind}, got {value!r}")
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> LoopConfig:
@@ -256,7 +230,7 @@ def check_before_loading(cfg: LoopConfig) -> None:
     from trainers.policy import make_policy
     from trainers.settings import make_config
 
-    check_model(cfg.model)
+    check_loop_model(check_model(cfg.model))
     make_policy(cfg.policy, cfg.model)  # the policy section's keys (builds the server object; starts nothing)
     try:
         load_function(cfg.agent, "agent")

@@ -114,7 +114,7 @@ def test_bad_config_is_one_error_line(tmp_path, capsys):
             "agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {backend: openai}\n",
             "leaves no weights on this machine",
         ),
-        ("agent: json:dumps\ntasks: missing.jsonl\nmodel: m\n", "task file not found"),
+        ("agent: json:dumps\ntasks: missing.jsonl\nmodel: .\n", "task file not found"),
     ):
         path.write_text(text)
         assert main([str(path), "--out", str(tmp_path / "o")]) == 2

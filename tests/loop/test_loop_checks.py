@@ -31,6 +31,7 @@ CASES = [
     ("rounds: 1.5\n", (), "rounds must be an integer, got 1.5"),
     ("agent: 3\n", (), "agent must be a string"),
     ("", ("--model", "./no-such-model"), "model path not found: ./no-such-model"),
+    ("", ("--model", "no-such-hub-model"), "neither a directory nor a model in the local Hugging Face cache"),
     ("", ("--rounds", "-1"), "rounds must be >= 0"),
     ("train: {grpo: {learnig_rate: 1.0e-5}}\n", (), "unknown GRPOConfig field 'learnig_rate'"),
     ("train: {grpo: {num_generations: 3}}\n", (), "set group_size at the top level"),

@@ -23,7 +23,7 @@ PROBLEM_CODES: dict[str, str] = {
     "invalid_tool_call": "a tool call without an id or a function name",
     "invalid_tool_arguments": "tool call arguments that are not a JSON object",
     "invalid_turns": "turns that do not point at assistant messages",
-    "invalid_token_ids": "stored token ids that are negative or not integers (e.g. a server's -1)",
+    "invalid_token_ids": "a stored token id that is negative (a server's -1 for a token it could not name)",
     "missing_reward": "no reward from the session, its calls, or a reward function",
     "non_finite_reward": "a reward that is NaN, infinite or not a number",
     "incomplete_request": "a call whose prefix-deduplicated request could not be rebuilt from the store",
@@ -355,8 +355,8 @@ def _check_token_ids(turns: list[Any], out: list[Problem]) -> None:
             ids = t.get(key) if isinstance(t, dict) else None
             try:
                 bad = bool(ids) and min(ids) < 0
-            except TypeError:  # not numbers
-                bad = True
+            except TypeError:  # nulls or strings among them: the export drops such lists (counted)
+                bad = any(type(x) is int and x < 0 for x in ids)
             if bad:
                 at = t.get("message_index")
                 out.append(_problem("invalid_token_ids", f"turn at message {at}: {key} holds ids < 0", at))

@@ -317,6 +317,14 @@ def main(argv: list[str] | None = None) -> int:
         if dry_run:
             _print_dry_run(trainer.prepare(data, config))
             return 0
+        finished = getattr(trainer, "completed_run", None)
+        step = finished(config) if finished is not None else None
+        if step is not None:  # --resume of a finished run: say so, change nothing
+            print(
+                f"the run in {config.output_dir} is complete (step {step}): nothing to resume; "
+                "raise --max-steps to train further"
+            )
+            return 0
         result = trainer.train(data, config, extra_config={"backend": backend, "data": str(data)})
         _print_summary(result)
         return 0

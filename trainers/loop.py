@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -60,9 +61,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainers._loop_checks import check_field_types, check_loop_model
+from trainers._loop_table import HEADER, plot_progress, print_row, validation_change
 from trainers.base import UserError
 
-__all__ = ["LoopConfig", "main", "run_loop", "select_tasks"]
+__all__ = ["LoopConfig", "check_before_loading", "main", "run_loop", "select_tasks"]
 
 
 @dataclasses.dataclass
@@ -120,8 +123,12 @@ class LoopConfig:
     plot: bool = True
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         checks = [
             (self.rounds >= 0, "rounds must be >= 0"),
+            (self.concurrency >= 1, "concurrency must be >= 1"),
+            (self.timeout is None or self.timeout > 0, "timeout must be > 0 seconds (or null: no limit)"),
+            (math.isfinite(self.success_threshold), "success_threshold must be a finite number"),
             (self.tasks_per_round >= 1, "tasks_per_round must be >= 1"),
             (self.group_size >= 2, "group_size must be >= 2 (a GRPO group compares samples of one task)"),
             (self.eval_every >= 1, "eval_every must be >= 1"),
@@ -185,18 +192,59 @@ class LoopConfig:
             >>> LoopConfig.from_yaml("examples/arithmetic/loop.yaml").group_size  # doctest: +SKIP
             8
         """
-        import yaml
+        return cls.from_mapping(_read_yaml(path))
 
-        p = Path(path)
-        if not p.is_file():
-            raise UserError(f"config file not found: {p}")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise UserError(f"cannot parse {p}: {str(exc).splitlines()[0]}") from None
-        if not isinstance(data, dict):
-            raise UserError(f"{p} must hold a mapping of loop settings")
-        return cls.from_mapping(data)
+
+def _read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"cannot parse {p}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{p} must hold a mapping of loop settings")
+    return data
+
+
+def check_before_loading(cfg: LoopConfig) -> None:
+    """Everything a run needs that can be checked without loading a model or running a rollout.
+
+    The model path, the ``policy`` section, the agent and reward function imports, and the trainer's
+    settings (its config fields and, for TRL, every ``train.grpo`` key against ``trl.GRPOConfig``): a typo
+    costs one line, not a round of rollouts.
+
+    Raises:
+        UserError: The first problem, in one line.
+
+    Example:
+        >>> check_before_loading(LoopConfig(agent="json:dumps", tasks="t.jsonl", model="./no-such-model"))
+        Traceback (most recent call last):
+        trainers.errors.UserError: model path not found: ./no-such-model
+    """
+    from sdk.rollout import RolloutError, load_function
+    from trainers.base import check_model
+    from trainers.policy import make_policy
+    from trainers.settings import make_config
+
+    check_loop_model(check_model(cfg.model))
+    make_policy(cfg.policy, cfg.model)  # the policy section's keys (builds the server object; starts nothing)
+    try:
+        load_function(cfg.agent, "agent")
+        if cfg.reward_fn:
+            load_function(cfg.reward_fn, "reward_fn")
+    except RolloutError as exc:
+        raise UserError(str(exc)) from None
+    settings = _train_settings(cfg, cfg.model, Path(cfg.out) / "train" / "round-1")
+    _, config, _ = make_config(settings, source="the loop's train section")
+    # GRPOConfig keys, also for a remote backend's TRL when trl is installed here (else its job checks them).
+    if isinstance(getattr(config, "grpo", None), dict) and importlib.util.find_spec("trl") is not None:
+        from trainers.trl import check_grpo_keys
+
+        check_grpo_keys(config)  # type: ignore[arg-type]
 
 
 # -------------------------------------------------------------------------------------------- curriculum
@@ -356,9 +404,9 @@ class _Run:
         self.save_state({"round": row["round"], "checkpoint": self.checkpoint})
         self.all_rows.append(row)
         if not self.quiet:
-            _print_row(row)
+            print_row(row)
         if self.cfg.plot:
-            _plot(
+            plot_progress(
                 self.all_rows,
                 self.out / "progress.png",
                 f"{self.cfg.agent}: train reward and validation success",
@@ -370,9 +418,12 @@ class _Run:
         """Evaluate the validation tasks (if any); the row's validation fields and ``eval_s``."""
         t0 = time.time()
         val = self.rollout(eval_pool, f"eval-round-{rnd}", self.cfg.eval_samples) if eval_pool else None
+        metrics = None if val is None else val.metrics
         return {
             "val_success": None if val is None else val.success_rate,
             "val_reward": None if val is None else val.mean_reward,
+            "val_pass_at_1": None if metrics is None else metrics.pass_at_1,
+            "val_pass_at_1_se": None if metrics is None else metrics.pass_at_1_se,
             "eval_s": round(time.time() - t0, 1),
         }
 
@@ -416,6 +467,8 @@ class _Run:
                 "round": rnd,
                 "val_success": val["val_success"],
                 "val_reward": val["val_reward"],
+                "val_pass_at_1": val["val_pass_at_1"],
+                "val_pass_at_1_se": val["val_pass_at_1_se"],
                 "train_reward": got.mean_reward,
                 "train_success": got.success_rate,
                 "tasks": len(tasks),
@@ -444,14 +497,8 @@ def _train_round(
     if out.exists():
         shutil.rmtree(out)  # a round cut short trains again from scratch
     out.mkdir(parents=True)
-    settings = dict(cfg.train)
-    settings.setdefault("group_size", cfg.group_size)
-    settings.setdefault("seed", cfg.seed)
-    settings.update(model=model, output_dir=str(out))
+    settings = _train_settings(cfg, model, out)
     grpo = dict(settings.get("grpo") or {})
-    if str(settings.get("backend") or "trl") == "trl":
-        grpo.setdefault("disable_tqdm", True)  # the loop prints one row per round, not TRL's steps
-        settings["grpo"] = grpo
     G = int(settings["group_size"])
     batch = grpo.get("per_device_train_batch_size")
     if isinstance(batch, int) and batch > G * groups:
@@ -472,6 +519,19 @@ def _train_round(
     if result.adapter:
         return _merge_adapter(model, Path(final), out / "merged"), str(final), result.global_step
     return str(final), None, result.global_step
+
+
+def _train_settings(cfg: LoopConfig, model: str, out: Path) -> dict[str, Any]:
+    """The trainer settings of a round: the ``train`` section plus what the loop sets."""
+    settings = dict(cfg.train)
+    settings.setdefault("group_size", cfg.group_size)
+    settings.setdefault("seed", cfg.seed)
+    settings.update(model=model, output_dir=str(out))
+    if str(settings.get("backend") or "trl") == "trl":
+        grpo = dict(settings.get("grpo") or {})
+        grpo.setdefault("disable_tqdm", True)  # the loop prints one row per round, not TRL's steps
+        settings["grpo"] = grpo
+    return settings
 
 
 def _merge_adapter(base: str, adapter: Path, dest: Path) -> str:
@@ -495,43 +555,6 @@ def _groups_with_signal(rows: list[dict[str, Any]]) -> int:
         if isinstance(r.get("reward"), (int, float)):
             by_task[str(r["task_id"])].add(float(r["reward"]))
     return sum(len(v) > 1 for v in by_task.values())
-
-
-def _plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    val = [(r["round"], r["val_success"]) for r in rows if r.get("val_success") is not None]
-    tr = [(r["round"], r["train_reward"]) for r in rows if r.get("train_reward") is not None]
-    if val:
-        ax.plot([x for x, _ in val], [y for _, y in val], "o-", label="validation success rate")
-    if tr:
-        ax.plot([x for x, _ in tr], [y for _, y in tr], "s--", label="mean reward of the round's rollouts")
-    ax.set_xlabel("round")
-    ax.set_xticks([r["round"] for r in rows])
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _fmt(x: float | None, pct: bool = False) -> str:
-    if x is None:
-        return "-"
-    return f"{100 * x:.1f}%" if pct else f"{x:.3f}"
-
-
-def _print_row(r: dict[str, Any]) -> None:
-    print(
-        f"{r['round']:>5}  {_fmt(r.get('val_success'), True):>10}  {_fmt(r.get('train_reward')):>12}  "
-        f"{r.get('groups', 0):>6}  {r.get('steps', 0):>5}  {r['wall_s']:>7.1f}",
-        flush=True,
-    )
 
 
 def run_loop(
@@ -565,6 +588,7 @@ def run_loop(
         if isinstance(config, dict)
         else LoopConfig.from_yaml(config)
     )
+    check_before_loading(cfg)
     import sdk
     from sdk.rollout import RolloutError, load_tasks
     from trainers.policy import export_env, make_policy
@@ -589,7 +613,7 @@ def run_loop(
     policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
     policy.start()
     export_env(policy)
-    run.say("round  validation  train reward  groups  steps   wall s")
+    run.say(HEADER)
     try:
         if first == 0:
             run.validation_round(eval_pool)
@@ -624,11 +648,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     try:
-        cfg = LoopConfig.from_yaml(args.config)
-        for key in ("rounds", "out", "model"):
-            if getattr(args, key) is not None:
-                setattr(cfg, key, getattr(args, key))
-        result = run_loop(cfg)
+        data = _read_yaml(args.config)
+        # Overrides join the file's settings before validation: --rounds -1 is refused like rounds: -1.
+        data.update({k: getattr(args, k) for k in ("rounds", "out", "model") if getattr(args, k) is not None})
+        result = run_loop(LoopConfig.from_mapping(data))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -637,10 +660,9 @@ def main(argv: list[str] | None = None) -> int:
             "interrupted: re-run the same command to continue after the last finished round", file=sys.stderr
         )
         return 130
-    rows = result["rows"]
-    vals = [r["val_success"] for r in rows if r.get("val_success") is not None]
-    if len(vals) >= 1:
-        print(f"validation success: {100 * vals[0]:.1f}% -> {100 * vals[-1]:.1f}%")
+    line = validation_change(result["out"], result["rows"])
+    if line is not None:
+        print(line)
     return 0
 
 

@@ -23,6 +23,7 @@ PROBLEM_CODES: dict[str, str] = {
     "invalid_tool_call": "a tool call without an id or a function name",
     "invalid_tool_arguments": "tool call arguments that are not a JSON object",
     "invalid_turns": "turns that do not point at assistant messages",
+    "invalid_token_ids": "a stored token id that is negative (a server's -1 for a token it could not name)",
     "missing_reward": "no reward from the session, its calls, or a reward function",
     "non_finite_reward": "a reward that is NaN, infinite or not a number",
     "incomplete_request": "a call whose prefix-deduplicated request could not be rebuilt from the store",
@@ -342,8 +343,24 @@ def validate_episode(
                         f"turns point at messages {indices}, the assistant messages are {assistant}",
                     )
                 )
+            _check_token_ids(turns, out)
     _check_rewards(ep, require_reward, out)
     return out
+
+
+def _check_token_ids(turns: list[Any], out: list[Problem]) -> None:
+    # No token id is negative: a -1 (a server's "unknown") would be trained as a token, or crash decoding.
+    for t in turns:
+        for key in ("token_ids", "prompt_token_ids"):
+            ids = t.get(key) if isinstance(t, dict) else None
+            try:
+                bad = bool(ids) and min(ids) < 0
+            except TypeError:  # nulls or strings among them: the export drops such lists (counted)
+                bad = any(type(x) is int and x < 0 for x in ids)
+            if bad:
+                at = t.get("message_index")
+                out.append(_problem("invalid_token_ids", f"turn at message {at}: {key} holds ids < 0", at))
+                return
 
 
 def _failed_calls(ep: dict[str, Any]) -> str:

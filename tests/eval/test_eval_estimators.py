@@ -1,9 +1,8 @@
 """``sdk.eval`` estimators against direct enumeration of every k-subset and an independent exact formula.
 
-scipy is not a dependency of the test environment, so the second computation is exact rational
-arithmetic (``fractions.Fraction``) with the product forms of the estimators, which use no binomial at
-all: pass@k = 1 - prod_{i=n-c+1..n} (1 - k/i) (the form in Chen et al. 2021's code) and
-pass^k = prod_{i<k} (c-i)/(n-i). When scipy is importable, ``scipy.special.comb`` is checked too.
+The second computation is exact rational arithmetic (``fractions.Fraction``) with the product forms of the
+estimators, which use no binomial at all: pass@k = 1 - prod_{i=n-c+1..n} (1 - k/i) (the form in Chen et al. 2021's code) and
+pass^k = prod_{i<k} (c-i)/(n-i); the third is ``scipy.special.comb`` (scipy is in the ``dev`` extra).
 """
 
 from __future__ import annotations

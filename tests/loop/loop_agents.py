@@ -36,3 +36,12 @@ def coin(task: dict[str, Any], answer: Any) -> float:
     """A coin flip: the tiny random model never answers right, and groups need reward spread to train."""
     with _lock:
         return float(_rng.random() < 0.5)
+
+
+def skill(task: dict[str, Any]) -> int:
+    """No LLM: answers with the skill the test sets (``LOOP_TEST_SKILL``); tasks below it are solved."""
+    return int(os.environ.get("LOOP_TEST_SKILL", "0"))
+
+
+def below_skill(task: dict[str, Any], answer: Any) -> float:
+    return float(int(task["q"]) < int(answer))

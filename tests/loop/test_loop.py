@@ -78,6 +78,7 @@ def test_two_rounds_interrupted_between_rounds_then_resumed(tmp_path, tiny_model
     for r in rows[1:]:
         assert r["samples"] == 8 and r["exported"] == 8 and r["groups"] > 0 and r["steps"] == 1
         assert r["adapter"].endswith("final") and r["val_success"] is not None
+        assert r["val_pass_at_1"] == pytest.approx(r["val_success"]) and "val_pass_at_1_se" in r
     assert rows[1]["curriculum_share"] == 0.5 and rows[2]["curriculum_share"] == 1.0
     # The policy served each round's merged weights: round 2 trained on round 1's checkpoint.
     assert rows[2]["checkpoint"] == result["checkpoint"] == str(out / "train" / "round-2" / "merged")
@@ -113,7 +114,7 @@ def test_bad_config_is_one_error_line(tmp_path, capsys):
             "agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {backend: openai}\n",
             "leaves no weights on this machine",
         ),
-        ("agent: a:f\ntasks: missing.jsonl\nmodel: m\n", "task file not found"),
+        ("agent: json:dumps\ntasks: missing.jsonl\nmodel: .\n", "task file not found"),
     ):
         path.write_text(text)
         assert main([str(path), "--out", str(tmp_path / "o")]) == 2

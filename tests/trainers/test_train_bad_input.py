@@ -29,11 +29,12 @@ def _line(event: dict[str, Any]) -> bytes:
     return json.dumps({"v": 1, **event}).encode() + b"\n"
 
 
-def session_lines(sid: str, task: str, reward: float, content: str = "q", answer: str = "a") -> bytes:
-    """A complete one-call session, as the SDK writes it."""
+def call_line(sid: str, call_id: str, content: str = "q", answer: str = "a", **token_data: Any) -> bytes:
+    """One call event with one user message (``token_data``: e.g. ``completion_token_ids``)."""
     call = {
+        **token_data,
         "event": "call",
-        "call_id": f"c-{sid}",
+        "call_id": call_id,
         "session_id": sid,
         "framework": "openai",
         "model": "tiny",
@@ -42,10 +43,17 @@ def session_lines(sid: str, task: str, reward: float, content: str = "q", answer
         "started_at": 2.0,
         "ended_at": 3.0,
     }
+    return _line(call)
+
+
+def session_lines(
+    sid: str, task: str, reward: float, content: str = "q", answer: str = "a", **token_data: Any
+) -> bytes:
+    """A complete one-call session, as the SDK writes it."""
     return b"".join(
         [
             _line({"event": "session_start", "session_id": sid, "ts": 1.0, "task_id": task}),
-            _line(call),
+            call_line(sid, f"c-{sid}", content, answer, **token_data),
             _line({"event": "reward", "session_id": sid, "value": reward, "name": "reward", "ts": 4.0}),
             _line({"event": "session_end", "session_id": sid, "ts": 5.0, "status": "ok"}),
         ]
@@ -142,6 +150,17 @@ def _damaged_thread(store: Path) -> None:
         fh.write(_line({"event": "session_end", "session_id": "dmg", "ts": 5.0, "status": "ok"}))
 
 
+def _negative_token_id(store: Path) -> None:
+    """A server that returned -1 for a token it could not name (issue 24, item 17)."""
+    ids = {"prompt_token_ids": [1, 2, 3], "completion_token_ids": [5, -1], "logprobs": [-0.5, -0.25]}
+    with open(store / SEGMENT, "ab") as fh:
+        fh.write(session_lines("neg", "t0", 1.0, **ids))
+
+
+def _turn0(eps: list[dict[str, Any]], **change: Any) -> None:
+    eps[0]["turns"][0].update(change)
+
+
 def _mid_line(store: Path, text: bytes) -> None:
     seg = store / SEGMENT
     lines = seg.read_bytes().splitlines(keepends=True)
@@ -213,7 +232,39 @@ CASES = [
         report={"episodes skipped: longer than max length": "1"},
         args=("--max-length", "256"),
     ),
+    Case(
+        "store_negative_token_id",
+        lambda tmp, tok: store_case(tmp, _negative_token_id),
+        report={"episodes loaded": "5", "invalid_token_ids": "1"},
+    ),
     # --- Parquet -------------------------------------------------------------------------------------
+    # Rejected like ids past the vocabulary, never counted as exact, never passed to the trainer.
+    Case(
+        "parquet_negative_token_id",
+        lambda tmp, tok: parquet_with(
+            tmp / "e.parquet", tok, lambda eps: _turn0(eps, token_ids=[-1, *eps[0]["turns"][0]["token_ids"]])
+        ),
+        report={
+            "invalid_token_ids": "1",
+            "episodes trained from the exact stored token ids (no chat template)": "3",
+        },
+    ),
+    Case(
+        "parquet_negative_prompt_token_id",
+        lambda tmp, tok: parquet_with(tmp / "e.parquet", tok, lambda eps: _turn0(eps, prompt_token_ids=[-1])),
+        report={"invalid_token_ids": "1"},
+    ),
+    # Its own reason, not "no stored token ids/logprobs" (issue 24, item 24).
+    Case(
+        "parquet_logprobs_length_mismatch",
+        lambda tmp, tok: parquet_with(
+            tmp / "e.parquet", tok, lambda eps: _turn0(eps, logprobs=eps[0]["turns"][0]["logprobs"][:-1])
+        ),
+        report={
+            "of which: logprobs of another length than their ids": "1",
+            "token-faithful episodes (behaviour logprobs used)": "3",
+        },
+    ),
     Case(
         "parquet_messages_as_string",
         lambda tmp, tok: raw_parquet(tmp / "e.parquet", tok, messages=json.dumps),

@@ -204,8 +204,10 @@ def test_logprob_count_mismatch_is_unfaithful(tiny_tokenizer):
     ep["turns"][0]["logprobs"] = ep["turns"][0]["logprobs"][:-2]
     conv = convert_episode(ep, tiny_tokenizer)  # exact ids, without behaviour logprobs
     assert conv.path == "exact_ids" and not conv.faithful and conv.sequences[0].logprobs is None
+    assert conv.unfaithful_reason == "logprobs_length_mismatch"
     conv = convert_episode(_completion_ids_only(ep), tiny_tokenizer)
-    assert not conv.faithful and conv.unfaithful_reason == "mismatch" and conv.sequences[0].logprobs is None
+    assert not conv.faithful and conv.sequences[0].logprobs is None
+    assert conv.unfaithful_reason == "logprobs_length_mismatch" and conv.path == "rerender_match"
 
 
 # --------------------------------------------------------------------------------------------------- per-turn

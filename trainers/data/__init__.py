@@ -8,7 +8,8 @@ group advantage. Modules: ``_load`` (reading episodes), ``_convert`` (one episod
 
 The input is the episode Parquet contract (one row per agent thread, OpenAI chat messages, stored rewards,
 per-assistant-turn token ids and logprobs). The output is :class:`TrainingSequence` objects rendered with the
-*target* tokenizer's chat template, grouped by ``task_id`` into GRPO groups of G.
+*target* tokenizer's chat template, grouped by ``task_id`` into GRPO groups of G samples (the threads of one
+session, e.g. of an agent that truncated its context, are one member sharing one advantage).
 
 Reading: Parquet through ``sdk.episodes.read_episodes``, a store through ``sdk.episodes.build_episodes``;
 each episode is checked with ``sdk.episodes.validate_episode`` before conversion (invalid ones are counted

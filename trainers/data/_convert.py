@@ -52,6 +52,9 @@ def parse_tools(tools: Any) -> list[dict[str, Any]] | None:
 # ---------------------------------------------------------------------------------------------- conversion
 
 
+#: Why an episode has no behaviour logprobs when its logprob lists and token ids differ in length.
+LOGPROBS_LENGTH_MISMATCH = "logprobs_length_mismatch"
+
 _EOS_CACHE: weakref.WeakKeyDictionary[Any, frozenset[int]] = weakref.WeakKeyDictionary()
 
 
@@ -117,17 +120,15 @@ def _faithful_logprobs(
     if stored is None or stored.get("token_ids") is None or stored.get("logprobs") is None:
         return None, "no token ids"
     ids, lps = list(stored["token_ids"]), [float(x) for x in stored["logprobs"]]
-    if len(ids) != len(lps):
-        return None, "logprob count differs from the token ids"
     if prompt is not None and stored.get("prompt_token_ids") is not None:
         if list(stored["prompt_token_ids"]) != prompt:
             return None, "prompt ids differ from the re-render"
-    if ids == span:
-        return lps, None
     # Servers that stop on EOS without returning it: accept, with an unknown (NaN) logprob for the EOS.
-    if ids == span[:-1]:
-        return [*lps, math.nan], None
-    return None, "completion ids differ from the re-render"
+    if ids != span and ids != span[:-1]:
+        return None, "completion ids differ from the re-render"
+    if len(ids) != len(lps):
+        return None, LOGPROBS_LENGTH_MISMATCH
+    return (lps if ids == span else [*lps, math.nan]), None
 
 
 def _untrained(episode: Mapping[str, Any]) -> set[int]:
@@ -158,6 +159,7 @@ class _IdTurn:
     completion: list[int]
     logprobs: list[float] | None
     trained: bool
+    logprobs_length_mismatch: bool = False
 
 
 def _id_turns(
@@ -165,7 +167,8 @@ def _id_turns(
 ) -> list[_IdTurn] | None:
     """The thread's calls as stored token ids; ``None`` when a trained turn lacks them.
 
-    Also ``None`` when ids lie past this tokenizer's vocabulary (another model's tokens). Untrained turns
+    Also ``None`` when ids lie outside this tokenizer's vocabulary (another model's tokens, or a server's
+    ``-1``): the episode is re-rendered, and its stored ids never reach the trainer. Untrained turns
     without ids (hand-offs, few-shot examples) are part of later calls' prompt ids.
     """
     turns = []
@@ -177,13 +180,17 @@ def _id_turns(
             if k in untrained:
                 continue
             return None
-        if max(max(prompt, default=0), max(completion)) >= vocab:
+        if (
+            max(max(prompt, default=0), max(completion)) >= vocab
+            or min(min(prompt, default=0), min(completion)) < 0
+        ):
             return None
         lps = rec.get("logprobs")  # type: ignore[union-attr]
-        lps = [float(x) for x in lps] if lps is not None and len(lps) == len(completion) else None
+        mismatch = lps is not None and len(lps) != len(completion)
+        lps = [float(x) for x in lps] if lps is not None and not mismatch else None
         if lps is not None and any(math.isnan(x) for x in lps):
             lps = None
-        turns.append(_IdTurn(k, list(prompt), list(completion), lps, k not in untrained))
+        turns.append(_IdTurn(k, list(prompt), list(completion), lps, k not in untrained, mismatch))
     return turns if any(t.trained for t in turns) else None
 
 
@@ -361,7 +368,8 @@ def _exact_path(
     conv.path = "exact_ids"
     conv.faithful = sequences[0].logprobs is not None
     if not conv.faithful:
-        conv.unfaithful_reason = "no token ids"
+        mismatch = any(t.logprobs_length_mismatch for t in id_turns if t.trained)
+        conv.unfaithful_reason = LOGPROBS_LENGTH_MISMATCH if mismatch else "no token ids"
     return sequences
 
 
@@ -389,16 +397,18 @@ def _rerender_path(
 
     if not thread.want_logprobs:
         reasons.append("no token ids")
-    differs = [r for r in reasons if r != "no token ids"]
+    # A logprob list of another length than its ids says nothing about whether the ids match the re-render.
+    differs = [r for r in reasons if r not in ("no token ids", LOGPROBS_LENGTH_MISMATCH)]
     if reasons:
         # Logprobs of an episode are all-or-nothing: a partly faithful episode gets none.
         for s in sequences:
             s.logprobs = None
-        conv.unfaithful_reason = "mismatch" if differs else "no token ids"
+        length = LOGPROBS_LENGTH_MISMATCH if LOGPROBS_LENGTH_MISMATCH in reasons else "no token ids"
+        conv.unfaithful_reason = "mismatch" if differs else length
     conv.faithful = not reasons
     if differs:
         conv.path, conv.differs = "rerender_differs", differs[0]
-    elif conv.faithful:
+    elif conv.faithful or thread.want_logprobs and set(reasons) == {LOGPROBS_LENGTH_MISMATCH}:
         conv.path = "rerender_match"
     return sequences
 

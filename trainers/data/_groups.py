@@ -20,6 +20,48 @@ __all__ = ["build_groups"]
 # ------------------------------------------------------------------------------------------------ grouping
 
 
+def _by_sample(episodes: list[ConvertedEpisode], rep: DataReport) -> list[ConvertedEpisode]:
+    """One group member per sample: the threads of one session merged (they share its reward).
+
+    An agent that truncates or summarises its context, or hands work to a sub-agent, leaves one sample as
+    several threads (episodes). Counted as several samples they would each carry the full reward, weigh
+    that sample several times in the group's mean and standard deviation, and make group sizing count
+    samples that were never run. Merged, the sample is one member whose sequences (each thread's, with its
+    own ``episode_id``) share one advantage; its reward is the mean of its threads' rewards (the same
+    value when the reward is the session's).
+    """
+    by_session: dict[str, list[ConvertedEpisode]] = defaultdict(list)
+    out: list[ConvertedEpisode] = []
+    for ep in episodes:
+        if ep.session_id is None:
+            out.append(ep)
+        else:
+            by_session[ep.session_id].append(ep)
+    for threads in by_session.values():
+        if len(threads) == 1:
+            out.append(threads[0])
+            continue
+        threads = sorted(threads, key=lambda e: e.episode_id)
+        rep.multi_thread_samples += 1
+        first = threads[0]
+        rewards = [float(t.reward) for t in threads if t.reward is not None]
+        out.append(
+            ConvertedEpisode(
+                episode_id=first.episode_id,
+                task_id=first.task_id,
+                reward=sum(rewards) / len(rewards) if rewards else None,
+                sequences=[s for t in threads for s in t.sequences],
+                per_turn=True,  # several sequences: spread over units with precomputed advantages
+                faithful=all(t.faithful for t in threads),
+                truncated=any(t.truncated for t in threads),
+                path=first.path,
+                session_id=first.session_id,
+                threads=threads,
+            )
+        )
+    return out
+
+
 def _split_task(
     eps: list[ConvertedEpisode],
     G: int,
@@ -53,8 +95,10 @@ def build_groups(
     seed: int = 0,
     report: DataReport | None = None,
 ) -> tuple[list[Group], DataReport]:
-    """Group converted episodes by task into GRPO groups of exactly ``group_size`` episodes.
+    """Group converted episodes by task into GRPO groups of exactly ``group_size`` samples.
 
+    A group member is a sample: the threads of one session (``session_id``; e.g. an agent that truncated
+    its context) are merged into one member whose sequences share one advantage (see :func:`_by_sample`).
     Tasks with fewer than 2 episodes are dropped. A task with more than G episodes is split into several
     groups of G (``overflow="split"``; leftovers fill a last group by resampling or are left out) or reduced
     to a random G (``"trim"``). A task with 2..G-1 episodes is filled up by resampling with replacement
@@ -87,9 +131,9 @@ def build_groups(
     rep = report or DataReport()
     rng = random.Random(seed)
     by_task: dict[str, list[ConvertedEpisode]] = defaultdict(list)
-    for ep in episodes:
-        if ep.task_id is not None and ep.reward is not None and ep.sequences:
-            by_task[ep.task_id].append(ep)
+    usable = [ep for ep in episodes if ep.task_id is not None and ep.reward is not None and ep.sequences]
+    for ep in _by_sample(usable, rep):
+        by_task[str(ep.task_id)].append(ep)
     rep.tasks = len(by_task)
     G = group_size
     groups: list[Group] = []

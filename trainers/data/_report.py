@@ -33,6 +33,7 @@ class DataReport:
     unfaithful: int = 0
     unfaithful_no_token_ids: int = 0
     unfaithful_mismatch: int = 0
+    unfaithful_logprobs_length_mismatch: int = 0
     exact_ids: int = 0
     rerender_match: int = 0
     rerender_differs: int = 0
@@ -42,6 +43,7 @@ class DataReport:
     truncated: int = 0
     cut_at_length: int = 0
     skipped_too_long: int = 0
+    multi_thread_samples: int = 0
     tasks: int = 0
     tasks_too_small: int = 0
     groups: int = 0
@@ -76,6 +78,7 @@ class DataReport:
             "unfaithful": "episodes not token-faithful (no behaviour logprobs)",
             "unfaithful_no_token_ids": "  of which: no stored token ids/logprobs",
             "unfaithful_mismatch": "  of which: stored ids differ from this tokenizer",
+            "unfaithful_logprobs_length_mismatch": "  of which: logprobs of another length than their ids",
             "exact_ids": "episodes trained from the exact stored token ids (no chat template)",
             "rerender_match": "episodes re-rendered with the chat template, matching the stored ids",
             "rerender_differs": "episodes re-rendered with the chat template, differing from the stored ids",
@@ -84,6 +87,7 @@ class DataReport:
             "truncated": "episodes truncated to max length",
             "cut_at_length": "episodes cut before a message that starts past max length (not tokenized)",
             "skipped_too_long": "episodes skipped: longer than max length",
+            "multi_thread_samples": "samples of several threads (a truncated context, ...): one group member",
             "tasks": "tasks",
             "tasks_too_small": "tasks with < 2 usable episodes (dropped)",
             "groups": "training groups",

@@ -11,7 +11,7 @@ from typing import Any
 from sdk.episodes import (
     validate_episode,
 )
-from trainers.data._convert import PerTurn, Truncation, convert_episode
+from trainers.data._convert import LOGPROBS_LENGTH_MISMATCH, PerTurn, Truncation, convert_episode
 from trainers.data._report import DataReport
 from trainers.data._sequence import ConvertedEpisode
 
@@ -197,6 +197,8 @@ def convert_episodes(
             rep.notes.append(f"episode {conv.episode_id} skipped: {conv.skipped}")
             continue
         _count_converted(rep, conv)
+        session = ep.get("session_id")
+        conv.session_id = None if session is None else str(session)
         out.append(conv)
     return out, rep
 
@@ -223,5 +225,7 @@ def _count_converted(rep: DataReport, conv: ConvertedEpisode) -> None:
         rep.unfaithful += 1
         if conv.unfaithful_reason == "mismatch":
             rep.unfaithful_mismatch += 1
+        elif conv.unfaithful_reason == LOGPROBS_LENGTH_MISMATCH:
+            rep.unfaithful_logprobs_length_mismatch += 1
         else:
             rep.unfaithful_no_token_ids += 1

@@ -36,7 +36,7 @@ Modules: ``config`` (:class:`TRLGRPOConfig`, importable without torch), ``traine
 This package imports neither torch nor TRL until a trainer is built.
 """
 
-from trainers.trl._args import resolve_grpo_kwargs
+from trainers.trl._args import check_grpo_keys, resolve_grpo_kwargs
 from trainers.trl._callbacks import evaluate_units
 from trainers.trl._sampler import replay_sampler
 from trainers.trl._units import build_units, make_rollout_func, stored_reward
@@ -48,6 +48,7 @@ __all__ = [
     "TRLGRPOConfig",
     "TRLGRPOTrainer",
     "build_units",
+    "check_grpo_keys",
     "evaluate_units",
     "make_rollout_func",
     "replay_sampler",

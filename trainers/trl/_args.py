@@ -11,7 +11,7 @@ from trainers.base import PreparedData
 from trainers.errors import UserError
 from trainers.trl.config import _OWNED, TRLGRPOConfig
 
-__all__ = ["resolve_grpo_kwargs"]
+__all__ = ["check_grpo_keys", "resolve_grpo_kwargs"]
 
 
 def _coerce(value: Any, type_str: str) -> Any:
@@ -22,6 +22,36 @@ def _coerce(value: Any, type_str: str) -> Any:
         except ValueError:
             return value
     return value
+
+
+def check_grpo_keys(config: TRLGRPOConfig) -> dict[str, Any]:
+    """The user's ``grpo`` mapping, checked against ``trl.GRPOConfig``'s fields and coerced to their types.
+
+    Loads no model: the loop calls it before its first rollout, so a typo costs no round.
+
+    Raises:
+        UserError: Unknown keys (with suggestions) or keys that conflict with top-level fields.
+
+    Example:
+        >>> check_grpo_keys(TRLGRPOConfig(grpo={"learning_rate": "1e-5"}))
+        {'learning_rate': 1e-05}
+    """
+    from trl import GRPOConfig
+
+    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    user = dict(config.grpo or {})
+    for key in list(user):
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=3)
+            hint = f" (did you mean: {', '.join(close)}?)" if close else ""
+            raise UserError(f"unknown GRPOConfig field {key!r}{hint}")
+        user[key] = _coerce(user[key], str(fields[key].type))
+    for key, attr in _OWNED.items():
+        if key in user and user[key] != getattr(config, attr):
+            raise UserError(
+                f"set {attr} at the top level of the config (--{attr.replace('_', '-')}), not in grpo"
+            )
+    return user
 
 
 def resolve_grpo_kwargs(config: TRLGRPOConfig, prepared: PreparedData) -> dict[str, Any]:
@@ -41,21 +71,8 @@ def resolve_grpo_kwargs(config: TRLGRPOConfig, prepared: PreparedData) -> dict[s
         trainers.errors.UserError: unknown GRPOConfig field 'lr' (did you mean: learning_rate?)
     """
     import torch
-    from trl import GRPOConfig
 
-    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
-    user = dict(config.grpo or {})
-    for key in list(user):
-        if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=3)
-            hint = f" (did you mean: {', '.join(close)}?)" if close else ""
-            raise UserError(f"unknown GRPOConfig field {key!r}{hint}")
-        user[key] = _coerce(user[key], str(fields[key].type))
-    for key, attr in _OWNED.items():
-        if key in user and user[key] != getattr(config, attr):
-            raise UserError(
-                f"set {attr} at the top level of the config (--{attr.replace('_', '-')}), not in grpo"
-            )
+    user = check_grpo_keys(config)
     cuda = torch.cuda.is_available()
     G = config.group_size
     n_units = max(1, len(prepared.groups))

@@ -72,7 +72,8 @@ def _callbacks(
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if curriculum is not None:
                 curriculum.step = state.global_step
-            self._evaluate(state)
+            if not resume:  # a resumed run evaluated this step before its checkpoint, when it was due
+                self._evaluate(state)
 
         def on_evaluate_replay(self, state: Any) -> None:
             self._evaluate(state)
@@ -121,7 +122,8 @@ def evaluate_units(trainer: Any, units: list[_Unit], batch_size: int = 8) -> dic
     for u in units:
         eps = u.group.episodes
         advantages = group_advantages([e.reward or 0.0 for e in eps])
-        adv = dict(zip([e.episode_id for e in eps], advantages, strict=True))
+        # By each sequence's own episode id: a sample of several threads holds sequences of each.
+        adv = {s.episode_id: a for e, a in zip(eps, advantages, strict=True) for s in e.sequences}
         seqs += [(s, adv[s.episode_id]) for s in u.seqs if sum(s.loss_mask)]
     model = trainer.model
     was_training = model.training

@@ -85,16 +85,20 @@ def _write_episode_paths(path: Path, prepared: Any) -> None:
     seen: set[str] = set()
     with path.open("w") as f:
         for group in [*prepared.groups, *prepared.eval_groups]:
-            for ep in group.episodes:
+            # A sample of several threads is one group member; each thread is written.
+            for ep in (t for member in group.episodes for t in member.threads or [member]):
                 if ep.episode_id in seen:  # resampling can repeat an episode in its group
                     continue
                 seen.add(ep.episode_id)
                 row = {
                     "episode_id": ep.episode_id,
+                    "session_id": ep.session_id,
                     "task_id": ep.task_id,
                     "path": ep.path,
                     "differs": ep.differs,
                     "faithful": ep.faithful,
+                    # no token ids, mismatch (the ids differ from this tokenizer), logprobs_length_mismatch
+                    "unfaithful_reason": None if ep.faithful else ep.unfaithful_reason,
                     "per_turn": ep.per_turn,
                     "sequences": len(ep.sequences),
                 }

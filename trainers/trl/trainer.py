@@ -26,6 +26,45 @@ from trainers.trl.config import _OWNED, TRLGRPOConfig
 __all__ = ["BuiltTrainer", "TRLGRPOTrainer"]
 
 
+def _checkpoint_state(checkpoint: Any) -> dict[str, Any]:
+    """A checkpoint's ``trainer_state.json`` (``{}`` when it has none)."""
+    try:
+        state = json.loads((Path(str(checkpoint)) / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _start_logs(resume: Any, metrics_path: Path, episodes_log: Path) -> None:
+    """A new run starts ``trained_episodes.jsonl`` afresh; a resumed one drops the rows past its checkpoint.
+
+    Steps after the checkpoint run again: their rows (written before a crash or kill) would be logged twice.
+    """
+    if resume is None:
+        episodes_log.unlink(missing_ok=True)
+        return
+    step = int(_checkpoint_state(resume).get("global_step") or 0)
+    _keep_rows(metrics_path, lambda row: row <= step)  # step N's row is logged before its checkpoint
+    _keep_rows(episodes_log, lambda row: row < step)  # generated at step N: trains step N + 1
+
+
+def _keep_rows(path: Path, keep: Any) -> None:
+    """Rewrite a JSON-lines log keeping the rows whose ``step`` passes ``keep`` (torn lines dropped)."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines(keepends=True):
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue  # a line torn by the kill
+        if not isinstance(step, int) or keep(step):
+            kept.append(line if line.endswith("\n") else line + "\n")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(kept))
+    os.replace(tmp, path)
+
+
 @dataclass
 class BuiltTrainer:
     """A ``ReplayGRPOTrainer`` ready to train and what it was built from (``TRLGRPOTrainer.build_trainer``).
@@ -97,6 +136,16 @@ class TRLGRPOTrainer:
         Raises:
             UserError: Bad data, model, or settings (see :func:`trainers.base.prepare_data`).
         """
+        done = self.completed_run(config)
+        if done is not None:  # --resume of a finished run: nothing to train, nothing written
+            out_dir = Path(config.output_dir)
+            return TrainResult(
+                output_dir=out_dir,
+                checkpoint=out_dir / "final",
+                adapter=bool(getattr(config, "lora", False)),
+                metrics_path=out_dir / "metrics.jsonl",
+                global_step=done,
+            )
         built = self.build_trainer(
             data,
             config,
@@ -184,8 +233,8 @@ class TRLGRPOTrainer:
         config_path = self._write_config(out_dir, config, kw, prepared, extra_config)
 
         episodes_log = out_dir / "trained_episodes.jsonl"
-        if resume is None and _is_main_process():
-            episodes_log.unlink(missing_ok=True)
+        if _is_main_process():
+            _start_logs(resume, metrics_path, episodes_log)
         from trainers.trl.replay import ReplayGRPOTrainer  # torch and TRL: only when training
 
         try:
@@ -215,6 +264,32 @@ class TRLGRPOTrainer:
         if config.lora and (args.bf16 or args.fp16):
             _lora_inputs_in_autocast_dtype(trainer.model)
         return BuiltTrainer(trainer, prepared, out_dir, metrics_path, config_path, resume, units, eval_units)
+
+    def completed_run(self, config: TrainerConfig) -> int | None:
+        """The step a ``--resume`` run already finished at, or ``None`` when there is training left.
+
+        A run is complete when its last checkpoint reached ``max_steps`` (the configured one, else the one
+        the run had) and ``final/`` exists; resuming it would train past the end and replace ``final/``.
+
+        Example:
+            >>> TRLGRPOTrainer().completed_run(TRLGRPOConfig(model="./tiny")) is None  # no --resume
+            True
+        """
+        if not config.resume:
+            return None
+        out_dir = Path(config.output_dir)
+        state = _checkpoint_state(self._resume_arg(config, out_dir))
+        step = int(state.get("global_step") or 0)
+        wanted = (getattr(config, "grpo", None) or {}).get("max_steps")
+        try:
+            target = int(wanted) if wanted is not None else -1
+        except (TypeError, ValueError):
+            return None  # a bad max_steps: the GRPOConfig check reports it
+        if target <= 0:  # not set (or -1, TRL's "from the epochs"): the run's own
+            target = int(state.get("max_steps") or 0)
+        if target > 0 and step >= target and (out_dir / "final").is_dir():
+            return step
+        return None
 
     @staticmethod
     def _resume_arg(config: TrainerConfig, out_dir: Path) -> str | bool | None:

@@ -1,0 +1,95 @@
+"""The loop's settings are checked before anything loads (issue 24, item 20), and its validation rows show
+pass@1 ± se with the change against round 0 and its interval (issue 26, item 4)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from sdk.eval import compare, summarize
+from trainers._loop_table import HEADER, print_row, validation_change
+from trainers.loop import LoopConfig, _Run, main
+
+pytest.importorskip("trl")
+
+
+def _write(tmp_path: Path, extra: str) -> Path:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"t{i}", "q": i}) + "\n" for i in range(4)))
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    path = tmp_path / "loop.yaml"
+    base = f"agent: loop_agents:skill\nreward_fn: loop_agents:below_skill\ntasks: {tasks}\nmodel: {model}\n"
+    path.write_text(base + extra)
+    return path
+
+
+CASES = [
+    ("rounds: 1.5\n", (), "rounds must be an integer, got 1.5"),
+    ("agent: 3\n", (), "agent must be a string"),
+    ("", ("--model", "./no-such-model"), "model path not found: ./no-such-model"),
+    ("", ("--model", "no-such-hub-model"), "neither a directory nor a model in the local Hugging Face cache"),
+    ("", ("--rounds", "-1"), "rounds must be >= 0"),
+    ("train: {grpo: {learnig_rate: 1.0e-5}}\n", (), "unknown GRPOConfig field 'learnig_rate'"),
+    ("train: {grpo: {num_generations: 3}}\n", (), "set group_size at the top level"),
+    ("train: {lora_rank: 4}\n", (), "unknown setting(s) in the loop's train section: lora_rank"),
+    ("train: {max_length: lots}\n", (), "max_length must be a int"),
+    ("concurrency: 0\n", (), "concurrency must be >= 1"),
+    ("timeout: -1\n", (), "timeout must be > 0"),
+    ("agent: no_such_module_here:solve\n", (), "no_such_module_here"),
+    ("reward_fn: loop_agents:no_such_function\n", (), "no_such_function"),
+    ("policy: {kind: local, thread: 2}\n", (), "invalid policy settings"),
+]
+
+
+@pytest.mark.parametrize(("extra", "args", "message"), CASES, ids=[c[2][:30] for c in CASES])
+def test_a_bad_setting_is_one_line_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, args: tuple[str, ...], message: str
+) -> None:
+    # Duplicate keys: the case's line overrides the base one (the YAML loader keeps the last).
+    out = tmp_path / "out"
+    assert main([str(_write(tmp_path, extra)), "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not out.exists()  # nothing loaded, no rollout run, no output written
+
+
+def test_validation_rows_show_pass_at_1_and_the_change_against_round_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool = [{"id": f"e{i:02d}", "q": i} for i in range(20)]
+    cfg = LoopConfig(
+        agent="loop_agents:skill",
+        reward_fn="loop_agents:below_skill",
+        tasks="-",
+        model="m",
+        out=str(tmp_path / "loop"),
+        eval_samples=2,
+        plot=False,
+    )
+    run = _Run(cfg, quiet=True)
+    rows = []
+    for rnd, skill in ((0, 5), (2, 15)):  # round 0 solves 5 of 20 tasks, round 2 solves 15
+        monkeypatch.setenv("LOOP_TEST_SKILL", str(skill))
+        rows.append({"round": rnd, **run.validate(pool, rnd), "groups": 0, "steps": 0, "wall_s": 1.0})
+    results = [tmp_path / "loop" / "rollouts" / f"eval-round-{r}.jsonl" for r in (0, 2)]
+    first = summarize(results[0])
+    assert rows[0]["val_pass_at_1"] == first.pass_at_1 == 0.25
+    assert rows[0]["val_pass_at_1_se"] == first.pass_at_1_se
+    assert math.isclose(first.pass_at_1_se, math.sqrt(0.25 * 0.75 / 19))  # se over tasks
+    for row in rows:
+        print_row(row)
+    table = capsys.readouterr().out.splitlines()
+    assert "validation pass@1" in HEADER
+    assert "25.0% ± 9.9" in table[0] and "75.0% ± 9.9" in table[1]
+
+    line = validation_change(cfg.out, rows)
+    c = compare(*results, resamples=10_000, seed=0)
+    assert c.difference == pytest.approx(0.5) and c.ci_low > 0
+    assert line == (
+        f"validation pass@1: 25.0% (round 0) -> 75.0% (round 2), +50.0 points, 95% CI "
+        f"[{100 * c.ci_low:+.1f}, {100 * c.ci_high:+.1f}], p = {c.p_value:.3g} over 20 tasks"
+    )

@@ -1,0 +1,97 @@
+"""The loop's table and progress plot: one row per round, validation as pass@1 ± se (``sdk.eval``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HEADER", "print_row", "plot_progress", "validation_change"]
+
+
+def plot_progress(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Draw the validation success and the rollouts' mean reward per round into ``path`` (PNG).
+
+    Example:
+        >>> plot_progress([{"round": 0, "val_success": 0.5}], Path("progress.png"), "demo")  # doctest: +SKIP
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    val = [(r["round"], r["val_success"]) for r in rows if r.get("val_success") is not None]
+    tr = [(r["round"], r["train_reward"]) for r in rows if r.get("train_reward") is not None]
+    if val:
+        ax.plot([x for x, _ in val], [y for _, y in val], "o-", label="validation success rate")
+    if tr:
+        ax.plot([x for x, _ in tr], [y for _, y in tr], "s--", label="mean reward of the round's rollouts")
+    ax.set_xlabel("round")
+    ax.set_xticks([r["round"] for r in rows])
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+#: The header of the loop's table; validation is pass@1 ± its standard error over tasks (sdk.eval).
+HEADER = "round  validation pass@1  train reward  groups  steps   wall s"
+
+
+def _pass_at_1(r: dict[str, Any]) -> str:
+    p = r.get("val_pass_at_1", r.get("val_success"))  # rows of runs before pass@1 was recorded
+    if p is None:
+        return "-"
+    se = r.get("val_pass_at_1_se")
+    return f"{100 * p:.1f}%" + ("" if se is None else f" ± {100 * se:.1f}")
+
+
+def print_row(r: dict[str, Any]) -> None:
+    """Print one round's row of the table (see :data:`HEADER`).
+
+    Example:
+        >>> print_row({"round": 1, "val_pass_at_1": 0.5, "val_pass_at_1_se": 0.1, "train_reward": 0.25,
+        ...            "groups": 2, "steps": 1, "wall_s": 3.0})
+            1       50.0% ± 10.0         0.250       2      1      3.0
+    """
+    print(
+        f"{r['round']:>5}  {_pass_at_1(r):>17}  {_fmt(r.get('train_reward')):>12}  "
+        f"{r.get('groups', 0):>6}  {r.get('steps', 0):>5}  {r['wall_s']:>7.1f}",
+        flush=True,
+    )
+
+
+def validation_change(out: str | os.PathLike[str], rows: list[dict[str, Any]]) -> str | None:
+    """The last line of the loop's table: pass@1 of the last validated round against round 0.
+
+    The difference comes with its 95% interval (paired bootstrap over the validation tasks) and p-value
+    (paired sign-flip test), from :func:`sdk.eval.compare` on the two rounds' results files. ``None``
+    without two validated rounds.
+
+    Example:
+        >>> validation_change("runs/loop", [{"round": 0, "val_success": None}]) is None
+        True
+    """
+    from sdk.eval import EvalError, compare
+
+    validated = [r["round"] for r in rows if r.get("val_success") is not None]
+    if len(validated) < 2 or validated[0] != 0:
+        return None
+    last = validated[-1]
+    results = Path(out) / "rollouts"
+    try:
+        c = compare(results / "eval-round-0.jsonl", results / f"eval-round-{last}.jsonl", resamples=10_000)
+    except EvalError as exc:
+        return f"validation pass@1, round {last} vs round 0: not compared ({exc})"
+    return (
+        f"validation pass@1: {100 * c.a_pass_at_1:.1f}% (round 0) -> {100 * c.b_pass_at_1:.1f}% "
+        f"(round {last}), {100 * c.difference:+.1f} points, 95% CI [{100 * c.ci_low:+.1f}, "
+        f"{100 * c.ci_high:+.1f}], p = {c.p_value:.3g} over {c.tasks} tasks"
+    )

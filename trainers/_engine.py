@@ -162,6 +162,7 @@ class Engine:
         max_batch: most rows per forward.
         batch_wait_s: how long the batcher waits for more requests.
         adapters: LoRA adapters to serve on the base, ``{name: adapter directory}``.
+        policy_version: version of the base weights as loaded (a restarted server goes on counting).
 
     Example:
         >>> eng = Engine("path/to/model")  # doctest: +SKIP
@@ -177,6 +178,7 @@ class Engine:
         max_batch: int = 64,
         batch_wait_s: float = 0.002,
         adapters: Mapping[str, str | Path] | None = None,
+        policy_version: int = 0,
     ) -> None:
         self.device = torch.device(device)
         self.lock = threading.Lock()
@@ -188,7 +190,8 @@ class Engine:
         self.tokenizer: PreTrainedTokenizerBase
         self._load(model, tokenizer)
         self.model_name = model_name or (Path(self.model_path).name if self.model_path else "local-model")
-        self.slots: dict[str, _Slot] = {self.model_name: _Slot(self.model_name, None, self.model_path)}
+        base = _Slot(self.model_name, None, self.model_path, int(policy_version))
+        self.slots: dict[str, _Slot] = {self.model_name: base}
         for name, path in (adapters or {}).items():
             self.reload_adapter(name, path, policy_version=0)
         threading.Thread(target=self._worker, name="tracerl-engine", daemon=True).start()

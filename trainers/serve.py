@@ -184,6 +184,7 @@ class LocalPolicyServer:
         model_name: name reported by the API (the base weights' name when there are adapters).
         adapters: LoRA adapters served on the base, ``{name: adapter directory}``; a request's
             ``model`` picks one.
+        policy_version: version of the weights it starts with.
 
     Example:
         >>> with LocalPolicyServer("path/to/model") as srv:  # doctest: +SKIP
@@ -199,8 +200,11 @@ class LocalPolicyServer:
         port: int = 0,
         model_name: str | None = None,
         adapters: Mapping[str, str | Path] | None = None,
+        policy_version: int = 0,
     ) -> None:
-        self.engine = Engine(model, tokenizer, model_name=model_name, adapters=adapters)
+        self.engine = Engine(
+            model, tokenizer, model_name=model_name, adapters=adapters, policy_version=policy_version
+        )
         self.host, self.port = host, port
         self.app = create_app(self.engine)
         self._server: uvicorn.Server | None = None
@@ -284,6 +288,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model-name", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument(
+        "--policy-version", type=int, default=0, metavar="N", help="version of the --model weights (0)"
+    )
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -293,7 +300,9 @@ def main(argv: list[str] | None = None) -> None:
     for name, path in adapters.items():
         if not (Path(path) / "adapter_config.json").exists():
             p.error(f"--adapter {name}={path}: not a LoRA adapter directory (no adapter_config.json)")
-    engine = Engine(a.model, model_name=a.model_name, adapters=adapters)
+    if a.policy_version < 0:
+        p.error("--policy-version must be >= 0")
+    engine = Engine(a.model, model_name=a.model_name, adapters=adapters, policy_version=a.policy_version)
     print(f"serving {', '.join(engine.model_names)} on http://{a.host}:{a.port}/v1", flush=True)
     uvicorn.run(create_app(engine), host=a.host, port=a.port, log_level="warning")
 

@@ -38,7 +38,12 @@ _VERSION_SUFFIX = re.compile(r"@v\d+$")
 
 
 class ModelNotFound(LookupError):
-    """The requested ``model`` is neither the base model's name nor a loaded adapter's."""
+    """The requested ``model`` is neither the base model's name nor a loaded adapter's (HTTP 404).
+
+    Example:
+        >>> str(ModelNotFound("the model 'x' does not exist"))
+        "the model 'x' does not exist"
+    """
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -173,6 +173,8 @@ class LocalPolicy:
             threads out of the training process) instead of a uvicorn thread here.
         threads: torch threads of the subprocess.
         log: File for the subprocess's output.
+        adapters: LoRA adapters served beside the base, ``{name: adapter directory}`` (agents send the
+            name as ``model``); :meth:`update_adapter` replaces one while the others keep serving.
 
     Example:
         >>> p = LocalPolicy("runs/sft", model_name="policy")  # doctest: +SKIP
@@ -187,8 +189,10 @@ class LocalPolicy:
         subprocess: bool = False,
         threads: int | None = None,
         log: str | os.PathLike[str] | None = None,
+        adapters: dict[str, str] | None = None,
     ) -> None:
         self.model, self.model_name = str(model), model_name
+        self.adapters = {name: str(path) for name, path in (adapters or {}).items()}
         self.use_subprocess, self.threads = subprocess, threads
         self.log = Path(log) if log else None
         self.base_url = ""
@@ -205,13 +209,18 @@ class LocalPolicy:
             from trainers.serve import LocalPolicyServer
 
             self._server = LocalPolicyServer(
-                self.model, model_name=self.model_name, policy_version=self.policy_version
+                self.model,
+                model_name=self.model_name,
+                adapters=self.adapters,
+                policy_version=self.policy_version,
             ).start()
             self.base_url = self._server.base_url
             return
         self._port = _free_port()
         cmd = [sys.executable, "-m", "sdk.serve", "--model", self.model, "--port", str(self._port)]
         cmd += ["--model-name", self.model_name, "--policy-version", str(self.policy_version)]
+        for name, path in self.adapters.items():
+            cmd += ["--adapter", f"{name}={path}"]
         if self.threads:
             cmd += ["--threads", str(self.threads)]
         out: Any = subprocess.DEVNULL
@@ -238,6 +247,33 @@ class LocalPolicy:
             if status != 200:
                 raise UserError(f"policy reload failed ({status}): {text[:500]}")
         self.model, self.policy_version = str(checkpoint), version
+
+    def update_adapter(self, name: str, checkpoint: str, *, policy_version: int | None = None) -> int:
+        """Load (or replace) the LoRA adapter served as ``name``; the base and other adapters keep serving.
+
+        Returns the adapter's new version (``policy_version``, default: its current one + 1; 0 when new).
+
+        Example:
+            >>> p.update_adapter("router", "runs/router/step-20")  # doctest: +SKIP
+            1
+        """
+        if self._server is not None:
+            try:
+                version = self._server.reload_adapter(name, checkpoint, policy_version=policy_version)
+            except (ValueError, OSError) as exc:
+                raise UserError(f"adapter reload failed: {exc}") from None
+        elif self._proc is not None:
+            body: dict[str, Any] = {"adapter": name, "checkpoint": str(checkpoint)}
+            if policy_version is not None:
+                body["policy_version"] = int(policy_version)
+            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body)
+            if status != 200:
+                raise UserError(f"adapter reload failed ({status}): {text[:500]}")
+            version = int(json.loads(text)["policy_version"])
+        else:
+            version = 0 if policy_version is None else int(policy_version)
+        self.adapters[name] = str(checkpoint)
+        return version
 
     def stop(self) -> None:
         """Stop the server."""
@@ -266,6 +302,8 @@ class VLLMPolicy:
         model_name: Name agents send.
         lora: Serve LoRA adapters on the base (loaded at run time).
         max_lora_rank: ``--max-lora-rank`` (at least the adapters' rank).
+        max_loras: ``--max-loras``, adapters in one batch: 2 lets requests still running on version N
+            share batches with the first ones on N+1 while a versioned update swaps adapters.
         port: TCP port (0: a free one).
         tool_call_parser: ``--tool-call-parser`` (with ``--enable-auto-tool-choice``), e.g. ``hermes``.
         extra_args: More ``vllm serve`` arguments (a list or one shell-quoted string).
@@ -285,6 +323,7 @@ class VLLMPolicy:
         *,
         lora: bool = False,
         max_lora_rank: int = 16,
+        max_loras: int = 2,
         port: int = 0,
         tool_call_parser: str | None = None,
         extra_args: list[str] | str | None = None,
@@ -295,7 +334,7 @@ class VLLMPolicy:
         self.base_model, self.model, self.model_name = str(model), str(model), model_name
         self.name = model_name  # the stem of versioned names: agents send f"{name}@v{N}" once versioned
         self.policy_version = 0
-        self.lora, self.max_lora_rank = lora, int(max_lora_rank)
+        self.lora, self.max_lora_rank, self.max_loras = lora, int(max_lora_rank), int(max_loras)
         self.port = port or _free_port()
         self.tool_call_parser = tool_call_parser
         self.extra_args = shlex.split(extra_args) if isinstance(extra_args, str) else list(extra_args or [])
@@ -321,7 +360,8 @@ class VLLMPolicy:
         cmd = [*self.executable, "serve", self.model, "--host", "127.0.0.1", "--port", str(self.port)]
         cmd += ["--served-model-name", self.served_base_name, "--max-logprobs", "20"]
         if self.lora:
-            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", "1"]
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank)]
+            cmd += ["--max-loras", str(self.max_loras)]
         if self.tool_call_parser:
             cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
         return cmd + self.extra_args
@@ -464,8 +504,9 @@ def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | 
     """Build the policy server a loop config's ``policy:`` section describes.
 
     Keys: ``kind`` (``local`` default, ``vllm``, ``external``), ``model_name`` (``policy``); local:
-    ``subprocess``, ``threads``; vllm: ``lora``, ``max_lora_rank``, ``port``, ``tool_call_parser``,
-    ``extra_args``, ``executable``, ``startup_timeout``; external: ``base_url``, ``reload``.
+    ``subprocess``, ``threads``, ``adapters``; vllm: ``lora``, ``max_lora_rank``, ``max_loras``, ``port``,
+    ``tool_call_parser``, ``extra_args``, ``executable``, ``startup_timeout``; external: ``base_url``,
+    ``reload``.
 
     Example:
         >>> make_policy({"kind": "external", "base_url": "http://127.0.0.1:8000/v1"}, "m").model_name

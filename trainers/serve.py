@@ -255,7 +255,12 @@ class LocalPolicyServer:
         return self.engine.reload(model, tokenizer, policy_version=policy_version)
 
     def reload_adapter(self, name: str, checkpoint: str | Path, *, policy_version: int | None = None) -> int:
-        """Load or replace one LoRA adapter while the rest keep serving (see ``Engine.reload_adapter``)."""
+        """Load or replace one LoRA adapter while the rest keep serving (see ``Engine.reload_adapter``).
+
+        Example:
+            >>> srv.reload_adapter("router", "runs/router/step-20", policy_version=2)  # doctest: +SKIP
+            2
+        """
         return self.engine.reload_adapter(name, checkpoint, policy_version=policy_version)
 
     def __enter__(self) -> LocalPolicyServer:

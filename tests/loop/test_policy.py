@@ -65,7 +65,7 @@ def test_vllm_command_line():
     assert p.command() == [
         "vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "127.0.0.1", "--port", "8123",
         "--served-model-name", "policy-base", "--max-logprobs", "20",
-        "--enable-lora", "--max-lora-rank", "32", "--max-loras", "1",
+        "--enable-lora", "--max-lora-rank", "32", "--max-loras", "2",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
         "--gpu-memory-utilization", "0.5", "--dtype", "bfloat16",
     ]  # fmt: skip

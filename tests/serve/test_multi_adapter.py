@@ -127,3 +127,34 @@ def test_bad_reload_and_bad_adapter_arguments(server: str, tmp_path: Path) -> No
     out = subprocess.run([sys.executable, "-m", "sdk.serve", "--model", str(tmp_path), "--adapter", "x"],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode == 2 and "NAME=PATH" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_local_policy_adds_and_replaces_adapters_and_reloads_the_base_under_them(
+    weights: dict[str, str], tmp_path: Path
+) -> None:
+    """In-process (``trainers.policy.LocalPolicy``): adapters added and replaced by name, each with its own
+    version; new base weights are loaded with the adapters applied on them again."""
+    from trainers import UserError
+    from trainers._tiny import build_tiny_model
+    from trainers.policy import LocalPolicy
+
+    other = str(build_tiny_model(tmp_path / "other", seed=1))
+    p = LocalPolicy(weights["base"], "base", adapters={"alpha": weights["alpha"]})
+    p.start()
+    try:
+        root = p.base_url.removesuffix("/v1")
+        assert p.update_adapter("beta", weights["beta"]) == 0  # a new name: served from now on
+        assert p.update_adapter("alpha", weights["alpha2"], policy_version=4) == 4
+        prompt, ids, lps, version, _ = _ask(root, "alpha")
+        assert version == 4 and _ask(root, "beta")[3] == 0
+        ref = reference_logprobs(weights["base"], weights["alpha2"], prompt, ids)
+        assert max(abs(a - b) for a, b in zip(ref, lps, strict=True)) < 1e-3
+        p.update(other, policy_version=1)
+        prompt, ids, lps, version, _ = _ask(root, "alpha")
+        assert version == 4 and _ask(root, "base")[3] == 1 and p.policy_version == 1
+        ref = reference_logprobs(other, weights["alpha2"], prompt, ids)
+        assert max(abs(a - b) for a, b in zip(ref, lps, strict=True)) < 1e-3
+        with pytest.raises(UserError, match="adapter_config.json"):
+            p.update_adapter("alpha", str(tmp_path))
+    finally:
+        p.stop()

@@ -293,6 +293,7 @@ class Engine:
                 version = 0 if policy_version is None else int(policy_version)
                 self.slots[name] = _Slot(name, new_id, str(checkpoint), version)
                 return version
+            self.model.set_adapter(new_id)  # never delete the active adapter (peft warns, then picks one)
             self.model.delete_adapter(old.adapter)
             old.adapter, old.path = new_id, str(checkpoint)
             old.version = old.version + 1 if policy_version is None else int(policy_version)

@@ -156,6 +156,7 @@ class _Exchange:
                 started_at=self.started_at,
                 ended_at=ended,
                 request_id=headers.get("x-request-id"),
+                headers=headers,
             )
             if (
                 self.left_open is not None

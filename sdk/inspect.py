@@ -125,7 +125,7 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
     import polars as pl
 
     from sdk.episodes import EpisodeError
-    from sdk.episodes._schema import SCHEMA_VERSION, polars_schema
+    from sdk.episodes._schema import READ_SCHEMA_VERSIONS, polars_schema
     from sdk.episodes._source import parquet_files
 
     p = Path(path)
@@ -134,7 +134,10 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
         schema = pl.read_parquet_schema(files[0])
     except Exception as exc:
         raise EpisodeError(f"{str(p)!r} is not a readable Parquet file: {str(exc).splitlines()[0]}") from None
-    expected = polars_schema()
+    turns = schema.get("turns")
+    turn = getattr(turns, "inner", None)
+    has_versions = isinstance(turn, pl.Struct) and "policy_version" in turn.to_schema()
+    expected = polars_schema(2 if has_versions or turn is None else 1)  # version 1: no turn policy_version
     if "episode_id" not in schema or "schema_version" not in schema:
         raise EpisodeError(f"{str(p)!r} is not a tracerl episode file (no episode_id/schema_version column)")
     wanted = [
@@ -185,7 +188,7 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
         "bytes": sum(f.stat().st_size for f in files),
         "episodes": n,
         "schema_versions": versions,
-        "schema_ok": versions in ([], [SCHEMA_VERSION]) and dict(schema) == dict(expected),
+        "schema_ok": set(versions) <= set(READ_SCHEMA_VERSIONS) and dict(schema) == dict(expected),
         "missing_columns": [c for c in expected if c not in schema],
         "extra_columns": [c for c in schema if c not in expected],
         "tasks": len({_task_key(t) for t in df["task_id"].to_list() if t is not None})

@@ -6,9 +6,15 @@ Three kinds, one interface (:class:`PolicyServer`: ``start``, ``update``, ``stop
 - :class:`LocalPolicy`: ``sdk.serve`` on CPU (or one GPU) — in this process (a uvicorn thread) or as a
   ``python -m sdk.serve`` subprocess; new weights are loaded in place (``/admin/reload``).
 - :class:`VLLMPolicy`: launches ``vllm serve`` for GPUs. New LoRA adapters are loaded through vLLM's
-  runtime API (``POST /v1/unload_lora_adapter`` + ``/v1/load_lora_adapter``, which needs
+  runtime API (``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter``, which needs
   ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, set here); full weights restart the server. This path is
   written against vLLM's documented API and tested against a scripted stand-in; it was not run on a GPU.
+
+Policy versions: ``update(..., policy_version=N)`` publishes weights as version ``N``. ``sdk.serve``
+reports the version in every response; under vLLM the adapter is loaded as ``f"{name}@v{N}"`` beside the
+previous one, ``model_name`` (what agents must send, see :func:`export_env`) moves to it, and the previous
+adapter is unloaded, so each response's ``model`` names its version (``sdk.openai_wire.policy_version_of``
+reads the suffix). Without a version the adapter keeps one name, swapped in place, as before.
 - :class:`ExternalPolicy`: a server the user already runs; reloaded through ``/admin/reload``
   (``sdk.serve``) or the vLLM LoRA endpoints, or not at all.
 
@@ -66,12 +72,18 @@ class PolicyServer(Protocol):
 
     base_url: str
     model_name: str
+    policy_version: int
 
     def start(self) -> None:
         """Start serving (a no-op when already serving)."""
 
-    def update(self, checkpoint: str, *, adapter: str | None = None) -> None:
-        """Serve ``checkpoint`` (full weights); ``adapter`` is the LoRA adapter it was merged from."""
+    def update(
+        self, checkpoint: str, *, adapter: str | None = None, policy_version: int | None = None
+    ) -> None:
+        """Serve ``checkpoint`` (full weights); ``adapter`` is the LoRA adapter it was merged from.
+
+        ``policy_version``: the version these weights are published as (default: the current one + 1).
+        """
 
     def stop(self) -> None:
         """Stop what :meth:`start` started."""
@@ -116,6 +128,25 @@ def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> tuple[int, 
         return exc.code, exc.read().decode(errors="replace")
 
 
+def _next_version(current: int, policy_version: int | None) -> int:
+    return current + 1 if policy_version is None else int(policy_version)
+
+
+def _vllm_load(v1: str, name: str, path: str, previous: str | None = None) -> None:
+    """Load the LoRA adapter at ``path`` as ``name`` on the vLLM server at ``v1``, then drop ``previous``.
+
+    ``name`` is unloaded first (a 404 when it is not loaded), as vLLM refuses to load a name twice.
+    """
+    _post(f"{v1}/unload_lora_adapter", {"lora_name": name})
+    status, text = _post(f"{v1}/load_lora_adapter", {"lora_name": name, "lora_path": path})
+    if status != 200:
+        raise UserError(f"vLLM refused the LoRA adapter {path} ({status}): {text[:500]}")
+    if previous is not None and previous != name:
+        # Agents already moved to ``name`` (the loop re-exports the environment after each update);
+        # requests vLLM is still running on the previous adapter keep their loaded weights.
+        _post(f"{v1}/unload_lora_adapter", {"lora_name": previous})
+
+
 def _wait_healthy(url: str, proc: subprocess.Popen[Any] | None, timeout: float, log: Path | None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -142,6 +173,8 @@ class LocalPolicy:
             threads out of the training process) instead of a uvicorn thread here.
         threads: torch threads of the subprocess.
         log: File for the subprocess's output.
+        adapters: LoRA adapters served beside the base, ``{name: adapter directory}`` (agents send the
+            name as ``model``); :meth:`update_adapter` replaces one while the others keep serving.
 
     Example:
         >>> p = LocalPolicy("runs/sft", model_name="policy")  # doctest: +SKIP
@@ -156,11 +189,14 @@ class LocalPolicy:
         subprocess: bool = False,
         threads: int | None = None,
         log: str | os.PathLike[str] | None = None,
+        adapters: dict[str, str] | None = None,
     ) -> None:
         self.model, self.model_name = str(model), model_name
+        self.adapters = {name: str(path) for name, path in (adapters or {}).items()}
         self.use_subprocess, self.threads = subprocess, threads
         self.log = Path(log) if log else None
         self.base_url = ""
+        self.policy_version = 0
         self._server: Any = None
         self._proc: subprocess.Popen[Any] | None = None
         self._port = 0
@@ -172,12 +208,19 @@ class LocalPolicy:
         if not self.use_subprocess:
             from trainers.serve import LocalPolicyServer
 
-            self._server = LocalPolicyServer(self.model, model_name=self.model_name).start()
+            self._server = LocalPolicyServer(
+                self.model,
+                model_name=self.model_name,
+                adapters=self.adapters,
+                policy_version=self.policy_version,
+            ).start()
             self.base_url = self._server.base_url
             return
         self._port = _free_port()
         cmd = [sys.executable, "-m", "sdk.serve", "--model", self.model, "--port", str(self._port)]
-        cmd += ["--model-name", self.model_name]
+        cmd += ["--model-name", self.model_name, "--policy-version", str(self.policy_version)]
+        for name, path in self.adapters.items():
+            cmd += ["--adapter", f"{name}={path}"]
         if self.threads:
             cmd += ["--threads", str(self.threads)]
         out: Any = subprocess.DEVNULL
@@ -188,15 +231,49 @@ class LocalPolicy:
         self.base_url = f"http://127.0.0.1:{self._port}/v1"
         _wait_healthy(f"http://127.0.0.1:{self._port}/health", self._proc, 300, self.log)
 
-    def update(self, checkpoint: str, *, adapter: str | None = None) -> None:
-        """Load the full-weight ``checkpoint`` in place (``adapter`` is not needed: it is merged)."""
-        self.model = str(checkpoint)
+    def update(
+        self, checkpoint: str, *, adapter: str | None = None, policy_version: int | None = None
+    ) -> None:
+        """Load the full-weight ``checkpoint`` in place as ``policy_version`` (default: the current + 1).
+
+        ``adapter`` is not needed: it is merged. Requests already generating finish on the old weights.
+        """
+        version = _next_version(self.policy_version, policy_version)
         if self._server is not None:
-            self._server.reload(self.model)
+            self._server.reload(str(checkpoint), policy_version=version)
         elif self._proc is not None:
-            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", {"path": self.model})
+            body = {"path": str(checkpoint), "policy_version": version}
+            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body)
             if status != 200:
                 raise UserError(f"policy reload failed ({status}): {text[:500]}")
+        self.model, self.policy_version = str(checkpoint), version
+
+    def update_adapter(self, name: str, checkpoint: str, *, policy_version: int | None = None) -> int:
+        """Load (or replace) the LoRA adapter served as ``name``; the base and other adapters keep serving.
+
+        Returns the adapter's new version (``policy_version``, default: its current one + 1; 0 when new).
+
+        Example:
+            >>> p.update_adapter("router", "runs/router/step-20")  # doctest: +SKIP
+            1
+        """
+        if self._server is not None:
+            try:
+                version = self._server.reload_adapter(name, checkpoint, policy_version=policy_version)
+            except (ValueError, OSError) as exc:
+                raise UserError(f"adapter reload failed: {exc}") from None
+        elif self._proc is not None:
+            body: dict[str, Any] = {"adapter": name, "checkpoint": str(checkpoint)}
+            if policy_version is not None:
+                body["policy_version"] = int(policy_version)
+            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body)
+            if status != 200:
+                raise UserError(f"adapter reload failed ({status}): {text[:500]}")
+            version = int(json.loads(text)["policy_version"])
+        else:
+            version = 0 if policy_version is None else int(policy_version)
+        self.adapters[name] = str(checkpoint)
+        return version
 
     def stop(self) -> None:
         """Stop the server."""
@@ -214,7 +291,8 @@ class VLLMPolicy:
     With ``lora=True`` the server starts with ``--enable-lora --max-lora-rank R`` on the base model, and
     each round's adapter is loaded under ``model_name`` (the base is served as ``<model_name>-base``);
     the adapter must have been trained on that base model. Otherwise (or when the adapter's base is not
-    the served model) the server restarts on the new full weights.
+    the served model) the server restarts on the new full weights. With ``policy_version=N`` the adapter
+    (or the restarted server) is named ``<model_name>@vN`` and ``model_name`` follows it.
 
     Responses carry logprobs and token ids when the agent asks (``logprobs: true`` and, vLLM >= 0.10.2,
     ``return_token_ids: true`` in the request body); ``--max-logprobs`` bounds ``top_logprobs``.
@@ -224,6 +302,8 @@ class VLLMPolicy:
         model_name: Name agents send.
         lora: Serve LoRA adapters on the base (loaded at run time).
         max_lora_rank: ``--max-lora-rank`` (at least the adapters' rank).
+        max_loras: ``--max-loras``, adapters in one batch: 2 lets requests still running on version N
+            share batches with the first ones on N+1 while a versioned update swaps adapters.
         port: TCP port (0: a free one).
         tool_call_parser: ``--tool-call-parser`` (with ``--enable-auto-tool-choice``), e.g. ``hermes``.
         extra_args: More ``vllm serve`` arguments (a list or one shell-quoted string).
@@ -243,6 +323,7 @@ class VLLMPolicy:
         *,
         lora: bool = False,
         max_lora_rank: int = 16,
+        max_loras: int = 2,
         port: int = 0,
         tool_call_parser: str | None = None,
         extra_args: list[str] | str | None = None,
@@ -251,7 +332,9 @@ class VLLMPolicy:
         log: str | os.PathLike[str] | None = None,
     ) -> None:
         self.base_model, self.model, self.model_name = str(model), str(model), model_name
-        self.lora, self.max_lora_rank = lora, int(max_lora_rank)
+        self.name = model_name  # the stem of versioned names: agents send f"{name}@v{N}" once versioned
+        self.policy_version = 0
+        self.lora, self.max_lora_rank, self.max_loras = lora, int(max_lora_rank), int(max_loras)
         self.port = port or _free_port()
         self.tool_call_parser = tool_call_parser
         self.extra_args = shlex.split(extra_args) if isinstance(extra_args, str) else list(extra_args or [])
@@ -265,7 +348,7 @@ class VLLMPolicy:
     @property
     def served_base_name(self) -> str:
         """Name of the base model on the server (``model_name`` itself without LoRA)."""
-        return f"{self.model_name}-base" if self.lora else self.model_name
+        return f"{self.name}-base" if self.lora else self.model_name
 
     def command(self) -> list[str]:
         """The ``vllm serve`` command line for the current weights.
@@ -277,7 +360,8 @@ class VLLMPolicy:
         cmd = [*self.executable, "serve", self.model, "--host", "127.0.0.1", "--port", str(self.port)]
         cmd += ["--served-model-name", self.served_base_name, "--max-logprobs", "20"]
         if self.lora:
-            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", "1"]
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank)]
+            cmd += ["--max-loras", str(self.max_loras)]
         if self.tool_call_parser:
             cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
         return cmd + self.extra_args
@@ -309,32 +393,33 @@ class VLLMPolicy:
         if self.adapter is not None:
             self._load_adapter(self.adapter)
 
-    def update(self, checkpoint: str, *, adapter: str | None = None) -> None:
+    def update(
+        self, checkpoint: str, *, adapter: str | None = None, policy_version: int | None = None
+    ) -> None:
         """Serve new weights: the LoRA ``adapter`` at run time, or else restart on ``checkpoint``.
 
-        The adapter is loaded only when it was trained on the served base model.
+        The adapter is loaded only when it was trained on the served base model. With ``policy_version``
+        it is loaded as ``f"{name}@v{N}"`` beside the previous one, ``model_name`` moves to it and the
+        previous adapter is unloaded; without, it replaces the adapter of the same name.
 
         Example:
             >>> policy.update("runs/round-1/merged", adapter="runs/round-1/final")  # doctest: +SKIP
         """
+        version = _next_version(self.policy_version, policy_version)
+        name = self.model_name if policy_version is None else f"{self.name}@v{version}"
         if self.lora and adapter is not None and _same_model(_adapter_base(adapter), self.base_model):
-            self.adapter = str(adapter)
             if self._proc is not None:
-                self._load_adapter(self.adapter)
+                _vllm_load(self.base_url, name, str(adapter), previous=self.model_name)
+            self.adapter, self.model_name, self.policy_version = str(adapter), name, version
             return
-        self.model, self.adapter = str(checkpoint), None
+        self.model, self.adapter, self.model_name, self.policy_version = str(checkpoint), None, name, version
         self.lora = False  # the adapters' base is no longer served
         if self._proc is not None:
             self.stop()
             self.start()
 
     def _load_adapter(self, path: str) -> None:
-        root = f"http://127.0.0.1:{self.port}/v1"
-        # The name stays the same for agents: drop the previous adapter first (404 when there is none).
-        _post(f"{root}/unload_lora_adapter", {"lora_name": self.model_name})
-        status, text = _post(f"{root}/load_lora_adapter", {"lora_name": self.model_name, "lora_path": path})
-        if status != 200:
-            raise UserError(f"vLLM refused the LoRA adapter {path} ({status}): {text[:500]}")
+        _vllm_load(self.base_url, self.model_name, path)
 
     def stop(self) -> None:
         """Terminate the server."""
@@ -380,27 +465,36 @@ class ExternalPolicy:
         if reload not in ("admin", "vllm-lora", "none"):
             raise UserError(f"policy reload must be admin, vllm-lora or none, got {reload!r}")
         self.base_url, self.model_name, self.reload = base_url.rstrip("/"), model_name, reload
+        self.name = model_name
+        self.policy_version = 0
 
     def start(self) -> None:
         """Nothing to start."""
 
-    def update(self, checkpoint: str, *, adapter: str | None = None) -> None:
-        """Ask the server to load the new weights (see ``reload``)."""
+    def update(
+        self, checkpoint: str, *, adapter: str | None = None, policy_version: int | None = None
+    ) -> None:
+        """Ask the server to load the new weights (see ``reload``) as ``policy_version``.
+
+        ``admin`` passes the version on; ``vllm-lora`` loads the adapter as ``f"{name}@v{N}"`` and moves
+        ``model_name`` to it, as :class:`VLLMPolicy` does; ``none`` only counts the version.
+        """
+        version = _next_version(self.policy_version, policy_version)
         root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
         if self.reload == "admin":
-            status, text = _post(f"{root}/admin/reload", {"path": str(checkpoint)})
+            body: dict[str, Any] = {"path": str(checkpoint)}
+            if policy_version is not None:
+                body["policy_version"] = version
+            status, text = _post(f"{root}/admin/reload", body)
+            if status != 200:
+                raise UserError(f"policy reload failed ({status}): {text[:500]}")
         elif self.reload == "vllm-lora":
             if adapter is None:
                 raise UserError("reload vllm-lora needs LoRA training (train: {lora: true})")
-            _post(f"{self.base_url}/unload_lora_adapter", {"lora_name": self.model_name})
-            status, text = _post(
-                f"{self.base_url}/load_lora_adapter",
-                {"lora_name": self.model_name, "lora_path": str(adapter)},
-            )
-        else:
-            return
-        if status != 200:
-            raise UserError(f"policy reload failed ({status}): {text[:500]}")
+            name = self.model_name if policy_version is None else f"{self.name}@v{version}"
+            _vllm_load(self.base_url, name, str(adapter), previous=self.model_name)
+            self.model_name = name
+        self.policy_version = version
 
     def stop(self) -> None:
         """Nothing to stop."""
@@ -410,8 +504,9 @@ def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | 
     """Build the policy server a loop config's ``policy:`` section describes.
 
     Keys: ``kind`` (``local`` default, ``vllm``, ``external``), ``model_name`` (``policy``); local:
-    ``subprocess``, ``threads``; vllm: ``lora``, ``max_lora_rank``, ``port``, ``tool_call_parser``,
-    ``extra_args``, ``executable``, ``startup_timeout``; external: ``base_url``, ``reload``.
+    ``subprocess``, ``threads``, ``adapters``; vllm: ``lora``, ``max_lora_rank``, ``max_loras``, ``port``,
+    ``tool_call_parser``, ``extra_args``, ``executable``, ``startup_timeout``; external: ``base_url``,
+    ``reload``.
 
     Example:
         >>> make_policy({"kind": "external", "base_url": "http://127.0.0.1:8000/v1"}, "m").model_name

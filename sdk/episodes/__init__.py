@@ -37,7 +37,7 @@ from sdk.episodes._parquet import (
 )
 from sdk.episodes._pipeline import Pipeline, gc_paced
 from sdk.episodes._rewards import RewardError, llm_judge_reward, resolve_reward_fns
-from sdk.episodes._schema import SCHEMA_VERSION
+from sdk.episodes._schema import READ_SCHEMA_VERSIONS, SCHEMA_VERSION
 from sdk.episodes._source import parquet_files, peek, source_kind
 from sdk.episodes._summary import ExportSummary
 from sdk.episodes._validate import PROBLEM_CODES, EpisodeError, Problem, validate_episode
@@ -46,6 +46,7 @@ from sdk.store._remote import is_store_uri
 
 __all__ = [
     "PROBLEM_CODES",
+    "READ_SCHEMA_VERSIONS",
     "SCHEMA_VERSION",
     "EpisodeError",
     "EpisodeOptions",

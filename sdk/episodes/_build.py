@@ -128,14 +128,21 @@ def _ids_from_logprob_tokens(entries: Any) -> list[int] | None:
     return out
 
 
+def _policy_version(call: dict[str, Any]) -> int | None:
+    v = call.get("policy_version")
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
 def _turn(index: int, call: dict[str, Any] | None, stats: Counter[str]) -> dict[str, Any]:
     if call is None:
-        return {"message_index": index, "logprobs": None, "token_ids": None, "prompt_token_ids": None}
+        return {"message_index": index, "logprobs": None, "token_ids": None, "prompt_token_ids": None,
+                "policy_version": None}  # fmt: skip
     entries = call.get("logprobs")
     ids = call.get("completion_token_ids")
     prompt = call.get("prompt_token_ids")
     if entries is None and ids is None and prompt is None:  # an API that returns no token data
-        return {"message_index": index, "logprobs": None, "token_ids": None, "prompt_token_ids": None}
+        return {"message_index": index, "logprobs": None, "token_ids": None, "prompt_token_ids": None,
+                "policy_version": _policy_version(call)}  # fmt: skip
     token_ids = _int_list(ids)
     if token_ids is None:
         token_ids = _ids_from_logprob_tokens(entries)
@@ -146,6 +153,7 @@ def _turn(index: int, call: dict[str, Any] | None, stats: Counter[str]) -> dict[
         "logprobs": _float_list(entries),
         "token_ids": token_ids,
         "prompt_token_ids": _int_list(prompt),
+        "policy_version": _policy_version(call),
     }
 
 
@@ -470,8 +478,10 @@ def _episode(
     if stats:
         tracerl["normalization"] = dict(stats)
     started, ended = sums.started, sums.ended
+    # Version 1 where no turn has a policy version: those rows (and files) are exactly as before.
+    versioned = any(t["policy_version"] is not None for t in turns)
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION if versioned else 1,
         "episode_id": f"{s.session_id}:{th.index}",
         "session_id": s.session_id,
         "task_id": task_id,

@@ -144,7 +144,7 @@ _TOP = (
     "status",
 )
 _MESSAGE = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
-_TURN = ("message_index", "logprobs", "token_ids", "prompt_token_ids")
+_TURN = ("message_index", "logprobs", "token_ids", "prompt_token_ids", "policy_version")
 
 
 def _columns(items: list[Any], keys: tuple[str, ...]) -> list[Any]:
@@ -182,7 +182,7 @@ def episodes_frame(eps: list[dict[str, Any]]) -> Any:
     turn_lists = [ep.get("turns") or () for ep in eps]
     t_count = [len(ts) for ts in turn_lists]
     turns_flat = [t for ts in turn_lists for t in ts]
-    t_index, t_logprobs, t_ids, t_prompt = _columns(turns_flat, _TURN)
+    t_index, t_logprobs, t_ids, t_prompt, t_version = _columns(turns_flat, _TURN)
     reward_lists = [ep.get("rewards") or () for ep in eps]
     r_count = [len(rs) for rs in reward_lists]
     rewards_flat = [r for rs in reward_lists for r in rs]
@@ -223,6 +223,7 @@ def episodes_frame(eps: list[dict[str, Any]]) -> Any:
             "logprobs": _lists(pl, t_logprobs, turn_t["logprobs"]),
             "token_ids": _lists(pl, t_ids, turn_t["token_ids"]),
             "prompt_token_ids": _lists(pl, t_prompt, turn_t["prompt_token_ids"]),
+            "policy_version": pl.Series(t_version, dtype=pl.Int64),
         }
     ).to_struct("turns")
     cols["turns"] = _nest(pl, turns_s, t_count, None, schema["turns"])

@@ -12,7 +12,13 @@ from typing import Any, TextIO
 
 from sdk.episodes._frame import episodes_frame, sanitize
 from sdk.episodes._pipeline import Pair, validate_only
-from sdk.episodes._schema import SCHEMA_VERSION, polars_schema
+from sdk.episodes._schema import (
+    READ_SCHEMA_VERSIONS,
+    SCHEMA_VERSION,
+    as_schema_version,
+    has_policy_versions,
+    polars_schema,
+)
 from sdk.episodes._summary import ExportSummary
 from sdk.episodes._validate import EpisodeError, Problem
 
@@ -56,10 +62,10 @@ def default_rejects_path(out: str | os.PathLike[str]) -> Path:
     return p.with_name(f"{stem}.rejects.jsonl")
 
 
-def _file_metadata() -> dict[str, str]:
+def _file_metadata(version: int = SCHEMA_VERSION) -> dict[str, str]:
     from sdk import __version__
 
-    return {"tracerl.schema_version": str(SCHEMA_VERSION), "tracerl.version": __version__}
+    return {"tracerl.schema_version": str(version), "tracerl.version": __version__}
 
 
 ROW_GROUP_BYTES = 16 * 1024 * 1024
@@ -85,16 +91,49 @@ def sink(frames: Iterator[Any], path: Path, row_group_size: int | None = None) -
     the batches in flight and one row group (by default sized from the first batch, see
     :func:`_row_group_size`) are in memory. Without it (older polars) batches go to part files that are
     then merged by a streaming scan: the same bounded memory, one extra pass over the data.
+
+    The file is schema version 2 when its first batch has a policy version, else version 1 (exports of
+    stores without versions stay as they were). Should a later batch bring versions to a version-1 file,
+    what was written is read back as version 2 and the rest follows it: one extra pass, only then.
     """
+    first = next(frames, None)
+    if first is not None:
+        frames = itertools.chain([first], frames)
+    if row_group_size is None:
+        row_group_size = _row_group_size(first) if first is not None and first.height else DEFAULT_BATCH_SIZE
+    version = 2 if first is not None and has_policy_versions(first) else 1
+    rest: list[Iterator[Any]] = []
+
+    def until_versions() -> Iterator[Any]:
+        for frame in frames:
+            if version == 1 and has_policy_versions(frame):
+                rest.append(itertools.chain([frame], frames))
+                return
+            yield as_schema_version(frame, version)
+
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    old = path.with_name(f".{path.name}.v1-{os.getpid()}")
+    try:
+        _sink_file(until_versions(), tmp, version, row_group_size)
+        if rest:
+            import polars as pl
+
+            os.replace(tmp, old)
+            written = pl.scan_parquet(old).collect_batches(chunk_size=DEFAULT_BATCH_SIZE)
+            upgraded = (as_schema_version(f, 2) for f in itertools.chain(written, rest[0]))
+            _sink_file(upgraded, tmp, 2, row_group_size)
+        os.replace(tmp, path)
+    finally:
+        for f in (tmp, old):
+            if f.exists():
+                f.unlink()
+
+
+def _sink_file(frames: Iterator[Any], tmp: Path, version: int, row_group_size: int) -> None:
+    """Write ``frames`` (of schema ``version``) to the Parquet file ``tmp``."""
     import polars as pl
 
-    schema = polars_schema()
-    if row_group_size is None:
-        first = next(frames, None)
-        row_group_size = _row_group_size(first) if first is not None and first.height else DEFAULT_BATCH_SIZE
-        if first is not None:
-            frames = itertools.chain([first], frames)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    schema = polars_schema(version)
     parts: Path | None = None
     try:
         try:
@@ -110,11 +149,12 @@ def sink(frames: Iterator[Any], path: Path, row_group_size: int | None = None) -
             if empty:  # a file with the schema and no rows, never a missing file
                 yield pl.DataFrame(schema=schema)
 
+        metadata = _file_metadata(version)
         if register_io_source is not None:
             lf = register_io_source(source, schema=schema)
-            lf.sink_parquet(tmp, compression="zstd", metadata=_file_metadata(), row_group_size=row_group_size)
+            lf.sink_parquet(tmp, compression="zstd", metadata=metadata, row_group_size=row_group_size)
         else:  # pragma: no cover - exercised only with old polars
-            parts = path.with_name(f".{path.name}.parts-{os.getpid()}")
+            parts = tmp.with_name(f"{tmp.name}.parts")
             parts.mkdir(exist_ok=True)
             names = []
             for i, frame in enumerate(source()):
@@ -124,10 +164,7 @@ def sink(frames: Iterator[Any], path: Path, row_group_size: int | None = None) -
             pl.scan_parquet(names, schema=schema).sink_parquet(
                 tmp, compression="zstd", row_group_size=row_group_size
             )
-        os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
         if parts is not None:
             for f in parts.glob("*"):
                 f.unlink()
@@ -303,13 +340,18 @@ def read_episodes(path: str | os.PathLike[str], *, columns: list[str] | None = N
         raise EpisodeError(f"{str(p)!r} is not a tracerl episode file (no {', '.join(missing)} column)")
     try:
         versions = pl.read_parquet(p, columns=["schema_version"])["schema_version"].unique().to_list()
-        unknown = [v for v in versions if v != SCHEMA_VERSION]
+        unknown = [v for v in versions if v not in READ_SCHEMA_VERSIONS]
         if unknown:
             raise EpisodeError(
-                f"{str(p)!r} has unknown schema_version {unknown[0]!r} (this tracerl reads version "
-                f"{SCHEMA_VERSION}); upgrade tracerl"
+                f"{str(p)!r} has unknown schema_version {unknown[0]!r} (this tracerl reads versions "
+                f"{', '.join(map(str, READ_SCHEMA_VERSIONS))}); upgrade tracerl"
             )
-        return pl.read_parquet(p, columns=columns).to_dicts()
+        frame = pl.read_parquet(p, columns=columns)
+        turn = getattr(frame.schema.get("turns"), "inner", None)
+        if isinstance(turn, pl.Struct) and "policy_version" not in turn.to_schema():
+            # Version 1: every turn reads with a null policy version, as a version-2 file would say.
+            frame = frame.with_columns(pl.col("turns").cast(polars_schema(2)["turns"]))
+        return frame.to_dicts()
     except EpisodeError:
         raise
     except Exception as exc:

@@ -1,17 +1,39 @@
-"""The episode Parquet schema, version 1: one row per episode (one agent thread of one session)."""
+"""The episode Parquet schema, version 2: one row per episode (one agent thread of one session).
+
+Version 2 adds ``turns[].policy_version`` (the version of the weights that generated each assistant turn).
+An episode none of whose turns has a policy version is version 1, and a file none of whose episodes has
+one is written as version 1 (without the field): stores captured without versions export exactly as they
+did (tested byte for byte). Both versions read; a version-1 file reads with null policy versions.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["COLUMNS", "SCHEMA_VERSION", "polars_schema", "schema_markdown"]
+__all__ = [
+    "COLUMNS",
+    "READ_SCHEMA_VERSIONS",
+    "SCHEMA_VERSION",
+    "as_schema_version",
+    "has_policy_versions",
+    "polars_schema",
+    "schema_markdown",
+]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the episode schema, written in the ``schema_version`` column and the file metadata."""
+
+READ_SCHEMA_VERSIONS = (1, 2)
+"""Schema versions this tracerl reads (version 1: no ``turns[].policy_version``)."""
 
 # (name, type, meaning) — the single source for the README table and ``python -m sdk.inspect --schema``.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("schema_version", "int64", "Episode schema version (1)."),
+    (
+        "schema_version",
+        "int64",
+        "Episode schema version: 2 when some turn has a policy version, else 1. A file where no turn has "
+        "one is written as version 1: the same columns without `turns[].policy_version`.",
+    ),
     ("episode_id", "string", '`f"{session_id}:{thread}"`, unique in a file.'),
     ("session_id", "string", "The session the thread belongs to."),
     ("task_id", "string \\| null", "Task attempted; episodes of one task form a GRPO group."),
@@ -46,9 +68,12 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     (
         "turns",
         "list<struct{message_index: int64, logprobs: list<float64> \\| null, "
-        "token_ids: list<int64> \\| null, prompt_token_ids: list<int64> \\| null}>",
+        "token_ids: list<int64> \\| null, prompt_token_ids: list<int64> \\| null, "
+        "policy_version: int64 \\| null}>",
         "One per assistant message, in order; `message_index` indexes `messages`. Null lists where the "
-        "server returned none or the message was not generated in this thread (context).",
+        "server returned none or the message was not generated in this thread (context). "
+        "`policy_version`: version of the weights that generated the turn, as the server said (null when "
+        "it did not, or for context).",
     ),
     (
         "token_faithful",
@@ -73,8 +98,15 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def polars_schema() -> Any:
-    """Return the explicit polars schema of episode rows (never inferred: null-only columns break it)."""
+def polars_schema(version: int = SCHEMA_VERSION) -> Any:
+    """Return the explicit polars schema of episode rows (never inferred: null-only columns break it).
+
+    Example:
+        >>> "policy_version" in polars_schema()["turns"].inner.to_schema()
+        True
+        >>> "policy_version" in polars_schema(1)["turns"].inner.to_schema()
+        False
+    """
     import polars as pl
 
     tool_call = pl.Struct(
@@ -94,14 +126,15 @@ def polars_schema() -> Any:
             "reasoning_content": pl.String,
         }
     )
-    turn = pl.Struct(
-        {
-            "message_index": pl.Int64,
-            "logprobs": pl.List(pl.Float64),
-            "token_ids": pl.List(pl.Int64),
-            "prompt_token_ids": pl.List(pl.Int64),
-        }
-    )
+    turn_fields = {
+        "message_index": pl.Int64,
+        "logprobs": pl.List(pl.Float64),
+        "token_ids": pl.List(pl.Int64),
+        "prompt_token_ids": pl.List(pl.Int64),
+    }
+    if version >= 2:
+        turn_fields["policy_version"] = pl.Int64
+    turn = pl.Struct(turn_fields)
     return pl.Schema(
         {
             "schema_version": pl.Int64,
@@ -128,6 +161,33 @@ def polars_schema() -> Any:
             "status": pl.String,
         }
     )
+
+
+def has_policy_versions(frame: Any) -> bool:
+    """Whether some turn of an episode DataFrame has a policy version (then it is written as version 2).
+
+    Example:
+        >>> import polars as pl
+        >>> has_policy_versions(pl.DataFrame(schema=polars_schema()))
+        False
+    """
+    if "policy_version" not in frame.schema["turns"].inner.to_schema():
+        return False
+    versions = frame["turns"].explode().struct.field("policy_version")
+    return bool(versions.is_not_null().any())
+
+
+def as_schema_version(frame: Any, version: int) -> Any:
+    """An episode DataFrame of either version in the layout of ``version``; rows keep their versions.
+
+    ``turns[].policy_version`` is dropped (version 1, for frames without versions) or added as null.
+
+    Example:
+        >>> import polars as pl
+        >>> as_schema_version(pl.DataFrame(schema=polars_schema(1)), 2).schema == polars_schema(2)
+        True
+    """
+    return frame.cast(dict(polars_schema(version)))
 
 
 def schema_markdown() -> str:

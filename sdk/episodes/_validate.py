@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from sdk._json import JSONError, loads
-from sdk.episodes._schema import SCHEMA_VERSION
+from sdk.episodes._schema import READ_SCHEMA_VERSIONS
 
 __all__ = ["PROBLEM_CODES", "EpisodeError", "Problem", "validate_episode"]
 
@@ -313,11 +313,12 @@ def validate_episode(
     """
     out: list[Problem] = []
     version = ep.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READ_SCHEMA_VERSIONS:
         out.append(
             _problem(
                 "unknown_schema_version",
-                f"unknown schema_version {version!r} (this tracerl reads version {SCHEMA_VERSION})",
+                f"unknown schema_version {version!r} (this tracerl reads versions "
+                f"{', '.join(map(str, READ_SCHEMA_VERSIONS))})",
             )
         )
     if seen_ids is not None:

@@ -546,6 +546,7 @@ class _Gateway:
                 "ended_at": time.time(),
                 "request_id": resp.headers.get("x-request-id"),
                 "framework": "gateway",
+                "headers": resp.headers,  # the policy version a server sends there
             }
             problem = request_problem(call.endpoint, call.payload)
             try:

@@ -9,6 +9,7 @@ def test_public_surface_is_pinned_and_documented() -> None:
     assert sorted(sdk.episodes.__all__) == sorted(
         [
             "PROBLEM_CODES",
+            "READ_SCHEMA_VERSIONS",
             "SCHEMA_VERSION",
             "EpisodeError",
             "EpisodeOptions",
@@ -25,7 +26,7 @@ def test_public_surface_is_pinned_and_documented() -> None:
             "write_parquet",
         ]
     )
-    assert sdk.episodes.SCHEMA_VERSION == 1
+    assert sdk.episodes.SCHEMA_VERSION == 2 and sdk.episodes.READ_SCHEMA_VERSIONS == (1, 2)
     for name in sdk.episodes.__all__:
         obj = getattr(sdk.episodes, name)
         if callable(obj):

@@ -38,7 +38,7 @@ def test_round_trip_is_exact(exported: tuple[Path, list[dict]]) -> None:
 
 def test_schema_is_explicit_and_documented(exported: tuple[Path, list[dict]]) -> None:
     out, _ = exported
-    assert pl.read_parquet_schema(out) == polars_schema()
+    assert pl.read_parquet_schema(out) == polars_schema(1)  # no policy versions in this store: version 1
     assert [c for c, _, _ in COLUMNS] == list(polars_schema())
     assert schema_markdown().count("\n") == len(COLUMNS) + 1
 
@@ -48,7 +48,7 @@ def test_null_only_columns_keep_their_types(raw_store: RawStore, tmp_path: Path)
     raw_store.session("s1", [user("q")], assistant("a"), task_id=None)
     out = tmp_path / "e.parquet"
     assert export(raw_store.path, out).written == 1
-    assert pl.read_parquet_schema(out) == polars_schema()
+    assert pl.read_parquet_schema(out) == polars_schema(1)
     [ep] = read_episodes(out)
     assert ep["tools"] == "[]" and ep["agent"] is None and ep["turns"][0]["token_ids"] is None
 
@@ -124,7 +124,7 @@ def test_empty_export_writes_a_file_with_the_schema(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     out = tmp_path / "e.parquet"
     summary = export(tmp_path / "empty", out)
-    assert summary.written == 0 and pl.read_parquet_schema(out) == polars_schema()
+    assert summary.written == 0 and pl.read_parquet_schema(out) == polars_schema(1)
     assert read_episodes(out) == []
 
 
@@ -186,9 +186,9 @@ def test_read_episodes_errors(tmp_path: Path) -> None:
     with pytest.raises(EpisodeError, match="not a tracerl episode file"):
         read_episodes(tmp_path / "other.parquet")
     pl.DataFrame(
-        {"schema_version": [2], "episode_id": ["x"], "messages": [[{"role": "user"}]]}
+        {"schema_version": [3], "episode_id": ["x"], "messages": [[{"role": "user"}]]}
     ).write_parquet(tmp_path / "future.parquet")
-    with pytest.raises(EpisodeError, match="unknown schema_version 2"):
+    with pytest.raises(EpisodeError, match="unknown schema_version 3"):
         read_episodes(tmp_path / "future.parquet")
 
 

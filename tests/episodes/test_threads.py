@@ -214,6 +214,7 @@ def test_token_faithful_needs_ids_and_logprobs_of_equal_length_on_every_turn(sto
         "logprobs": None,
         "token_ids": None,
         "prompt_token_ids": None,
+        "policy_version": None,
     }
 
 

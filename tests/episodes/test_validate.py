@@ -174,8 +174,8 @@ def test_empty_episode() -> None:
 
 
 def test_unknown_schema_version() -> None:
-    assert problems(ep(GOOD, schema_version=2)) == [
-        ("unknown_schema_version", "unknown schema_version 2 (this tracerl reads version 1)"),
+    assert problems(ep(GOOD, schema_version=3)) == [
+        ("unknown_schema_version", "unknown schema_version 3 (this tracerl reads versions 1, 2)"),
     ]
 
 

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +39,20 @@ def vllm_log(tmp_path, monkeypatch):
     return read
 
 
+@contextlib.contextmanager
+def _fake_server() -> Iterator[str]:
+    """The scripted vLLM stand-in as a server the user runs; yields its ``/v1`` base URL."""
+    from trainers.policy import _free_port, _terminate, _wait_healthy
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(FAKE), "serve", "x", "--port", str(port)])
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}/health", proc, 20, None)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        _terminate(proc, 10)
+
+
 def _adapter(path: Path, base: str) -> str:
     path.mkdir(parents=True)
     (path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base, "r": 8}))
@@ -48,7 +65,7 @@ def test_vllm_command_line():
     assert p.command() == [
         "vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "127.0.0.1", "--port", "8123",
         "--served-model-name", "policy-base", "--max-logprobs", "20",
-        "--enable-lora", "--max-lora-rank", "32", "--max-loras", "1",
+        "--enable-lora", "--max-lora-rank", "32", "--max-loras", "2",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
         "--gpu-memory-utilization", "0.5", "--dtype", "bfloat16",
     ]  # fmt: skip
@@ -111,22 +128,7 @@ def test_vllm_missing_executable_is_a_clear_error(tmp_path):
 
 
 def test_external_policy_reloads(tmp_path, vllm_log):
-    import subprocess
-    import time
-
-    from trainers.policy import _free_port
-
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(FAKE), "serve", "x", "--port", str(port)])
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        url = f"http://127.0.0.1:{port}/v1"
+    with _fake_server() as url:
         make_policy({"kind": "external", "base_url": url}, "ignored").update("/ckpt/round-1")
         lora = ExternalPolicy(url, "policy", reload="vllm-lora")
         lora.update("/ckpt/round-1", adapter="/ckpt/round-1/final")
@@ -139,9 +141,6 @@ def test_external_policy_reloads(tmp_path, vllm_log):
         ]
         with pytest.raises(UserError, match="needs LoRA"):
             lora.update("/ckpt/round-2")
-    finally:
-        proc.terminate()
-        proc.wait()
     with pytest.raises(UserError, match="kind must be"):
         make_policy({"kind": "sglang"}, "m")
 
@@ -164,3 +163,66 @@ def test_local_policy_subprocess_serves_and_reloads(tiny_model_dir, tmp_path):
             p.update(str(tmp_path / "missing"))
     finally:
         p.stop()
+
+
+def _chat(base_url: str, model: str) -> tuple[int, bytes]:
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+    req = urllib.request.Request(base_url + "/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_vllm_versioned_adapters_are_loaded_beside_and_unloaded_after(tmp_path, vllm_log):
+    """Issue 25: version N is the adapter ``policy@vN``; responses name it; the previous one is unloaded.
+
+    Against the scripted stand-in only: this path has not run on a real vLLM server."""
+    from sdk.openai_wire import parse_exchange
+
+    base = str(tmp_path / "base")
+    Path(base).mkdir()
+    p = VLLMPolicy(base, lora=True, executable=[sys.executable, str(FAKE)], startup_timeout=30)
+    p.start()
+    try:
+        a1 = _adapter(tmp_path / "v1", base)
+        a2 = _adapter(tmp_path / "v2", base)
+        p.update(str(tmp_path / "m1"), adapter=a1, policy_version=1)
+        assert p.model_name == "policy@v1" and p.policy_version == 1
+        export_env(p)
+        assert os.environ[ENV_MODEL] == "policy@v1"  # what agents send from now on
+        p.update(str(tmp_path / "m2"), adapter=a2, policy_version=2)
+        posts = [(e["path"], e["body"]) for e in vllm_log() if "path" in e]
+        assert posts == [
+            ("/v1/unload_lora_adapter", {"lora_name": "policy@v1"}),  # a 404: not loaded (a resumed run)
+            ("/v1/load_lora_adapter", {"lora_name": "policy@v1", "lora_path": a1}),
+            ("/v1/unload_lora_adapter", {"lora_name": "policy"}),  # the unversioned name, if loaded
+            ("/v1/unload_lora_adapter", {"lora_name": "policy@v2"}),
+            ("/v1/load_lora_adapter", {"lora_name": "policy@v2", "lora_path": a2}),
+            ("/v1/unload_lora_adapter", {"lora_name": "policy@v1"}),  # once agents moved to v2
+        ]
+        with urllib.request.urlopen(p.base_url + "/models") as resp:
+            assert [m["id"] for m in json.load(resp)["data"]] == ["policy@v2"]
+        status, raw = _chat(p.base_url, p.model_name)
+        assert status == 200
+        record = parse_exchange("chat.completions", {"model": p.model_name, "messages": []}, status, raw)
+        assert record.response_model == "policy@v2" and record.policy_version == 2
+        assert _chat(p.base_url, "policy@v1")[0] == 404
+        # An unversioned update keeps the current name (the lock-step loop's behaviour).
+        p.update(str(tmp_path / "m3"), adapter=a1)
+        assert p.model_name == "policy@v2" and p.policy_version == 3
+    finally:
+        p.stop()
+
+
+def test_external_policy_passes_versions_on(tmp_path, vllm_log):
+    with _fake_server() as url:
+        ExternalPolicy(url, "policy").update("/ckpt/round-1", policy_version=4)
+        lora = ExternalPolicy(url, "policy", reload="vllm-lora")
+        lora.update("/ckpt/round-1", adapter="/ckpt/a1", policy_version=7)
+        assert lora.model_name == "policy@v7" and lora.policy_version == 7
+        posts = [(e["path"], e["body"]) for e in vllm_log() if "path" in e]
+        assert posts[0] == ("/admin/reload", {"path": "/ckpt/round-1", "policy_version": 4})
+        assert ("/v1/load_lora_adapter", {"lora_name": "policy@v7", "lora_path": "/ckpt/a1"}) in posts

@@ -349,7 +349,30 @@ def convert_episode(
         sequences = _rerender_path(conv, thread, per_turn)
     if sequences is None:
         return conv
+    _stamp_versions(sequences, [k for k in assistant if k not in untrained], stored, policy_version)
     return _apply_limits(conv, sequences, max_length, max_completion_length, truncation)
+
+
+def _stamp_versions(
+    sequences: list[TrainingSequence],
+    trained: list[int],
+    stored: dict[int, Mapping[str, Any]],
+    fallback: int | None,
+) -> None:
+    """Each sequence's ``policy_version``: the oldest version among the turns it trains on.
+
+    The oldest, so that a staleness bound holds for every token trained. A turn without a recorded
+    version counts as the session's ``metadata.policy_version`` (what the loop stamps), when there is one.
+    """
+
+    def version(k: int) -> int | None:
+        v = (stored.get(k) or {}).get("policy_version")
+        return v if isinstance(v, int) and not isinstance(v, bool) else fallback
+
+    for s in sequences:
+        covered = trained if s.turn is None else trained[s.turn : s.turn + 1]
+        known = [v for v in map(version, covered) if v is not None]
+        s.policy_version = min(known) if known else None
 
 
 def _exact_path(

@@ -9,7 +9,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from sdk.episodes import SCHEMA_VERSION, EpisodeError, ExportSummary, open_episodes
+from sdk.episodes import READ_SCHEMA_VERSIONS, SCHEMA_VERSION, EpisodeError, ExportSummary, open_episodes
 from sdk.episodes._source import source_kind
 from sdk.store._remote import is_store_uri
 from trainers.data._report import DataReport
@@ -134,11 +134,11 @@ def _validate(rows: list[dict[str, Any]]) -> None:
                 f"(the episode schema v{SCHEMA_VERSION}; JSON text is not decoded)"
             )
     # Rows built in memory may carry no version: they are taken as the current one.
-    versions = {r.get("schema_version") for r in rows} - {None, SCHEMA_VERSION}
+    versions = {r.get("schema_version") for r in rows} - {None, *READ_SCHEMA_VERSIONS}
     if versions:
         raise UserError(
             f"unsupported episode schema_version {sorted(versions)}; "
-            f"this trainer reads version {SCHEMA_VERSION}"
+            f"this trainer reads versions {', '.join(map(str, READ_SCHEMA_VERSIONS))}"
         )
 
 

@@ -39,7 +39,10 @@ class TrainingSequence:
     advantage: float | None = field(
         default=None, metadata={"help": "Group-relative advantage, once grouped."}
     )
-    policy_version: int | None = field(default=None, metadata={"help": "Policy version that generated it."})
+    policy_version: int | None = field(
+        default=None,
+        metadata={"help": "Oldest policy version among the turns it trains on (None when unknown)."},
+    )
     turn: int | None = field(
         default=None, metadata={"help": "None for a whole-episode sequence; k for the k-th assistant turn."}
     )

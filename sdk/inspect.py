@@ -113,6 +113,30 @@ def inspect_store(path: str | Path) -> dict[str, Any]:
     }
 
 
+# The columns a summary reads: small ones only (messages are measured by their lengths alone).
+_SMALL_COLUMNS = ("schema_version", "episode_id", "task_id", "reward", "token_faithful", "status")
+_SMALL_COLUMNS += ("num_calls", "model", "agent")
+
+
+def _episode_schema(p: Path, first: Path) -> tuple[Any, Any]:
+    """``(the file's schema, the episode schema it should have)``; raises ``EpisodeError`` if it is none."""
+    import polars as pl
+
+    from sdk.episodes import EpisodeError
+    from sdk.episodes._schema import polars_schema
+
+    try:
+        schema = pl.read_parquet_schema(first)
+    except Exception as exc:
+        raise EpisodeError(f"{str(p)!r} is not a readable Parquet file: {str(exc).splitlines()[0]}") from None
+    turn = getattr(schema.get("turns"), "inner", None)
+    has_versions = isinstance(turn, pl.Struct) and "policy_version" in turn.to_schema()
+    expected = polars_schema(2 if has_versions or turn is None else 1)  # version 1: no turn policy_version
+    if "episode_id" not in schema or "schema_version" not in schema:
+        raise EpisodeError(f"{str(p)!r} is not a tracerl episode file (no episode_id/schema_version column)")
+    return schema, expected
+
+
 def inspect_parquet(path: str | Path) -> dict[str, Any]:
     """Summarise an episode Parquet file, or a directory of them (only small columns are read).
 
@@ -124,37 +148,13 @@ def inspect_parquet(path: str | Path) -> dict[str, Any]:
     """
     import polars as pl
 
-    from sdk.episodes import EpisodeError
-    from sdk.episodes._schema import READ_SCHEMA_VERSIONS, polars_schema
+    from sdk.episodes._schema import READ_SCHEMA_VERSIONS
     from sdk.episodes._source import parquet_files
 
     p = Path(path)
     files = parquet_files(p)
-    try:
-        schema = pl.read_parquet_schema(files[0])
-    except Exception as exc:
-        raise EpisodeError(f"{str(p)!r} is not a readable Parquet file: {str(exc).splitlines()[0]}") from None
-    turns = schema.get("turns")
-    turn = getattr(turns, "inner", None)
-    has_versions = isinstance(turn, pl.Struct) and "policy_version" in turn.to_schema()
-    expected = polars_schema(2 if has_versions or turn is None else 1)  # version 1: no turn policy_version
-    if "episode_id" not in schema or "schema_version" not in schema:
-        raise EpisodeError(f"{str(p)!r} is not a tracerl episode file (no episode_id/schema_version column)")
-    wanted = [
-        c
-        for c in (
-            "schema_version",
-            "episode_id",
-            "task_id",
-            "reward",
-            "token_faithful",
-            "status",
-            "num_calls",
-            "model",
-            "agent",
-        )
-        if c in schema
-    ]
+    schema, expected = _episode_schema(p, files[0])
+    wanted = [c for c in _SMALL_COLUMNS if c in schema]
     lf = pl.scan_parquet(files).select(wanted)
     df = lf.collect()
     n = df.height

@@ -95,9 +95,7 @@ def _text(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def write_store(
-    store: Path, tok: Any, *, lengths: str, tasks: int | None, group_size: int
-) -> dict[str, Any]:
+def write_store(store: Path, tok: Any, *, lengths: str, tasks: int | None, group_size: int) -> dict[str, Any]:
     """Record ``tasks`` x G three-turn tool threads with token ids and logprobs into ``store``."""
     import sdk
     from sdk.capture import CallRecord, capture_target, record_call
@@ -228,9 +226,7 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
     stats_path = store.with_suffix(".json")
     if not stats_path.is_file():
         stats_path.write_text(
-            json.dumps(
-                write_store(store, tok, lengths=a.lengths, tasks=a.tasks, group_size=a.group_size)
-            )
+            json.dumps(write_store(store, tok, lengths=a.lengths, tasks=a.tasks, group_size=a.group_size))
         )
     store_stats = json.loads(stats_path.read_text())
     model_dir = work / f"model-{a.shape}"

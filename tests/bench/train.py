@@ -100,7 +100,9 @@ def _build(variant: str, env: dict[str, Any], steps: int) -> Any:
             seed=0,
             grpo=kw,
         )
-        trainer = TRLGRPOTrainer().build_trainer(episodes, cfg, tokenizer=tok, prepared=env["prepared"]).trainer
+        trainer = (
+            TRLGRPOTrainer().build_trainer(episodes, cfg, tokenizer=tok, prepared=env["prepared"]).trainer
+        )
         return trainer
 
     from datasets import Dataset

@@ -183,7 +183,9 @@ def test_kill_9_then_restart_runs_each_pair_once_and_supersedes_the_cut_attempts
         wait_until(lambda: server.in_flight == 3, "the child never had 3 samples in flight")
         gate.release(5)
         wait_until(lambda: len(read_results(res)) == 5 and server.in_flight == 3, "no 5 results")
-        wait_until(lambda: len(list(read_sessions(store))) == 8, "the started sessions never reached the store")
+        wait_until(
+            lambda: len(list(read_sessions(store))) == 8, "the started sessions never reached the store"
+        )
         proc.send_signal(signal.SIGKILL)  # 3 samples cut mid-call
         proc.communicate(timeout=30)
         gate.release(3)  # the killed child's requests, answered to no one

@@ -157,7 +157,9 @@ def test_results_lines_lost_after_the_session_ended_are_recovered_with_their_sta
     """A run killed between a session's end and its results line: the next run takes the line from the store."""
     tasks = [{"id": "t-0"}, {"id": "t-2", "hang": True}]
     res = tmp_path / "r.jsonl"
-    kw = dict(group_size=1, timeout=1.0, reward_fn="rollout_agents:score", store=tmp_path / "store", results=res)
+    kw = dict(
+        group_size=1, timeout=1.0, reward_fn="rollout_agents:score", store=tmp_path / "store", results=res
+    )
     first = run_rollout("rollout_agents:chat", tasks, **kw)
     assert (first.counts["ok"], first.counts["timeout"], first.done) == (1, 1, 2)
     res.write_text("")  # both lines lost; both sessions ended in the store

@@ -45,7 +45,11 @@ def test_the_wheel_installs_the_library_and_the_command_but_no_examples(tmp_path
         names = z.namelist()
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         assert "tracerl = sdk.cli:main" in z.read(entry_points).decode()
-    assert {n.split("/")[0] for n in names if not n.startswith("tracerl-")} == {"sdk", "integrations", "trainers"}
+    assert {n.split("/")[0] for n in names if not n.startswith("tracerl-")} == {
+        "sdk",
+        "integrations",
+        "trainers",
+    }
     assert "sdk/py.typed" in names
 
     _run(bin_ / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel, cwd=tmp_path)
@@ -58,6 +62,10 @@ def test_the_wheel_installs_the_library_and_the_command_but_no_examples(tmp_path
 def test_the_examples_run_from_a_checkout() -> None:
     # The README's `python -m examples.main`: from the checkout's root, which `python -m` puts on sys.path.
     r = subprocess.run(
-        [sys.executable, "-m", "examples.main", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "examples.main", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert r.returncode == 0 and r.stdout.startswith("usage: python -m examples.main"), r.stderr[-2000:]

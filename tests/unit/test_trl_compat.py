@@ -25,7 +25,9 @@ def test_the_installed_releases_pass() -> None:
     check_trl_compat()
 
 
-@pytest.mark.parametrize(("name", "version"), [("trl", "1.17.0"), ("trl", "1.15.2"), ("transformers", "6.0.0")])
+@pytest.mark.parametrize(
+    ("name", "version"), [("trl", "1.17.0"), ("trl", "1.15.2"), ("transformers", "6.0.0")]
+)
 def test_an_untested_release_is_one_clear_line(name, version, monkeypatch) -> None:
     # The module as imported now: transformers replaces its own sys.modules entry while it loads.
     monkeypatch.setattr(importlib.import_module(name), "__version__", version)
@@ -43,7 +45,9 @@ def test_a_changed_private_method_is_one_clear_line(monkeypatch) -> None:
         check_trl_compat()
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"trl {trl.__version__} is not the TRL the replay")
-    assert "GRPOTrainer._generate_and_score_completions takes (self, batch), expected (self, inputs" in message
+    assert (
+        "GRPOTrainer._generate_and_score_completions takes (self, batch), expected (self, inputs" in message
+    )
     monkeypatch.delattr(GRPOTrainer, "_get_per_token_logps_and_entropies")
     with pytest.raises(UserError, match="2 difference"):
         check_trl_compat()

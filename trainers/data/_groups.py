@@ -1,4 +1,9 @@
-"""Converted episodes → GRPO groups of G episodes per task, with their advantages."""
+"""Converted episodes → GRPO groups of G episodes per (task, role), with their advantages.
+
+The role is the episode's agent name. A task whose episodes all have one role (single-agent data) keeps the
+task id as group id; a task with several roles (a router thread and a specialist thread per session) gets one
+group per role, ``f"{task}|{role}"``: comparing a router's reply with a specialist's says nothing.
+"""
 
 from __future__ import annotations
 
@@ -43,6 +48,24 @@ def _split_task(
     return chunks
 
 
+def _by_task_and_role(
+    episodes: Sequence[ConvertedEpisode],
+) -> dict[str, tuple[str, list[ConvertedEpisode]]]:
+    """Usable episodes keyed by group key: the task id, or ``task|role`` for a task with several roles."""
+    by_task: dict[str, dict[str | None, list[ConvertedEpisode]]] = defaultdict(lambda: defaultdict(list))
+    for ep in episodes:
+        if ep.task_id is not None and ep.reward is not None and ep.sequences:
+            by_task[ep.task_id][ep.role].append(ep)
+    out: dict[str, tuple[str, list[ConvertedEpisode]]] = {}
+    for task, roles in by_task.items():
+        if len(roles) == 1:
+            out[task] = (task, next(iter(roles.values())))
+            continue
+        for role, eps in roles.items():
+            out[f"{task}|{role}"] = (task, eps)
+    return out
+
+
 def build_groups(
     episodes: Sequence[ConvertedEpisode],
     group_size: int,
@@ -53,12 +76,14 @@ def build_groups(
     seed: int = 0,
     report: DataReport | None = None,
 ) -> tuple[list[Group], DataReport]:
-    """Group converted episodes by task into GRPO groups of exactly ``group_size`` episodes.
+    """Group converted episodes by (task, role) into GRPO groups of exactly ``group_size`` episodes.
 
-    Tasks with fewer than 2 episodes are dropped. A task with more than G episodes is split into several
-    groups of G (``overflow="split"``; leftovers fill a last group by resampling or are left out) or reduced
-    to a random G (``"trim"``). A task with 2..G-1 episodes is filled up by resampling with replacement
-    (``underflow="resample"``) or dropped (``"drop"``). Groups whose rewards are all equal carry no learning
+    A task with episodes of several roles (agent names) is grouped per role (group id ``task|role``); each
+    sequence gets its group id, advantage and role. Tasks (per role) with fewer than 2 episodes are dropped.
+    A task with more than G episodes is split into several groups of G (``overflow="split"``; leftovers
+    fill a last group by resampling or are left out) or reduced to a random G (``"trim"``).
+    A task with 2..G-1 episodes is filled up by resampling with replacement (``underflow="resample"``) or
+    dropped (``"drop"``). Groups whose rewards are all equal carry no learning
     signal (zero advantage) and are dropped when ``filter_zero_std``. Every change is counted in the report,
     and each sequence's ``advantage`` is set by :func:`sdk.episodes.group_advantages` within its group.
 
@@ -86,15 +111,13 @@ def build_groups(
         raise UserError(f"group_size must be at least 2 for GRPO, got {group_size}")
     rep = report or DataReport()
     rng = random.Random(seed)
-    by_task: dict[str, list[ConvertedEpisode]] = defaultdict(list)
-    for ep in episodes:
-        if ep.task_id is not None and ep.reward is not None and ep.sequences:
-            by_task[ep.task_id].append(ep)
-    rep.tasks = len(by_task)
+    by_task = _by_task_and_role(episodes)
+    rep.tasks = len({task for task, _ in by_task.values()})
     G = group_size
     groups: list[Group] = []
-    for task in sorted(by_task):
-        eps = sorted(by_task[task], key=lambda e: e.episode_id)
+    for key in sorted(by_task):
+        task, eps = by_task[key]
+        eps = sorted(eps, key=lambda e: e.episode_id)
         if len(eps) < 2:
             rep.tasks_too_small += 1
             continue
@@ -108,7 +131,7 @@ def build_groups(
                 rep.groups_resampled += 1
                 rep.duplicates_added += len(extra)
                 chunk = chunk + extra
-            gid = task if len(chunks) == 1 else f"{task}#{n}"
+            gid = key if len(chunks) == 1 else f"{key}#{n}"
             groups.append(Group(gid, task, list(chunk)))
     if filter_zero_std:
         kept = [g for g in groups if g.reward_std > 1e-8]
@@ -120,5 +143,6 @@ def build_groups(
             for s in ep.sequences:
                 s.group_id = g.group_id
                 s.advantage = adv
+                s.role = ep.role
     rep.groups = len(groups)
     return groups, rep

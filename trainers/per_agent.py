@@ -190,6 +190,7 @@ def train_per_agent(
     *,
     trainer: Any = None,
     roles: Sequence[str] | str | None = None,
+    models: Mapping[str, str] | None = None,
     dry_run: bool = False,
     extra_config: dict[str, Any] | None = None,
 ) -> PerAgentResult:
@@ -204,6 +205,8 @@ def train_per_agent(
         config: The trainer's config (from :func:`trainers.settings.make_config`).
         trainer: The trainer instance (default: ``config``'s backend from ``trainers.get_trainer("trl")``).
         roles: Roles to train (a list or ``"a,b"``); default every agent name in the data.
+        models: ``{role: checkpoint}`` to start a role from instead of ``config.model`` (a loop continuing
+            each role's own full-weight policy).
         dry_run: Count and check the roles; train nothing.
         extra_config: Passed to each ``trainer.train`` (written into the resolved config).
 
@@ -241,7 +244,7 @@ def train_per_agent(
         out.roles.append(res)
         if res.skipped or dry_run:
             continue
-        cfg = dataclasses.replace(config, output_dir=str(res.output_dir))
+        cfg = _role_config(config, res, (models or {}).get(role))
         try:
             res.result = trainer.train(rows, cfg, extra_config={**(extra_config or {}), "role": role})
         except UserError as exc:  # this role cannot be trained; the others still can
@@ -250,6 +253,20 @@ def train_per_agent(
     if not dry_run and not out.trained:
         raise UserError("no role could be trained: " + "; ".join(f"{r.role}: {r.skipped}" for r in out.roles))
     return out
+
+
+def _role_config(config: TrainerConfig, res: RoleResult, model: str | None) -> TrainerConfig:
+    """``config`` for one role: its output directory, its starting model, a batch its groups can fill."""
+    changes: dict[str, Any] = {"output_dir": str(res.output_dir)}
+    if model is not None:
+        changes["model"] = str(model)
+    grpo = dict(getattr(config, "grpo", None) or {})
+    batch, G = grpo.get("per_device_train_batch_size"), int(getattr(config, "group_size", 0) or 0)
+    if isinstance(batch, int) and G and batch > G * res.tasks_with_spread:
+        # A role with few groups that carry signal: a smaller batch (whole groups), not a failed role.
+        grpo["per_device_train_batch_size"] = G * res.tasks_with_spread
+        changes["grpo"] = grpo
+    return dataclasses.replace(config, **changes)
 
 
 def _write_summary(result: PerAgentResult) -> None:

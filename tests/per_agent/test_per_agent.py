@@ -158,3 +158,32 @@ def test_per_agent_dry_run_and_data_without_agent_names(tmp_path, tiny_model_dir
     rows = [{**r, "agent": None} for r in load_episodes(store)]
     with pytest.raises(Exception, match="no episode has an agent name"):
         train_per_agent(rows, cfg)
+
+
+def test_eval_summary_by_role_reads_each_agents_reward_from_the_store(tmp_path, capsys):
+    from sdk.eval._cli import main as eval_main
+    from sdk.store import StoreReader
+
+    store = _record(tmp_path / "store", _sessions())
+    results = tmp_path / "eval.jsonl"
+    lines = [
+        {
+            "task_id": s.task_id,
+            "sample": s.sample,
+            "status": "ok",
+            "success": True,
+            "session_id": s.session_id,
+        }
+        for s in StoreReader(store).sessions()
+    ]
+    results.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert eval_main(["summarize", str(results), "--store", str(store), "--by-role", "--json"]) == 0
+    per_role = json.loads(capsys.readouterr().out)["per_role"]
+    # router: task a by its named reward (0, 0, 1, 1), task b by the session reward (0, 0, 1, 1)
+    assert per_role["router"]["samples"] == 8 and per_role["router"]["mean_reward"] == 0.5
+    assert per_role["math"]["samples"] == 8 and per_role["math"]["mean_reward"] == 0.5
+    assert eval_main(["summarize", str(results), "--store", str(store), "--by-role", "--no-tasks"]) == 0
+    assert "role router: mean reward" in capsys.readouterr().out
+    assert eval_main(["summarize", str(results), "--by-role"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --store" in err[0]

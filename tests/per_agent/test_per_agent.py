@@ -187,3 +187,37 @@ def test_eval_summary_by_role_reads_each_agents_reward_from_the_store(tmp_path, 
     assert eval_main(["summarize", str(results), "--by-role"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pass --store" in err[0]
+
+
+def _page_data(page: Path) -> dict:
+    text = page.read_text()
+    return json.loads(text.split('id="data"', 1)[1].split(">", 1)[1].split("</script>", 1)[0])
+
+
+def test_viewer_groups_a_multi_agent_task_per_role_on_the_roles_reward(tmp_path):
+    import re
+    import shutil
+    import subprocess
+
+    from sdk.view import build_report
+
+    store = _record(tmp_path / "store", _sessions())
+    out = tmp_path / "report.html"
+    summary = build_report(store, out)
+    assert summary.groups == 4
+    data = _page_data(out)
+    groups = {g["task"]: g for g in data["groups"]}
+    assert sorted(groups) == ["a|math", "a|router", "b|math", "b|router"]
+    # Router of task a: its named reward (0, 0, 1, 1), not the session reward (0, 1, 0, 1).
+    shown = sorted((e["sample"], e["credit"], e["adv"]) for e in data["episodes"] if e["group"] == "a|router")
+    assert [(s, c) for s, c, _ in shown] == [(0, 0.0), (1, 0.0), (2, 1.0), (3, 1.0)]
+    assert [a > 0 for _, _, a in shown] == [False, False, True, True]
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if chromium is None:
+        pytest.skip("no chromium for the page check")
+    browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,900"]
+    url = out.resolve().as_uri() + "#agent=router"
+    dom = subprocess.run([*browser, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+    assert re.search(r'<span id="count">8 of 16 episodes · 2 task groups</span>', dom), dom[:2000]
+    assert "<b>a|router</b>" in dom and "<b>a|math</b>" not in dom

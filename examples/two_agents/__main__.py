@@ -8,8 +8,8 @@ One command, CPU only::
 
 1. **Policy**: the tiny Qwen2 of ``examples.arithmetic.policy``, warm-started with SFT on both roles' flawed
    demonstrations: the router routes to the wrong operation a fraction ``1 - p_router`` of the time, the
-   math agent answers without the tool, calls the wrong one or passes a wrong argument a fraction
-   ``1 - p_math`` of the time. Each role starts weak in its own way.
+   math agent answers without the tool or passes a wrong argument a fraction ``1 - p_math`` of the time.
+   Each role starts weak in its own way.
 2. **Serving**: per-agent, each role gets its own policy server (``trainers.serve.LocalPolicyServer``, model
    names ``router`` and ``math``); ``--shared`` serves one model to both.
 3. **Rounds**: the workflow (``examples.two_agents.workflow``) runs ``G`` samples of ``--tasks-per-round``
@@ -95,13 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _sft(args: argparse.Namespace, out: Path, splits: dict[str, Any]) -> str:
     """The shared base: SFT on both roles' flawed demonstrations."""
     from examples.arithmetic.policy import build_policy, encode_with_mask, save_policy, sft
-    from examples.arithmetic.task import demonstration
-    from examples.two_agents.workflow import router_demo
+    from examples.two_agents.workflow import math_demo, router_demo
 
     tok, model = build_policy(hidden=args.hidden, layers=2, seed=args.seed)
     rng = random.Random(args.seed)
     data = [encode_with_mask(tok, router_demo(t, rng, args.p_router), tools=None) for t in splits["sft"]]
-    data += [encode_with_mask(tok, demonstration(t.routed(t.op), rng, args.p_math)) for t in splits["sft"]]
+    data += [encode_with_mask(tok, math_demo(t.routed(t.op), rng, args.p_math)) for t in splits["sft"]]
     sft(model, tok, [], steps=args.sft_steps, seed=args.seed, log_every=0, examples=data)
     return save_policy(model, tok, out / "sft")
 

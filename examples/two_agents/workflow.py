@@ -27,7 +27,7 @@ from typing import Any
 
 import sdk
 from examples.arithmetic.agent import run_openai
-from examples.arithmetic.task import Task, make_splits, parse_answer
+from examples.arithmetic.task import Task, demonstration, make_splits, parse_answer
 
 ROUTER_PROMPT = "You are a router. Reply add or mul."
 _WORDS = {"add": "sum", "mul": "product"}
@@ -66,8 +66,8 @@ def make_tasks(seed: int, n_train: int, n_eval: int, n_sft: int) -> dict[str, li
     """Disjoint SFT / train / held-out splits (those of ``examples.arithmetic.task.make_splits``).
 
     Example:
-        >>> [len(v) for v in make_tasks(0, 2, 3, 4).values()]
-        [4, 2, 3]
+        >>> {k: len(v) for k, v in make_tasks(0, n_train=2, n_eval=3, n_sft=4).items()}
+        {'eval': 3, 'train': 2, 'sft': 4}
     """
     splits = make_splits(seed=seed, n_train=n_train, n_eval=n_eval, n_sft=n_sft)
     return {k: [RoutedTask(t.task_id, t.op, t.a, t.b) for t in v] for k, v in splits.items()}
@@ -87,6 +87,25 @@ def router_demo(task: RoutedTask, rng: random.Random, p_good: float = 1.0) -> li
     """
     op = task.op if rng.random() < p_good else ("mul" if task.op == "add" else "add")
     return [*router_messages(task), {"role": "assistant", "content": op}]
+
+
+def math_demo(task: Task, rng: random.Random, p_good: float = 1.0) -> list[dict[str, Any]]:
+    """A math transcript; with probability ``1 - p_good`` it guesses without the tool or passes a wrong
+    argument. It never calls the other operation: choosing the operation is the router's job, and a math
+    agent that flips it would cancel the router's mistakes by chance.
+
+    Example:
+        >>> math_demo(Task("t", "add", 2, 3), random.Random(0))[-1]
+        {'role': 'assistant', 'content': '5'}
+    """
+    good = demonstration(task, rng, p_good=1.0)
+    if rng.random() < p_good:
+        return good
+    if rng.random() < 0.5:
+        guess = task.answer + rng.choice((-10, -2, -1, 1, 2, 10))
+        return [*good[:2], {"role": "assistant", "content": str(guess)}]
+    wrong = demonstration(Task(task.task_id, task.op, task.a + rng.choice((-1, 1)), task.b), rng, p_good=1.0)
+    return [*good[:2], *wrong[2:]]
 
 
 def run_workflow(

@@ -41,7 +41,9 @@ class CallRecord:
 
     Integrations build one per call and hand it to :func:`sdk.capture.record_call`. Messages and tools
     are OpenAI chat format; ``logprobs`` is the list of per-token entries of
-    ``choices[0].logprobs.content``; token ids are what a vLLM-style server returns.
+    ``choices[0].logprobs.content``; token ids are what a vLLM-style server returns;
+    ``policy_version`` is the version of the weights that answered, when the server says (``sdk.serve``,
+    or a vLLM LoRA adapter named ``name@v<N>``).
 
     Example:
         >>> r = CallRecord(framework="openai", model="gpt-4o-mini",
@@ -72,6 +74,7 @@ class CallRecord:
     agent: str | None = None
     extra: dict[str, Any] | None = None
     source: str = "framework"
+    policy_version: int | None = None
     call_id: str = dataclasses.field(default_factory=new_id)
 
     def fingerprint(self) -> tuple[Any, ...] | None:
@@ -148,6 +151,7 @@ class CallRecord:
             ("extra", extra),
             ("source", self.source),
             ("same_call_as", same_call_as),
+            ("policy_version", self.policy_version),
         )
         return events.call(
             self.call_id,

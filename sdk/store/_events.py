@@ -52,6 +52,7 @@ CALL_DEFAULTS: dict[str, Any] = {
     "extra": None,
     "source": "framework",
     "same_call_as": None,
+    "policy_version": None,
 }
 """Values of the call fields that the writer omits when they hold their default."""
 
@@ -111,6 +112,7 @@ def call(
 
     A value is written when it is truthy and differs from its :data:`CALL_DEFAULTS` entry: the store's
     size is per-call overhead plus what is new in the conversation, and the reader restores the defaults.
+    ``policy_version`` is written whenever known (0 is the first weights' version, not "unknown").
 
     Example:
         >>> e = call("c1", "s1", framework="openai", model="m", request={"messages": []},
@@ -132,7 +134,7 @@ def call(
         "ended_at": ended_at,
     }
     for key, value in optional:
-        if value and value != CALL_DEFAULTS[key]:
+        if (value and value != CALL_DEFAULTS[key]) or (key == "policy_version" and value is not None):
             event[key] = value
     return event
 

@@ -1,0 +1,49 @@
+"""Tiny base model and LoRA adapters for the policy-server tests (nothing downloaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MSGS = [{"role": "user", "content": "What is 3 plus 4?"}]
+
+
+def make_base(root: Path) -> str:
+    """The tiny Qwen2 model of ``trainers._tiny`` saved under ``root/base``."""
+    from trainers._tiny import build_tiny_model
+
+    return str(build_tiny_model(root / "base"))
+
+
+def make_adapter(base: str, out: Path, seed: int) -> str:
+    """A LoRA adapter on ``base`` with random (non-zero) weights, so it changes the model's outputs."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    config = LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(model, config)
+    with torch.no_grad():  # large enough that greedy outputs and logprobs clearly differ per adapter
+        for name, param in peft_model.named_parameters():
+            if "lora_" in name:
+                param.mul_(4.0)
+    peft_model.save_pretrained(str(out))
+    return str(out)
+
+
+def reference_logprobs(base: str, adapter: str | None, prompt_ids: list[int], ids: list[int]) -> list[float]:
+    """Per-token logprobs of ``ids`` after ``prompt_ids`` under ``base`` (+ ``adapter``), computed apart."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    if adapter is not None:
+        model = PeftModel.from_pretrained(model, adapter)
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt_ids + ids])).logits[0].float()
+    lp = torch.log_softmax(logits, -1)
+    p = len(prompt_ids)
+    return [float(lp[p - 1 + k, t]) for k, t in enumerate(ids)]

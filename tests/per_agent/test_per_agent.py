@@ -221,3 +221,36 @@ def test_viewer_groups_a_multi_agent_task_per_role_on_the_roles_reward(tmp_path)
     dom = subprocess.run([*browser, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
     assert re.search(r'<span id="count">8 of 16 episodes · 2 task groups</span>', dom), dom[:2000]
     assert "<b>a|router</b>" in dom and "<b>a|math</b>" not in dom
+
+
+@pytest.mark.slow
+def test_per_agent_lora_adapters_are_served_side_by_side_by_model_name(tmp_path, tiny_model_dir):
+    """--per-agent --lora: one adapter per role on one base, served together; each role asks by its name."""
+    pytest.importorskip("peft")
+    from trainers.serve import LocalPolicyServer
+
+    store = _record(tmp_path / "store", _sessions())
+    settings = {"model": str(tiny_model_dir), "output_dir": str(tmp_path / "out"), "group_size": 4}
+    settings |= {"lora": True, "max_length": 256}
+    settings["grpo"] = {"max_steps": 2, "learning_rate": 0.05, "use_cpu": True, "report_to": "none"}
+    settings["grpo"] |= {"per_device_train_batch_size": 4, "disable_tqdm": True, "beta": 0}
+    trainer, cfg, _ = make_config(settings)
+    result = train_per_agent(store, cfg, trainer=trainer)
+    adapters = {role: str(path) for role, path in result.checkpoints().items()}
+    assert sorted(adapters) == ["math", "router"]
+    assert all((Path(p) / "adapter_config.json").is_file() for p in adapters.values())
+
+    def first_logprob(client: openai.OpenAI, model: str) -> float:
+        reply = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "route: a #0"}], temperature=0,
+            max_tokens=3, logprobs=True,
+        )  # fmt: skip
+        return reply.choices[0].logprobs.content[0].logprob
+
+    with LocalPolicyServer(str(tiny_model_dir), model_name="base", adapters=adapters) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        router, math, base = (first_logprob(client, m) for m in ("router", "math", "base"))
+        assert len({router, math, base}) == 3  # three different sets of weights answer
+        server.reload_adapter("router", adapters["math"])  # one role reloaded; the other keeps its weights
+        assert first_logprob(client, "router") == pytest.approx(math)
+        assert first_logprob(client, "math") == pytest.approx(math)

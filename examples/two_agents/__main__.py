@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-eval", type=int, default=100, help="held-out tasks (one sample each)")
     p.add_argument("--n-sft", type=int, default=2000, help="SFT questions (per role)")
     p.add_argument("--p-router", type=float, default=0.3, help="fraction of correct router demonstrations")
-    p.add_argument("--p-math", type=float, default=0.3, help="fraction of correct math demonstrations")
+    p.add_argument("--p-math", type=float, default=0.5, help="fraction of correct math demonstrations")
     p.add_argument("--sft-steps", type=int, default=1500, help="SFT optimizer steps")
     p.add_argument("--hidden", type=int, default=64, help="model hidden size")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (collect + eval)")

@@ -21,8 +21,10 @@ One command, CPU only::
 4. **Held-out**: ``--n-eval`` unseen tasks before and after, at the collection temperature: router
    accuracy, math success (right for the question it was given) and end-to-end success.
 
-Outputs in ``--out``: ``results.json``, ``sft/``, ``store/``, ``train/round-N/<role>/``. The last line printed
-is ``held-out success: router X% -> Y%, math ..., end to end ...``.
+Outputs in ``--out``: ``results.json``, ``state.json``, ``sft/``, ``store/``, ``train/round-N/<role>/``.
+Running the same command again (after a crash or ``kill -9``) continues after the last finished round;
+other settings start afresh. The last line printed is
+``held-out success: router X% -> Y%, math ..., end to end ...``.
 """
 
 from __future__ import annotations
@@ -108,11 +110,10 @@ def _sft(args: argparse.Namespace, out: Path, splits: dict[str, Any]) -> str:
 class _Servers:
     """One policy server per role (per-agent), or one for both (shared)."""
 
-    def __init__(self, checkpoint: str, shared: bool) -> None:
+    def __init__(self, current: dict[str, str], shared: bool) -> None:
         from trainers.serve import LocalPolicyServer
 
-        names = ("shared",) if shared else ROLES
-        self.servers = {n: LocalPolicyServer(checkpoint, model_name=n).start() for n in names}
+        self.servers = {n: LocalPolicyServer(ckpt, model_name=n).start() for n, ckpt in current.items()}
         self.shared = shared
 
     def of(self, role: str) -> Any:
@@ -196,8 +197,46 @@ def _train(args: argparse.Namespace, store: Path, out: Path, current: dict[str, 
     return {"checkpoints": {"shared": str(res.checkpoint)}, "steps": {"shared": res.global_step}}
 
 
+def _state(out: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The state of an earlier run of the same command in ``out`` (to continue it), else ``None``."""
+    try:
+        state = json.loads((out / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return state if state.get("settings") == vars(args) else None
+
+
+def _save_state(out: Path, state: dict[str, Any]) -> None:
+    tmp = out / "state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=1))
+    os.replace(tmp, out / "state.json")  # atomic: a kill -9 leaves the old state or the new one
+
+
+def _start(args: argparse.Namespace, out: Path, splits: dict[str, Any], t0: float) -> dict[str, Any]:
+    """A fresh run (SFT, then held-out success of the SFT policy) or the state of the one to continue."""
+    state = _state(out, args)
+    if state is not None:
+        print(f"resuming after round {state['round']} in {out}", flush=True)
+        return state
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    base = _sft(args, out, splits)
+    print(f"SFT done ({time.time() - t0:.0f}s)", flush=True)
+    current = {"shared": base} if args.shared else dict.fromkeys(ROLES, base)
+    servers = _Servers(current, args.shared)
+    try:
+        pre = _success(_collect(servers, splits["eval"], 1, out / "store" / "eval-0", args))
+    finally:
+        servers.stop()
+    print(f"round 0: held-out {pre} ({time.time() - t0:.0f}s)", flush=True)
+    state = {"settings": vars(args), "round": 0, "current": current, "rows": [], "pre": pre}
+    _save_state(out, state)
+    return state
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the example; returns what ``results.json`` holds."""
+    """Run the example (or continue it after the last finished round); returns what ``results.json`` holds."""
     args = build_parser().parse_args(argv)
     t0 = time.time()
     import torch
@@ -210,50 +249,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     out = Path(args.out)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    n_train = args.rounds * args.tasks_per_round
-    splits = make_tasks(args.seed, n_train, args.n_eval, args.n_sft)
-    base = _sft(args, out, splits)
+    splits = make_tasks(args.seed, args.rounds * args.tasks_per_round, args.n_eval, args.n_sft)
+    state = _start(args, out, splits, t0)
     mode = "shared" if args.shared else "per-agent"
-    print(f"{mode}: SFT done ({time.time() - t0:.0f}s)", flush=True)
-    servers = _Servers(base, args.shared)
-    current = {"shared": base} if args.shared else dict.fromkeys(ROLES, base)
-    rows = []
+    current, rows = state["current"], state["rows"]
+    servers = _Servers(current, args.shared)
     try:
-        pre = _success(_collect(servers, splits["eval"], 1, out / "store" / "eval-0", args))
-        print(f"round 0: held-out {pre} ({time.time() - t0:.0f}s)", flush=True)
-        for rnd in range(1, args.rounds + 1):
+        for rnd in range(state["round"] + 1, args.rounds + 1):
             tasks = splits["train"][(rnd - 1) * args.tasks_per_round : rnd * args.tasks_per_round]
-            store = out / "store" / f"train-{rnd}"
+            store, train_dir = out / "store" / f"train-{rnd}", out / "train" / f"round-{rnd}"
+            for partial in (store, train_dir):  # a round cut short runs again from its start
+                shutil.rmtree(partial, ignore_errors=True)
             train = _success(_collect(servers, tasks, args.group_size, store, args))
-            trained = _train(args, store, out / "train" / f"round-{rnd}", current)
+            trained = _train(args, store, train_dir, current)
             for name, ckpt in trained["checkpoints"].items():
                 current[name] = ckpt
                 servers.servers[name].reload(ckpt)
-            rows.append(
-                {"round": rnd, "train": train, "steps": trained["steps"], "wall_s": round(time.time() - t0)}
-            )
+            rows.append({"round": rnd, "train": train, "steps": trained["steps"]})
+            _save_state(out, {**state, "round": rnd, "current": current, "rows": rows})
             print(
                 f"round {rnd}: train {train}, steps {trained['steps']} ({time.time() - t0:.0f}s)", flush=True
             )
         post = _success(_collect(servers, splits["eval"], 1, out / "store" / "eval-final", args))
     finally:
         servers.stop()
-    result = {
-        "settings": vars(args),
-        "mode": mode,
-        "rows": rows,
-        "summary": {
-            "seed": args.seed,
-            "mode": mode,
-            "pre": pre,
-            "post": post,
-            "gain_points": {k: round(100 * (post[k] - pre[k]), 1) for k in pre},
-            "wall_s": round(time.time() - t0, 1),
-        },
-    }
+    pre = state["pre"]
+    summary = {"seed": args.seed, "mode": mode, "pre": pre, "post": post}
+    summary["gain_points"] = {k: round(100 * (post[k] - pre[k]), 1) for k in pre}
+    summary["wall_s"] = round(time.time() - t0, 1)  # of this process (a resumed run: since it resumed)
+    result = {"settings": vars(args), "mode": mode, "rows": rows, "summary": summary}
     (out / "results.json").write_text(json.dumps(result, indent=2))
     parts = [f"{k.replace('_', ' ')} {100 * pre[k]:.1f}% -> {100 * post[k]:.1f}%" for k in pre]
     print(f"held-out success ({mode}): " + ", ".join(parts), flush=True)

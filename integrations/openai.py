@@ -383,8 +383,23 @@ def _wrap_http_client(
             http._mounts[pattern] = cls(t, sink=sink, token_data=token_data)
 
 
+def _agent_sink(agent: str, sink: RecordSink | None) -> RecordSink:
+    """``sink`` (default :func:`sdk.capture.record_call`) with ``agent`` on records that name none."""
+
+    def record(rec: CallRecord, session: capture.Session | None) -> None:
+        if rec.agent is None:
+            rec.agent = agent
+        (sink or capture.record_call)(rec, session)
+
+    return record
+
+
 def wrap_openai(
-    client: Any, *, sink: RecordSink | None = None, token_data: bool | list[str] | tuple[str, ...] = False
+    client: Any,
+    *,
+    sink: RecordSink | None = None,
+    token_data: bool | list[str] | tuple[str, ...] = False,
+    agent: str | None = None,
 ) -> Any:
     """Record every model call ``client`` makes (in place; idempotent). Returns the client.
 
@@ -394,6 +409,8 @@ def wrap_openai(
         token_data: ``True``: ask this client's server for ``logprobs`` and vLLM's ``return_token_ids`` on
             chat requests that do not set them (for training on the exact tokens; only for servers that
             accept them, e.g. vLLM or SGLang, never OpenAI's API). A list: only for those base URLs.
+        agent: The agent name recorded on this client's calls (the role in per-agent training); give each
+            sub-agent of a multi-agent program its own client. Applies when the client is first wrapped.
 
     Raises:
         ValueError: ``token_data`` names OpenAI's API or Azure OpenAI (they reject ``return_token_ids``).
@@ -403,6 +420,8 @@ def wrap_openai(
         >>> client = wrap_openai(OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x"), token_data=True)
     """
     servers = _servers([client.base_url] if token_data is True else token_data or ())
+    if agent is not None:
+        sink = _agent_sink(str(agent), sink)
     _wrap_http_client(client._client, isinstance(client, openai.AsyncOpenAI), sink, servers)
     return client
 

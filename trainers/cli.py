@@ -6,6 +6,10 @@ Usage::
     python -m sdk.train --data ./.tracerl --model ./my-model --config examples/grpo.yaml --max-steps 200
     python -m sdk.train --data episodes.parquet --model ./my-model --dry-run   # stats only
     python -m sdk.train --data episodes.parquet --model ./my-model --output runs/grpo --resume
+    python -m sdk.train --data ./.tracerl --model ./my-model --lora --output runs/agents --per-agent
+
+``--per-agent [--roles a,b]`` trains one policy per role (the episodes' agent name) into ``OUTPUT/<role>``
+with the role's own credit (``trainers.per_agent``).
 
 ``--data`` is a Parquet file of episodes, a directory of Parquet files, or a tracerl store directory (episodes
 are built from it). ``--config FILE.yaml`` holds the same keys as the flags (``backend``, ``data``, every
@@ -140,6 +144,12 @@ def _build_parser(config_cls: type | None) -> _ArgumentParser:
     p.add_argument(
         "--cancel", action="store_true", help="With --resume DIR of a remote job: cancel that job."
     )
+    p.add_argument(
+        "--per-agent",
+        action="store_true",
+        help="Train one policy per role (agent name) into OUTPUT/<role>; see trainers.per_agent.",
+    )
+    p.add_argument("--roles", help="With --per-agent: the roles to train, comma-separated (default: all).")
     if config_cls is None:
         # Enough to recognise `--resume DIR` of a remote job (DIR/job.json) before the backend is known.
         p.add_argument("--resume", nargs="?", const="latest")
@@ -222,7 +232,7 @@ def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
     for key in list(ns):
         if key.startswith("grpo."):
             grpo[key[len("grpo.") :]] = ns.pop(key)
-    for key in ("config", "backend", "cancel"):
+    for key in ("config", "backend", "cancel", "per_agent", "roles"):
         ns.pop(key, None)
     dry_run = bool(ns.pop("dry_run", False))
     settings = {**file_cfg, **backend_overrides, **ns}
@@ -292,6 +302,22 @@ def _print_summary(result: Any) -> None:
     console.print(Panel("\n".join(lines), title="tracerl training finished", expand=False))
 
 
+def _per_agent(trainer: Any, config: Any, data: Any, dry_run: bool, backend: str, roles: str | None) -> int:
+    from trainers.per_agent import train_per_agent
+
+    result = train_per_agent(
+        data,
+        config,
+        trainer=trainer,
+        roles=roles,
+        dry_run=dry_run,
+        extra_config={"backend": backend, "data": str(data)},
+    )
+    print("\n".join(result.summary_lines()))
+    print(f"per-role summary: {result.output_dir / 'roles.json'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the training CLI.
 
@@ -314,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(pre, "cancel", False):
             raise UserError("--cancel needs --resume DIR, where DIR holds a remote job (job.json)")
         trainer, config, data, dry_run, backend = _resolve(argv)
+        if getattr(pre, "per_agent", False):
+            return _per_agent(trainer, config, data, dry_run, backend, getattr(pre, "roles", None))
+        if getattr(pre, "roles", None):
+            raise UserError("--roles needs --per-agent")
         if dry_run:
             _print_dry_run(trainer.prepare(data, config))
             return 0

@@ -187,17 +187,19 @@ def sft(
     p_good: float = 1.0,
     seed: int = 0,
     log_every: int = 50,
+    examples: list[tuple[list[int], list[int]]] | None = None,
 ) -> list[float]:
     """Supervised warm start on demonstrations (plain torch loop; loss on assistant tokens only).
 
-    Returns the per-step losses.
+    ``examples`` (``(ids, mask)`` pairs from :func:`encode_with_mask`) replace the arithmetic
+    demonstrations of ``tasks`` (another workflow's transcripts). Returns the per-step losses.
 
     Example:
         >>> tok, model = build_policy(hidden=64)                               # doctest: +SKIP
         >>> losses = sft(model, tok, make_splits(0)["sft"], steps=10)          # doctest: +SKIP
     """
     rng = random.Random(seed)
-    data = [encode_with_mask(tok, demonstration(t, rng, p_good)) for t in tasks]
+    data = examples or [encode_with_mask(tok, demonstration(t, rng, p_good)) for t in tasks]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
     model.train()

@@ -36,7 +36,7 @@ from sdk.episodes._parquet import (
     write_parquet,
 )
 from sdk.episodes._pipeline import Pipeline, gc_paced
-from sdk.episodes._rewards import RewardError, llm_judge_reward, resolve_reward_fns
+from sdk.episodes._rewards import RewardError, llm_judge_reward, resolve_reward_fns, role_reward
 from sdk.episodes._schema import READ_SCHEMA_VERSIONS, SCHEMA_VERSION
 from sdk.episodes._source import parquet_files, peek, source_kind
 from sdk.episodes._summary import ExportSummary
@@ -59,6 +59,7 @@ __all__ = [
     "llm_judge_reward",
     "open_episodes",
     "read_episodes",
+    "role_reward",
     "validate_episode",
     "write_parquet",
 ]

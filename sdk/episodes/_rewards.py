@@ -25,6 +25,7 @@ __all__ = [
     "llm_judge_reward",
     "load_reward_fn",
     "resolve_reward_fns",
+    "role_reward",
 ]
 
 RewardValue = Union[float, Mapping[str, float], None]
@@ -113,6 +114,34 @@ def _fn_label(name: str, fn: Callable[..., Any]) -> str:
     qual = getattr(fn, "__qualname__", None) or type(fn).__name__
     mod = getattr(fn, "__module__", None)
     return f"{name!r} ({mod}:{qual})" if mod else f"{name!r} ({qual})"
+
+
+def role_reward(episode: Mapping[str, Any], role: str | None = None) -> float | None:
+    """The reward that credits one role (agent) for an episode: its named reward, else the episode reward.
+
+    A multi-agent session can score each agent on its own (``s.reward(1.0, name="router")``, or a reward
+    function returning ``{"router": ...}``); such a named reward is in every thread's ``rewards``, and each
+    role takes its own. Without one the role gets the episode ``reward``: the session reward, or the per-call
+    rewards of the thread's own calls summed (see the ``rewards`` column).
+
+    Args:
+        episode: An episode row (``agent``, ``reward`` and ``rewards`` columns).
+        role: The role to credit (default: the episode's ``agent``).
+
+    Returns:
+        The role's reward, or ``None`` when the episode has none.
+
+    Example:
+        >>> ep = {"agent": "router", "reward": 0.0, "rewards": [{"name": "router", "value": 1.0}]}
+        >>> role_reward(ep), role_reward({**ep, "agent": "math"})
+        (1.0, 0.0)
+    """
+    name = episode.get("agent") if role is None else role
+    for item in episode.get("rewards") or ():
+        if item is not None and name is not None and item.get("name") == name and _finite(item.get("value")):
+            return float(item["value"])
+    reward = episode.get("reward")
+    return float(reward) if _finite(reward) else None
 
 
 def apply_reward_fns(

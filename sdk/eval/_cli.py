@@ -3,6 +3,7 @@
 Example:
     $ python -m sdk.eval summarize eval-rollout.jsonl --answer-fn my_agent:final_number
     $ python -m sdk.eval summarize shard-1.jsonl shard-2.jsonl shard-3.jsonl --store .tracerl
+    $ python -m sdk.eval summarize eval-rollout.jsonl --store .tracerl --by-role
     $ python -m sdk.eval compare base.jsonl trained.jsonl
 """
 
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--answer-fn", default=None, help="module:function(answer) -> the answer maj@k votes on")
     s.add_argument("--store", action="append", default=None, help="store(s) for calls/tokens per sample")
     s.add_argument("--no-tasks", action="store_true", help="no per-task table")
+    s.add_argument("--by-role", action="store_true", help="each agent's own mean reward (needs --store)")
     c = sub.add_parser("compare", help="B vs A: paired difference in pass@1, 95%% interval, p-value")
     c.add_argument("a", help="baseline results file(s), comma-separated for shards")
     c.add_argument("b", help="candidate results file(s), comma-separated for shards")
@@ -77,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 answer_fn=args.answer_fn,
                 ks=_ks(args.k),
                 store=args.store,
+                by_role=args.by_role,
             )
         else:
             out = compare(

@@ -18,6 +18,7 @@ from typing import Any
 
 from sdk.eval._estimators import _maj_all, ks_upto, mean_se, pass_at_k, pass_hat_k
 from sdk.eval._results import EvalError, load_results
+from sdk.eval._roles import role_figures
 
 __all__ = ["EvalSummary", "TaskMetrics", "summarize"]
 
@@ -76,6 +77,8 @@ class EvalSummary:
             ``call_seconds`` (one LLM call's latency); ``n``: how many values (for the store's figures,
             the samples whose session was found).
         per_task: One :class:`TaskMetrics` per task, in id order.
+        per_role: With ``by_role``: per agent name, ``{"samples", "mean_reward", "mean_reward_se"}`` of the
+            role's own reward (see ``sdk.eval._roles``).
 
     Example:
         >>> s = summarize([{"task_id": "t", "sample": 0, "success": True}])
@@ -102,6 +105,7 @@ class EvalSummary:
     rates: dict[str, float]
     per_sample: dict[str, dict[str, float | None]]
     per_task: list[TaskMetrics]
+    per_role: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly dict (what ``metrics.json`` and ``--json`` hold; k keys as strings).
@@ -168,6 +172,11 @@ class EvalSummary:
                 found = f"  ({st['n']} of {self.samples} samples in the store)" if name == "calls" else ""
                 value = f"mean {_num(st['mean'])}  p50 {_num(st['p50'])}  p95 {_num(st['p95'])}"
                 rows.append((label, value + (found if st["n"] < self.samples else "")))
+        for role, f in self.per_role.items():
+            se = "" if f["mean_reward_se"] is None else f" ± {f['mean_reward_se']:.3f}"
+            rows.append(
+                (f"role {role}: mean reward", f"{f['mean_reward']:.3f}{se}  ({f['samples']} samples)")
+            )
         return rows
 
     def format_table(self, tasks: bool = True) -> str:
@@ -192,6 +201,7 @@ def summarize(
     answer_fn: Callable[[Any], Any] | str | None = None,
     ks: Sequence[int] | None = None,
     store: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+    by_role: bool = False,
 ) -> EvalSummary:
     """Evaluation figures over rollout results: one file, several shards, or result lines in memory.
 
@@ -203,6 +213,7 @@ def summarize(
             on (e.g. the number at the end of a text); ``None`` (its result) means no answer.
         ks: The k values (default 1, 2, 4, … up to the fewest samples of a task, and that number).
         store: Store(s) the samples were recorded in, for calls and tokens per sample.
+        by_role: Also each role's (agent name's) own mean reward, read from ``store`` (``per_role``).
 
     Returns:
         An :class:`EvalSummary`.
@@ -250,7 +261,12 @@ def summarize(
             )
         )
         votes_by_task.append(votes)
-    return _assemble(rows, per_task, votes_by_task, ks, threshold, counts, store)
+    if by_role and store is None:
+        raise EvalError("--by-role reads each agent's rewards from the store: pass --store")
+    summary = _assemble(rows, per_task, votes_by_task, ks, threshold, counts, store)
+    if by_role:
+        summary.per_role = role_figures(_sessions(rows, store))
+    return summary
 
 
 def _assemble(
@@ -390,6 +406,18 @@ def _per_sample(rows: list[dict[str, Any]], store: Any) -> dict[str, dict[str, f
     out = {"seconds": _stats([float(r["seconds"]) for r in rows if _is_number(r.get("seconds"))])}
     if store is None:
         return out
+    sessions = _sessions(rows, store)
+    out["calls"] = _stats([float(len(s.calls)) for s in sessions])
+    for name in ("prompt_tokens", "completion_tokens"):
+        out[name] = _stats([float(sum(_usage(c, name) for c in s.calls)) for s in sessions])
+    out["call_seconds"] = _stats(
+        [c["latency_s"] for s in sessions for c in s.calls if _is_number(c["latency_s"])]
+    )
+    return out
+
+
+def _sessions(rows: list[dict[str, Any]], store: Any) -> list[Any]:
+    """The stored sessions of the results' samples, in session id order."""
     from sdk.store import StoreReader
 
     wanted = {r["session_id"] for r in rows if r.get("session_id")}
@@ -403,14 +431,7 @@ def _per_sample(rows: list[dict[str, Any]], store: Any) -> dict[str, dict[str, f
                     found[s.session_id] = s
         except (OSError, ValueError) as exc:
             raise EvalError(f"cannot read the store {location}: {exc}") from None
-    sessions = [found[sid] for sid in sorted(found)]
-    out["calls"] = _stats([float(len(s.calls)) for s in sessions])
-    for name in ("prompt_tokens", "completion_tokens"):
-        out[name] = _stats([float(sum(_usage(c, name) for c in s.calls)) for s in sessions])
-    out["call_seconds"] = _stats(
-        [c["latency_s"] for s in sessions for c in s.calls if _is_number(c["latency_s"])]
-    )
-    return out
+    return [found[sid] for sid in sorted(found)]
 
 
 def _usage(call: dict[str, Any], name: str) -> int:

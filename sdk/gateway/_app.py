@@ -64,6 +64,7 @@ SESSION_HEADER = "x-tracerl-session"
 TASK_HEADER = "x-tracerl-task"
 SAMPLE_HEADER = "x-tracerl-sample"
 METADATA_HEADER = "x-tracerl-metadata"
+AGENT_HEADER = "x-tracerl-agent"  # the agent name (role) of the call, for multi-agent programs
 TOKEN_HEADER = "x-tracerl-gateway-token"
 
 _ENDPOINTS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
@@ -411,7 +412,7 @@ class _Gateway:
                 body = json.dumps(payload).encode("utf-8")
                 headers = [(k, v) for k, v in headers if k != "content-encoding"]
         strip = added if self.config.strip_token_data else frozenset()
-        call = _Call(endpoint, payload, s, strip, time.time())
+        call = _Call(endpoint, payload, s, strip, time.time(), _header(tracerl, AGENT_HEADER) or None)
         watch = _ClientWatch(receive)
         try:
             await self._exchange(send, call, watch, method, url, headers, body)
@@ -556,6 +557,7 @@ class _Gateway:
                 problem = f"could not be parsed: {type(exc).__name__}: {str(exc)[:500]}"
             if problem is not None:
                 record = malformed_record(call.endpoint, call.payload, problem, resp.status, decoded, kwargs)
+            record.agent = record.agent or call.agent
             self.stats.calls += 1
             record_call(record, call.session)  # firewalled: a store failure is counted, never raised
 
@@ -568,6 +570,7 @@ class _Gateway:
             else:
                 record = malformed_record(call.endpoint, call.payload, problem, 599, b"", kwargs)
             record.error = {"type": name, "message": str(exc)[:2000], "status": None}
+            record.agent = record.agent or call.agent
             self.stats.calls += 1
             record_call(record, call.session)
 
@@ -622,6 +625,7 @@ class _Call:
     session: Session | None
     strip: frozenset[str]
     started: float
+    agent: str | None = None
 
 
 def _error_name(exc: BaseException) -> str:

@@ -2,7 +2,9 @@
 
 Task groups with their rewards and group-relative advantages, each episode's conversation with its tool
 calls, and for token data the trained tokens (completion tokens of the assistant turns the thread's own
-calls generated) highlighted with their behaviour logprobs. Filters by task, reward and status. The
+calls generated) highlighted with their behaviour logprobs. Filters by task, agent, reward and status. A
+multi-agent task is shown as one group per agent (role), compared on the role's own reward, as per-agent
+training sees it. The
 episodes are embedded as JSON and rendered a page at a time, so 10k episodes open without freezing;
 nothing is fetched, so the file opens offline.
 
@@ -257,6 +259,25 @@ def _utf8(text: str) -> bytes:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
 
 
+def _groups_by_role(views: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
+    """Views by GRPO group, as the trainer groups them: per task, or per (task, role) for a multi-agent task.
+
+    Sets each view's ``group`` and ``credit``: the reward its group compares (in a multi-agent task, the
+    reward named after the episode's agent when recorded, else the episode reward).
+    """
+    agents: dict[Any, set[Any]] = {}
+    for v in views:
+        agents.setdefault(v["task"], set()).add(v["agent"])
+    by_group: dict[Any, list[dict[str, Any]]] = {}
+    for v in views:
+        multi = len(agents[v["task"]]) > 1
+        v["group"] = f"{v['task']}|{v['agent']}" if multi else v["task"]
+        named = [val for name, val in v["rewards"] if multi and name == v["agent"]]
+        v["credit"] = named[-1] if named and isinstance(named[-1], (int, float)) else v["reward"]
+        by_group.setdefault(v["group"], []).append(v)
+    return by_group
+
+
 def _decoder(tokenizer: str | None) -> Callable[[int], str] | None:
     if not tokenizer:
         return None
@@ -294,15 +315,13 @@ def build_report(
         episodes_with_calls(source) if isinstance(source, (str, os.PathLike)) else source
     )
     views = [_view(se, decode) for se in episodes]
-    by_task: dict[Any, list[dict[str, Any]]] = {}
-    for v in views:
-        by_task.setdefault(v["task"], []).append(v)
+    by_task = _groups_by_role(views)
     groups = []
     for task, members in by_task.items():
         members.sort(key=lambda v: (v["sample"] if isinstance(v["sample"], int) else 1 << 62, str(v["id"])))
-        for v, a in zip(members, _advantages([v["reward"] for v in members]), strict=True):
+        for v, a in zip(members, _advantages([v["credit"] for v in members]), strict=True):
             v["adv"] = a
-        rewards = [v["reward"] for v in members if v["reward"] is not None]
+        rewards = [v["credit"] for v in members if v["credit"] is not None]
         mean = sum(rewards) / len(rewards) if rewards else None
         std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else None
         groups.append({"task": task, "n": len(members), "mean": mean, "std": std})

@@ -70,6 +70,7 @@ h2 { font-size:15px; margin:0; }
   <h1 id="title"></h1>
   <span id="count"></span>
   <label>task <input id="f-task" type="search" placeholder="contains…"></label>
+  <label>agent <input id="f-agent" type="search" placeholder="contains…"></label>
   <label>reward ≥ <input id="f-min" type="number" step="any"></label>
   <label>≤ <input id="f-max" type="number" step="any"></label>
   <label>status <select id="f-status"><option value="">all</option></select></label>
@@ -113,10 +114,12 @@ for (const s of [...new Set(EPS.map(e => e.status))].sort()) {
 
 function applyFilters() {
   const task = document.getElementById("f-task").value.trim().toLowerCase();
+  const agent = document.getElementById("f-agent").value.trim().toLowerCase();
   const min = parseFloat(document.getElementById("f-min").value), max = parseFloat(document.getElementById("f-max").value);
   const status = document.getElementById("f-status").value, tokens = document.getElementById("f-tokens").checked;
   filtered = EPS.filter(e =>
     (!task || String(e.task ?? "").toLowerCase().includes(task)) &&
+    (!agent || String(e.agent ?? "").toLowerCase().includes(agent)) &&
     (isNaN(min) || (e.reward !== null && e.reward >= min)) &&
     (isNaN(max) || (e.reward !== null && e.reward <= max)) &&
     (!status || e.status === status) &&
@@ -128,7 +131,7 @@ function applyFilters() {
 }
 
 // The filters and the selected episode live in the URL's hash (#task=…&min=…&ep=…): a link shows the same view.
-const FILTERS = [["task", "f-task"], ["min", "f-min"], ["max", "f-max"], ["status", "f-status"]];
+const FILTERS = [["task", "f-task"], ["agent", "f-agent"], ["min", "f-min"], ["max", "f-max"], ["status", "f-status"]];
 function writeHash() {
   const q = new URLSearchParams();
   for (const [k, id] of FILTERS) { const v = document.getElementById(id).value.trim(); if (v) q.set(k, v); }
@@ -147,17 +150,17 @@ function readHash() {
 function renderList() {
   const rows = document.getElementById("rows");
   rows.replaceChildren();
-  const tasks = new Set(filtered.map(e => e.task));
+  const tasks = new Set(filtered.map(e => e.group));
   document.getElementById("count").textContent =
     `${filtered.length} of ${EPS.length} episodes · ${tasks.size} task group${tasks.size === 1 ? "" : "s"}`;
   const slice = filtered.slice(page * PAGE_SIZE, (page + 1) * PAGE_SIZE);
   let last;
   for (const e of slice) {
-    if (e.task !== last) {
-      last = e.task;
-      const g = GROUPS.get(String(e.task)) || {};
+    if (e.group !== last) {
+      last = e.group;
+      const g = GROUPS.get(String(e.group)) || {};
       const h = el("div", "group");
-      const left = el("span"); left.appendChild(el("b", null, e.task ?? "(no task)"));
+      const left = el("span"); left.appendChild(el("b", null, e.group ?? "(no task)"));
       h.appendChild(left);
       h.appendChild(el("span", null, `n=${g.n ?? "?"} · mean ${num(g.mean)} · std ${num(g.std)}`));
       rows.appendChild(h);
@@ -165,7 +168,7 @@ function renderList() {
     const r = el("div", "row" + (e === selected ? " sel" : ""));
     r.dataset.id = e.id;
     r.appendChild(el("span", null, `sample ${e.sample ?? "–"} · ${e.calls} call${e.calls === 1 ? "" : "s"}`));
-    r.appendChild(el("span", "r reward", num(e.reward)));
+    r.appendChild(el("span", "r reward", num(e.credit)));
     r.appendChild(el("span", "a " + (e.adv > 0 ? "pos" : e.adv < 0 ? "neg" : ""), "A " + signed(e.adv)));
     r.appendChild(el("span", "status " + e.status, e.status));
     r.addEventListener("click", () => select(e));
@@ -263,7 +266,7 @@ function select(e) {
   });
 }
 
-for (const id of ["f-task", "f-min", "f-max", "f-status", "f-tokens"]) document.getElementById(id).addEventListener("input", applyFilters);
+for (const id of ["f-task", "f-agent", "f-min", "f-max", "f-status", "f-tokens"]) document.getElementById(id).addEventListener("input", applyFilters);
 const fromHash = readHash();
 applyFilters();
 if (fromHash) {

@@ -94,6 +94,16 @@ def test_session_from_headers_and_implicit_session(gateway: Gateway) -> None:
     assert len(implicit) == 1 and implicit[0].implicit
 
 
+def test_agent_header_names_the_calls_agent(gateway: Gateway) -> None:
+    sid = new_id()
+    for agent in ("router", "math", None):
+        headers = {"X-Tracerl-Agent": agent} if agent else {}
+        c = _client(gateway.base(sid), default_headers=headers)
+        c.chat.completions.create(model="m", messages=[{"role": "user", "content": f"hi {agent}"}])
+    gateway.end(sid)
+    assert [c.get("agent") for c in gateway.session(sid).calls] == ["router", "math", None]
+
+
 def test_rewards_over_http_and_in_process(gateway: Gateway) -> None:
     sid = new_id()
     _client(gateway.base(sid)).chat.completions.create(

@@ -317,6 +317,7 @@ def convert_episode(
         episode_id=str(episode.get("episode_id")),
         task_id=None if task is None else str(task),
         reward=None if reward is None else float(reward),
+        role=None if episode.get("agent") is None else str(episode.get("agent")),
     )
     msgs = template_messages(episode.get("messages") or [])
     assistant = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]

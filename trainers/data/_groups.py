@@ -1,4 +1,9 @@
-"""Converted episodes → GRPO groups of G episodes per task, with their advantages."""
+"""Converted episodes → GRPO groups of G episodes per (task, role), with their advantages.
+
+The role is the episode's agent name. A task whose episodes all have one role (single-agent data) keeps the
+task id as group id; a task with several roles (a router thread and a specialist thread per session) gets one
+group per role, ``f"{task}|{role}"``: comparing a router's reply with a specialist's says nothing.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ __all__ = ["build_groups"]
 
 
 def _by_sample(episodes: list[ConvertedEpisode], rep: DataReport) -> list[ConvertedEpisode]:
-    """One group member per sample: the threads of one session merged (they share its reward).
+    """One group member per sample and role: the threads of one session's role merged (they share its reward).
 
     An agent that truncates or summarises its context, or hands work to a sub-agent, leaves one sample as
     several threads (episodes). Counted as several samples they would each carry the full reward, weigh
@@ -30,13 +35,13 @@ def _by_sample(episodes: list[ConvertedEpisode], rep: DataReport) -> list[Conver
     own ``episode_id``) share one advantage; its reward is the mean of its threads' rewards (the same
     value when the reward is the session's).
     """
-    by_session: dict[str, list[ConvertedEpisode]] = defaultdict(list)
+    by_session: dict[tuple[str, str | None], list[ConvertedEpisode]] = defaultdict(list)
     out: list[ConvertedEpisode] = []
     for ep in episodes:
         if ep.session_id is None:
             out.append(ep)
-        else:
-            by_session[ep.session_id].append(ep)
+        else:  # the threads of other roles are other group members (grouped per role)
+            by_session[(ep.session_id, ep.role)].append(ep)
     for threads in by_session.values():
         if len(threads) == 1:
             out.append(threads[0])
@@ -57,6 +62,7 @@ def _by_sample(episodes: list[ConvertedEpisode], rep: DataReport) -> list[Conver
                 path=first.path,
                 session_id=first.session_id,
                 threads=threads,
+                role=first.role,
             )
         )
     return out
@@ -85,6 +91,24 @@ def _split_task(
     return chunks
 
 
+def _by_task_and_role(
+    episodes: Sequence[ConvertedEpisode],
+) -> dict[str, tuple[str, list[ConvertedEpisode]]]:
+    """Usable episodes keyed by group key: the task id, or ``task|role`` for a task with several roles."""
+    by_task: dict[str, dict[str | None, list[ConvertedEpisode]]] = defaultdict(lambda: defaultdict(list))
+    for ep in episodes:
+        if ep.task_id is not None and ep.reward is not None and ep.sequences:
+            by_task[ep.task_id][ep.role].append(ep)
+    out: dict[str, tuple[str, list[ConvertedEpisode]]] = {}
+    for task, roles in by_task.items():
+        if len(roles) == 1:
+            out[task] = (task, next(iter(roles.values())))
+            continue
+        for role, eps in roles.items():
+            out[f"{task}|{role}"] = (task, eps)
+    return out
+
+
 def build_groups(
     episodes: Sequence[ConvertedEpisode],
     group_size: int,
@@ -95,14 +119,14 @@ def build_groups(
     seed: int = 0,
     report: DataReport | None = None,
 ) -> tuple[list[Group], DataReport]:
-    """Group converted episodes by task into GRPO groups of exactly ``group_size`` samples.
+    """Group converted episodes by (task, role) into GRPO groups of exactly ``group_size`` episodes.
 
-    A group member is a sample: the threads of one session (``session_id``; e.g. an agent that truncated
-    its context) are merged into one member whose sequences share one advantage (see :func:`_by_sample`).
-    Tasks with fewer than 2 episodes are dropped. A task with more than G episodes is split into several
-    groups of G (``overflow="split"``; leftovers fill a last group by resampling or are left out) or reduced
-    to a random G (``"trim"``). A task with 2..G-1 episodes is filled up by resampling with replacement
-    (``underflow="resample"``) or dropped (``"drop"``). Groups whose rewards are all equal carry no learning
+    A task with episodes of several roles (agent names) is grouped per role (group id ``task|role``); each
+    sequence gets its group id, advantage and role. Tasks (per role) with fewer than 2 episodes are dropped.
+    A task with more than G episodes is split into several groups of G (``overflow="split"``; leftovers
+    fill a last group by resampling or are left out) or reduced to a random G (``"trim"``).
+    A task with 2..G-1 episodes is filled up by resampling with replacement (``underflow="resample"``) or
+    dropped (``"drop"``). Groups whose rewards are all equal carry no learning
     signal (zero advantage) and are dropped when ``filter_zero_std``. Every change is counted in the report,
     and each sequence's ``advantage`` is set by :func:`sdk.episodes.group_advantages` within its group.
 
@@ -130,15 +154,14 @@ def build_groups(
         raise UserError(f"group_size must be at least 2 for GRPO, got {group_size}")
     rep = report or DataReport()
     rng = random.Random(seed)
-    by_task: dict[str, list[ConvertedEpisode]] = defaultdict(list)
     usable = [ep for ep in episodes if ep.task_id is not None and ep.reward is not None and ep.sequences]
-    for ep in _by_sample(usable, rep):
-        by_task[str(ep.task_id)].append(ep)
-    rep.tasks = len(by_task)
+    by_task = _by_task_and_role(_by_sample(usable, rep))
+    rep.tasks = len({task for task, _ in by_task.values()})
     G = group_size
     groups: list[Group] = []
-    for task in sorted(by_task):
-        eps = sorted(by_task[task], key=lambda e: e.episode_id)
+    for key in sorted(by_task):
+        task, eps = by_task[key]
+        eps = sorted(eps, key=lambda e: e.episode_id)
         if len(eps) < 2:
             rep.tasks_too_small += 1
             continue
@@ -152,7 +175,7 @@ def build_groups(
                 rep.groups_resampled += 1
                 rep.duplicates_added += len(extra)
                 chunk = chunk + extra
-            gid = task if len(chunks) == 1 else f"{task}#{n}"
+            gid = key if len(chunks) == 1 else f"{key}#{n}"
             groups.append(Group(gid, task, list(chunk)))
     if filter_zero_std:
         kept = [g for g in groups if g.reward_std > 1e-8]
@@ -164,5 +187,6 @@ def build_groups(
             for s in ep.sequences:
                 s.group_id = g.group_id
                 s.advantage = adv
+                s.role = ep.role
     rep.groups = len(groups)
     return groups, rep

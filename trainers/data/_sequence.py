@@ -47,6 +47,9 @@ class TrainingSequence:
         default=None, metadata={"help": "None for a whole-episode sequence; k for the k-th assistant turn."}
     )
     truncated: bool = field(default=False, metadata={"help": "Completion was cut to the maximum length."})
+    role: str | None = field(
+        default=None, metadata={"help": "Agent name of the episode's thread (the role), once grouped."}
+    )
 
     @property
     def num_trained_tokens(self) -> int:
@@ -84,6 +87,7 @@ class ConvertedEpisode:
     # The sample (session) it belongs to: threads of one sample are one GRPO group member (build_groups).
     session_id: str | None = None
     threads: list[ConvertedEpisode] = field(default_factory=list)  # a sample's threads, when several
+    role: str | None = None  # the episode's agent name: GRPO groups are per (task, role)
 
 
 @dataclass

@@ -1,0 +1,278 @@
+"""Per-agent training: one policy (a LoRA adapter with ``lora: true``) per role, on one base model.
+
+The role of an episode is its ``agent`` column: the agent name its integration recorded (a LangGraph node,
+a LlamaIndex or Strands agent, ``session(agent=...)``, the gateway's ``X-Tracerl-Agent`` header). For each
+role, the role's episodes are credited with :func:`sdk.episodes.role_reward` (the reward named after the
+role when the session recorded one, else the episode reward) and trained by the configured trainer into
+``OUTPUT/<role>/`` (so ``OUTPUT/<role>/final`` is the role's adapter or model); GRPO groups are then per
+(task, role). A role without a task whose rewards differ (nothing GRPO can learn from) is reported and
+skipped. ``OUTPUT/roles.json`` summarises every role.
+
+This is what ``python -m sdk.train --per-agent [--roles a,b]`` runs.
+
+Example:
+    >>> from trainers.settings import make_config
+    >>> trainer, cfg, _ = make_config({"model": "./tiny", "output_dir": "runs/agents", "lora": True})
+    >>> result = train_per_agent("episodes.parquet", cfg, trainer=trainer)  # doctest: +SKIP
+    >>> [(r.role, r.status) for r in result.roles]  # doctest: +SKIP
+    [('math', 'trained'), ('router', 'trained')]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sdk.episodes import role_reward
+from trainers.base import TrainerConfig, TrainResult
+from trainers.data import DataReport, load_episodes
+from trainers.errors import UserError
+
+__all__ = ["PerAgentResult", "RoleResult", "role_dir", "role_episodes", "train_per_agent"]
+
+
+@dataclass
+class RoleResult:
+    """What per-agent training did for one role.
+
+    Example:
+        >>> RoleResult("router", episodes=8, tasks=2, tasks_with_spread=0, skipped="no reward spread").status
+        'skipped'
+    """
+
+    role: str
+    episodes: int = 0
+    tasks: int = 0
+    tasks_with_spread: int = 0
+    named_rewards: int = 0  # episodes credited by the reward named after the role
+    output_dir: Path | None = None
+    result: TrainResult | None = None
+    skipped: str | None = None
+
+    @property
+    def status(self) -> str:
+        """``trained``, ``skipped`` or ``planned`` (a dry run)."""
+        return "trained" if self.result is not None else "skipped" if self.skipped else "planned"
+
+    def line(self) -> str:
+        """One human-readable line."""
+        head = (
+            f"{self.role}: {self.episodes} episodes, {self.tasks} tasks ({self.tasks_with_spread} with "
+            f"reward spread), {self.named_rewards} credited by the named reward {self.role!r}"
+        )
+        if self.result is not None:
+            kind = "adapter" if self.result.adapter else "model"
+            return f"{head}; trained {self.result.global_step} steps, {kind}: {self.result.checkpoint}"
+        return f"{head}; skipped: {self.skipped}" if self.skipped else f"{head}; dry run"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The role's entry in ``roles.json``."""
+        out: dict[str, Any] = {
+            "role": self.role,
+            "status": self.status,
+            "episodes": self.episodes,
+            "tasks": self.tasks,
+            "tasks_with_spread": self.tasks_with_spread,
+            "named_rewards": self.named_rewards,
+            "output_dir": None if self.output_dir is None else str(self.output_dir),
+            "skipped": self.skipped,
+        }
+        if self.result is not None:
+            out.update(
+                checkpoint=str(self.result.checkpoint),
+                adapter=self.result.adapter,
+                steps=self.result.global_step,
+            )
+        return out
+
+
+@dataclass
+class PerAgentResult:
+    """Per-role results of :func:`train_per_agent`.
+
+    Example:
+        >>> r = PerAgentResult(Path("runs/x"), [RoleResult("router", skipped="no reward spread")])
+        >>> r.trained, r.roles[0].status
+        ([], 'skipped')
+    """
+
+    output_dir: Path
+    roles: list[RoleResult] = field(default_factory=list)
+    unnamed_episodes: int = 0  # episodes without an agent name: no role, not trained
+
+    @property
+    def trained(self) -> list[RoleResult]:
+        """The roles that were trained."""
+        return [r for r in self.roles if r.result is not None]
+
+    def summary_lines(self) -> list[str]:
+        """One line per role, then the episodes without a role."""
+        lines = [r.line() for r in self.roles]
+        if self.unnamed_episodes:
+            lines.append(f"{self.unnamed_episodes} episodes without an agent name (no role): not trained")
+        return lines
+
+    def checkpoints(self) -> dict[str, Path]:
+        """``{role: final checkpoint}`` of the trained roles (what ``sdk.serve --adapter`` takes)."""
+        return {r.role: Path(r.result.checkpoint) for r in self.trained if r.result and r.result.checkpoint}
+
+
+def role_dir(output_dir: str | Path, role: str) -> Path:
+    """The output directory of ``role``: its name with path-unsafe characters replaced.
+
+    Example:
+        >>> role_dir("runs/x", "math/expert").as_posix()
+        'runs/x/math_expert'
+    """
+    return Path(output_dir) / (re.sub(r"[^A-Za-z0-9_.-]", "_", role).strip(".") or "_")
+
+
+def role_episodes(episodes: Sequence[Mapping[str, Any]], role: str) -> list[dict[str, Any]]:
+    """The episodes of ``role`` (their ``agent``), each with ``reward`` set to the role's credit.
+
+    Args:
+        episodes: Episode rows.
+        role: An agent name.
+
+    Returns:
+        Copies of the role's episodes; ``reward`` is :func:`sdk.episodes.role_reward` for the role.
+
+    Example:
+        >>> rows = [{"agent": "router", "reward": 0.0, "rewards": [{"name": "router", "value": 1.0}]},
+        ...         {"agent": "math", "reward": 0.0, "rewards": [{"name": "router", "value": 1.0}]}]
+        >>> [r["reward"] for r in role_episodes(rows, "router")]
+        [1.0]
+    """
+    return [{**ep, "reward": role_reward(ep, role)} for ep in episodes if ep.get("agent") == role]
+
+
+def _plan(rows: list[dict[str, Any]], role: str, output_dir: str | Path) -> RoleResult:
+    """Counts for one role's credited episodes; ``skipped`` says why GRPO cannot train it."""
+    rewards: dict[Any, set[float]] = defaultdict(set)
+    for ep in rows:
+        if ep.get("task_id") is not None and ep.get("reward") is not None:
+            rewards[ep["task_id"]].add(float(ep["reward"]))
+    named = sum(any((x or {}).get("name") == role for x in ep.get("rewards") or ()) for ep in rows)
+    res = RoleResult(
+        role,
+        episodes=len(rows),
+        tasks=len(rewards),
+        tasks_with_spread=sum(len(v) > 1 for v in rewards.values()),
+        named_rewards=named,
+        output_dir=role_dir(output_dir, role),
+    )
+    if not res.tasks_with_spread:
+        res.skipped = "too little data: no task whose rewarded episodes differ in reward"
+    return res
+
+
+def _select(found: dict[str, int], roles: Sequence[str] | str | None) -> list[str]:
+    if roles is None or roles == "" or roles == []:
+        return sorted(found)
+    wanted = [r.strip() for r in roles.split(",")] if isinstance(roles, str) else [str(r) for r in roles]
+    wanted = [r for r in wanted if r]
+    unknown = [r for r in wanted if r not in found]
+    if unknown:
+        have = ", ".join(f"{r} ({n})" for r, n in sorted(found.items())) or "none"
+        raise UserError(f"no episodes of role(s) {', '.join(unknown)}; roles in the data: {have}")
+    return wanted
+
+
+def train_per_agent(
+    data: Any,
+    config: TrainerConfig,
+    *,
+    trainer: Any = None,
+    roles: Sequence[str] | str | None = None,
+    models: Mapping[str, str] | None = None,
+    dry_run: bool = False,
+    extra_config: dict[str, Any] | None = None,
+) -> PerAgentResult:
+    """Train one policy per role (agent name) on its own episodes and credit.
+
+    Each role runs ``trainer.train`` once with ``config`` whose ``output_dir`` is ``OUTPUT/<role>``. With
+    ``lora: true`` every role gets a LoRA adapter on the same base model (serve them together with
+    ``python -m sdk.serve --adapter ROLE=OUTPUT/ROLE/final ...``).
+
+    Args:
+        data: Anything :func:`trainers.data.load_episodes` reads (Parquet, store, episode dicts).
+        config: The trainer's config (from :func:`trainers.settings.make_config`).
+        trainer: The trainer instance (default: ``config``'s backend from ``trainers.get_trainer("trl")``).
+        roles: Roles to train (a list or ``"a,b"``); default every agent name in the data.
+        models: ``{role: checkpoint}`` to start a role from instead of ``config.model`` (a loop continuing
+            each role's own full-weight policy).
+        dry_run: Count and check the roles; train nothing.
+        extra_config: Passed to each ``trainer.train`` (written into the resolved config).
+
+    Returns:
+        A :class:`PerAgentResult`; ``OUTPUT/roles.json`` holds the same per-role summary.
+
+    Raises:
+        UserError: A requested role has no episode, the data has no agent names, or no role could be
+            trained (each role's reason in the message).
+
+    Example:
+        >>> trainer, cfg, _ = make_config({"model": "./tiny", "output_dir": "runs/agents"})  # doctest: +SKIP
+        >>> train_per_agent("./.tracerl", cfg, trainer=trainer, roles="router").trained  # doctest: +SKIP
+    """
+    if trainer is None:
+        from trainers import get_trainer
+
+        trainer = get_trainer("trl")()
+    episodes = load_episodes(data, report=DataReport(), strict=bool(getattr(config, "strict", False)))
+    found: dict[str, int] = defaultdict(int)
+    for ep in episodes:
+        if ep.get("agent") is not None:
+            found[str(ep["agent"])] += 1
+    if not found:
+        raise UserError(
+            "no episode has an agent name, so there are no roles; record one with session(agent=...), "
+            "the framework integrations or the gateway's X-Tracerl-Agent header"
+        )
+    out = PerAgentResult(
+        Path(config.output_dir), unnamed_episodes=sum(ep.get("agent") is None for ep in episodes)
+    )
+    for role in _select(found, roles):
+        rows = role_episodes(episodes, role)
+        res = _plan(rows, role, config.output_dir)
+        out.roles.append(res)
+        if res.skipped or dry_run:
+            continue
+        cfg = _role_config(config, res, (models or {}).get(role))
+        try:
+            res.result = trainer.train(rows, cfg, extra_config={**(extra_config or {}), "role": role})
+        except UserError as exc:  # this role cannot be trained; the others still can
+            res.skipped = str(exc)
+    _write_summary(out)
+    if not dry_run and not out.trained:
+        raise UserError("no role could be trained: " + "; ".join(f"{r.role}: {r.skipped}" for r in out.roles))
+    return out
+
+
+def _role_config(config: TrainerConfig, res: RoleResult, model: str | None) -> TrainerConfig:
+    """``config`` for one role: its output directory, its starting model, a batch its groups can fill."""
+    changes: dict[str, Any] = {"output_dir": str(res.output_dir)}
+    if model is not None:
+        changes["model"] = str(model)
+    grpo = dict(getattr(config, "grpo", None) or {})
+    batch, G = grpo.get("per_device_train_batch_size"), int(getattr(config, "group_size", 0) or 0)
+    if isinstance(batch, int) and G and batch > G * res.tasks_with_spread:
+        # A role with few groups that carry signal: a smaller batch (whole groups), not a failed role.
+        grpo["per_device_train_batch_size"] = G * res.tasks_with_spread
+        changes["grpo"] = grpo
+    return dataclasses.replace(config, **changes)
+
+
+def _write_summary(result: PerAgentResult) -> None:
+    result.output_dir.mkdir(parents=True, exist_ok=True)
+    body = {
+        "roles": [r.to_dict() for r in result.roles],
+        "unnamed_episodes": result.unnamed_episodes,
+    }
+    (result.output_dir / "roles.json").write_text(json.dumps(body, indent=2) + "\n")

@@ -22,6 +22,7 @@ def test_public_surface_is_pinned_and_documented() -> None:
             "llm_judge_reward",
             "open_episodes",
             "read_episodes",
+            "role_reward",
             "validate_episode",
             "write_parquet",
         ]

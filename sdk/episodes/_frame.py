@@ -179,10 +179,6 @@ def episodes_frame(eps: list[dict[str, Any]]) -> Any:
     tc_type = [tc.get("type") for tc in tcs_flat]
     fns = [tc.get("function") or {} for tc in tcs_flat]
     fn_name, fn_args = _columns(fns, ("name", "arguments"))
-    turn_lists = [ep.get("turns") or () for ep in eps]
-    t_count = [len(ts) for ts in turn_lists]
-    turns_flat = [t for ts in turn_lists for t in ts]
-    t_index, t_logprobs, t_ids, t_prompt, t_version = _columns(turns_flat, _TURN)
     reward_lists = [ep.get("rewards") or () for ep in eps]
     r_count = [len(rs) for rs in reward_lists]
     rewards_flat = [r for rs in reward_lists for r in rs]
@@ -216,17 +212,7 @@ def episodes_frame(eps: list[dict[str, Any]]) -> Any:
         }
     ).to_struct("messages")
     cols["messages"] = _nest(pl, messages, m_count, None, schema["messages"])
-    turn_t = schema["turns"].inner.to_schema()
-    turns_s = pl.DataFrame(
-        {
-            "message_index": pl.Series(t_index, dtype=pl.Int64),
-            "logprobs": _lists(pl, t_logprobs, turn_t["logprobs"]),
-            "token_ids": _lists(pl, t_ids, turn_t["token_ids"]),
-            "prompt_token_ids": _lists(pl, t_prompt, turn_t["prompt_token_ids"]),
-            "policy_version": pl.Series(t_version, dtype=pl.Int64),
-        }
-    ).to_struct("turns")
-    cols["turns"] = _nest(pl, turns_s, t_count, None, schema["turns"])
+    cols["turns"] = _turns_column(pl, eps, schema)
     rewards_s = pl.DataFrame(
         {"name": pl.Series(r_name, dtype=pl.String), "value": pl.Series(r_value, dtype=pl.Float64)}
     ).to_struct("rewards")
@@ -239,6 +225,25 @@ def episodes_frame(eps: list[dict[str, Any]]) -> Any:
         }
     ).to_struct("usage")
     return pl.DataFrame([cols[name].alias(name) for name in schema])
+
+
+def _turns_column(pl: Any, eps: list[dict[str, Any]], schema: Any) -> Any:
+    """The ``turns`` column: each episode's per-assistant-turn token data, flattened then nested."""
+    turn_lists = [ep.get("turns") or () for ep in eps]
+    t_count = [len(ts) for ts in turn_lists]
+    turns_flat = [t for ts in turn_lists for t in ts]
+    t_index, t_logprobs, t_ids, t_prompt, t_version = _columns(turns_flat, _TURN)
+    turn_t = schema["turns"].inner.to_schema()
+    turns_s = pl.DataFrame(
+        {
+            "message_index": pl.Series(t_index, dtype=pl.Int64),
+            "logprobs": _lists(pl, t_logprobs, turn_t["logprobs"]),
+            "token_ids": _lists(pl, t_ids, turn_t["token_ids"]),
+            "prompt_token_ids": _lists(pl, t_prompt, turn_t["prompt_token_ids"]),
+            "policy_version": pl.Series(t_version, dtype=pl.Int64),
+        }
+    ).to_struct("turns")
+    return _nest(pl, turns_s, t_count, None, schema["turns"])
 
 
 def _clean(value: Any, fixes: set[str]) -> Any:

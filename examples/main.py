@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
 
     from examples.arithmetic.task import make_splits, write_tasks
+    from trainers._loop_table import validation_change
     from trainers.loop import run_loop
 
     splits = make_splits(seed=args.seed, n_train=args.n_train, n_eval=args.n_eval, n_sft=args.n_sft)
@@ -202,6 +203,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     (out / "results.json").write_text(json.dumps(result, indent=2, default=str))
     plot = "" if args.no_plot else f", plot: {out / 'progress.png'}"
     print(f"results: {out / 'results.json'}{plot}")
+    change = validation_change(loop["out"], loop["rows"])  # the difference with its 95% interval
+    if change is not None:
+        print(change)
     print(f"held-out success: {100 * pre:.1f}% -> {100 * post:.1f}%", flush=True)
     return result
 

@@ -92,6 +92,14 @@ class LoopConfig:
         seed: Seed for training.
         id_field: Task id field.
         plot: Write ``progress.png``.
+        mode: ``sync`` (rounds, this module) or ``async`` (:mod:`trainers.async_loop`: collection and training
+            overlap; ``eval_every`` then counts versions).
+        max_staleness: async: largest ``current version - oldest turn version`` of a trained group.
+        sync_every: async: optimizer steps per published version.
+        reward_wait_s: async: seconds a finished sample may wait for a late reward.
+        max_versions: async: stop after this many versions (default: ``rounds``).
+        max_steps: async: stop after this many optimizer steps.
+        tis_cap: async: truncated importance sampling cap (``train.tis_cap`` overrides it).
 
     Example:
         >>> LoopConfig(agent="a:f", tasks="t.jsonl", model="m").group_size
@@ -118,6 +126,13 @@ class LoopConfig:
     seed: int = 0
     id_field: str = "id"
     plot: bool = True
+    mode: str = "sync"
+    max_staleness: int = 2
+    sync_every: int = 1
+    reward_wait_s: float = 0.0
+    max_versions: int | None = None
+    max_steps: int | None = None
+    tis_cap: float = 2.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -128,6 +143,8 @@ class LoopConfig:
             (self.eval_samples >= 1, "eval_samples must be >= 1"),
             (isinstance(self.train, dict), "train must be a mapping of sdk.train settings"),
             (isinstance(self.policy, dict), "policy must be a mapping"),
+            (self.mode in ("sync", "async"), f"mode must be 'sync' or 'async', got {self.mode!r}"),
+            *_async_checks(self),
         ]
         for ok, message in checks:
             if not ok:
@@ -197,6 +214,25 @@ class LoopConfig:
         if not isinstance(data, dict):
             raise UserError(f"{p} must hold a mapping of loop settings")
         return cls.from_mapping(data)
+
+
+def _async_checks(cfg: LoopConfig) -> list[tuple[bool, str]]:
+    """The settings of ``mode: async`` (checked in every mode: a typo fails before anything loads)."""
+    return [
+        (
+            isinstance(cfg.max_staleness, int) and cfg.max_staleness >= 0,
+            "max_staleness must be an integer >= 0",
+        ),
+        (isinstance(cfg.sync_every, int) and cfg.sync_every >= 1, "sync_every must be an integer >= 1"),
+        (
+            isinstance(cfg.reward_wait_s, (int, float)) and cfg.reward_wait_s >= 0,
+            "reward_wait_s must be >= 0",
+        ),
+        (cfg.max_versions is None or cfg.max_versions >= 1, "max_versions must be >= 1"),
+        (cfg.max_steps is None or cfg.max_steps >= 1, "max_steps must be >= 1"),
+        (isinstance(cfg.tis_cap, (int, float)) and cfg.tis_cap > 0, "tis_cap must be > 0"),
+        (cfg.mode != "async" or cfg.curriculum is None, "curriculum is not supported with mode: async"),
+    ]
 
 
 # -------------------------------------------------------------------------------------------- curriculum
@@ -470,23 +506,10 @@ def _train_round(
             "can load (local trl backend, or a remote backend that downloads them)"
         )
     if result.adapter:
-        return _merge_adapter(model, Path(final), out / "merged"), str(final), result.global_step
+        from trainers._loopkit import merge_adapter
+
+        return merge_adapter(model, Path(final), out / "merged"), str(final), result.global_step
     return str(final), None, result.global_step
-
-
-def _merge_adapter(base: str, adapter: Path, dest: Path) -> str:
-    """Merge a LoRA adapter into its base weights (the next round trains and serves full weights)."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    merged.save_pretrained(dest)
-    AutoTokenizer.from_pretrained(
-        str(adapter) if (adapter / "tokenizer_config.json").exists() else base
-    ).save_pretrained(dest)
-    return str(dest)
 
 
 def _groups_with_signal(rows: list[dict[str, Any]]) -> int:
@@ -565,21 +588,19 @@ def run_loop(
         if isinstance(config, dict)
         else LoopConfig.from_yaml(config)
     )
+    if cfg.mode == "async":
+        from trainers.async_loop import run_async
+
+        return run_async(cfg, on_version=on_round_end, quiet=quiet)
     import sdk
-    from sdk.rollout import RolloutError, load_tasks
+    from trainers._loopkit import load_pools
     from trainers.policy import export_env, make_policy
     from trainers.quiet import quiet_libraries
 
     run = _Run(cfg, on_round_end=on_round_end, quiet=quiet)
     run.out.mkdir(parents=True, exist_ok=True)
     (run.out / "loop-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
-    try:
-        pool = load_tasks(cfg.tasks, cfg.id_field)
-        eval_pool = load_tasks(cfg.eval_tasks, cfg.id_field) if cfg.eval_tasks else None
-    except RolloutError as exc:
-        raise UserError(str(exc)) from None
-    if not pool:
-        raise UserError(f"no tasks in {cfg.tasks}")
+    pool, eval_pool = load_pools(cfg)
     sdk.configure(store=run.store)
     first = run.resume()
     if first > cfg.rounds:
@@ -619,13 +640,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None, help="override rounds")
     p.add_argument("--out", default=None, help="override out")
     p.add_argument("--model", default=None, help="override model")
+    p.add_argument("--mode", choices=["sync", "async"], default=None, help="override mode")
     try:
         args = p.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         cfg = LoopConfig.from_yaml(args.config)
-        for key in ("rounds", "out", "model"):
+        for key in ("rounds", "out", "model", "mode"):
             if getattr(args, key) is not None:
                 setattr(cfg, key, getattr(args, key))
         result = run_loop(cfg)

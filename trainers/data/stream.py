@@ -191,6 +191,21 @@ class StreamingSource:
         """
         return {"format": _STATE_FORMAT, "taken": sorted(self._taken), "dropped": dict(self._dropped)}
 
+    def release(self, groups: list[StreamGroup]) -> None:
+        """Give taken groups back: the next :meth:`poll` offers them again (with their staleness then).
+
+        The loop takes a batch's worth and releases the rest, so the cursor it saves never counts a group
+        as taken that no step trained on.
+
+        Example:
+            >>> import tempfile
+            >>> src = StreamingSource(tempfile.mkdtemp(), group_size=2, max_staleness=0)
+            >>> src.release([])
+        """
+        for g in groups:
+            for s in g.sessions:
+                self._taken.discard(_pair_key(_pair(s)))
+
     def _candidates(self) -> dict[tuple[str, str, int], dict[int, StoredSession]]:
         """Ended, not superseded, not yet decided samples of the split, by group key then sample."""
         store = self.store

@@ -1,0 +1,72 @@
+"""kill -9 of the asynchronous loop (collector thread, trainer and in-process server at once), then the
+same command: it continues, nothing is trained twice, every completed sample is trained, dropped with a
+reason, or still offered by the saved cursor."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from test_async_loop import async_config, check_run, check_tis_batch
+
+pytest.importorskip("trl")
+
+
+def _start(cfg_path: Path, log: Path) -> subprocess.Popen:
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent.parent), str(here)])}
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainers.loop", str(cfg_path)],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.slow
+def test_kill_9_mid_version_then_the_same_command_continues(tmp_path, tiny_model_dir):
+    cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=3)
+    out = Path(cfg["out"])
+    cfg_path = tmp_path / "loop.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    proc = _start(cfg_path, tmp_path / "first.log")
+    deadline = time.time() + 120
+    while not (out / "train" / "v-2").exists():  # version 1 committed, version 2 training
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.time() < deadline, "version 2 never started"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = json.loads((out / "state.json").read_text())
+    assert before["version"] in (1, 2)
+    trained_before = [json.loads(x) for x in (out / "trained_samples.jsonl").read_text().splitlines()]
+
+    again = _start(cfg_path, tmp_path / "second.log")
+    assert again.wait(timeout=240) == 0, (tmp_path / "second.log").read_text()
+    log = (tmp_path / "second.log").read_text()
+    assert f"resuming after version {before['version']}" in log
+    got = check_run(out, cfg["max_staleness"], str(tiny_model_dir))
+    assert got["state"]["version"] == 3
+    # What was committed before the kill is still there, once; the versions after it were trained once.
+    keys = [(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]]
+    assert {
+        (t["rollout"], t["task_id"], t["sample"])
+        for t in trained_before
+        if t["policy_version"] <= before["version"]
+    } <= set(keys)
+    assert sorted({t["policy_version"] for t in got["trained"]}) == [1, 2, 3]
+    # The saved cursor is the ledger: taken = trained + no-spread groups, dropped = the other drops. A completed
+    # sample in neither is offered again by the next run, never lost.
+    cursor = json.loads(Path(got["state"]["cursor"]).read_text())
+    spread = {f"{d[0]}|{d[1]}|{d[2]}" for d, r in got["dropped"].items() if r == "no_reward_spread"}
+    assert set(cursor["taken"]) == {f"{k[0]}|{k[1]}|{k[2]}" for k in keys} | spread
+    assert set(cursor["dropped"]) == {f"{d[0]}|{d[1]}|{d[2]}" for d, r in got["dropped"].items()} - spread
+    check_tis_batch(out, 3, str(tiny_model_dir))

@@ -1,0 +1,150 @@
+"""The asynchronous loop on the tiny model: versions, staleness bound, versions on every trained turn, TIS."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from test_loop import _tasks
+
+from trainers import UserError
+from trainers.loop import LoopConfig, run_loop
+
+pytest.importorskip("trl")
+pytest.importorskip("openai")
+
+
+def async_config(tmp_path: Path, model: str, **over) -> dict:
+    cfg = {
+        "mode": "async",
+        "agent": "loop_agents:solve",
+        "reward_fn": "loop_agents:coin",
+        "tasks": _tasks(tmp_path / "train.jsonl", "train", 6),
+        "eval_tasks": _tasks(tmp_path / "eval.jsonl", "eval", 2),
+        "model": model,
+        "out": str(tmp_path / "loop"),
+        "max_versions": 3,
+        "max_staleness": 1,
+        "sync_every": 1,
+        "eval_every": 2,
+        "group_size": 4,
+        "concurrency": 8,
+        "train": {
+            "lora": True,
+            "lora_r": 4,
+            "lora_alpha": 8,
+            "eval_fraction": 0,
+            "max_length": 256,
+            "grpo": {
+                "learning_rate": 1.0e-2,
+                "per_device_train_batch_size": 8,
+                "beta": 0,
+                "logging_steps": 1,
+                "report_to": "none",
+                "use_cpu": True,
+            },
+        },
+    }
+    cfg.update(over)
+    return cfg
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _logps(model_dir: str, prompt: list[int], completion: list[int]) -> list[float]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion)[:, None])[:, 0].tolist()
+
+
+def check_run(out: Path, max_staleness: int, model: str) -> dict:
+    """The Done-when checks, from the store and the run's files; returns trained sessions by id."""
+    from sdk.store import read_sessions
+    from trainers.data.stream import session_version
+
+    sessions = {s.session_id: s for s in read_sessions(out / "store")}
+    trained = _jsonl(out / "trained_samples.jsonl")
+    assert trained
+    keys = [(t["rollout"], t["task_id"], t["sample"]) for t in trained]
+    assert len(keys) == len(set(keys)), "a (task, sample) was trained twice"
+    for t in trained:
+        s = sessions[t["session_id"]]
+        assert not s.superseded and s.reward is not None
+        # Every trained turn has its policy version (the call's own field, else the session's stamp).
+        assert s.calls and all(
+            isinstance(c.get("policy_version", s.metadata.get("policy_version")), int) for c in s.calls
+        )
+        behaviour = session_version(s)
+        assert behaviour == t["behaviour_version"]
+        assert (t["policy_version"] - 1) - behaviour <= max_staleness  # trained while version n-1 was current
+    # Every completed training sample is trained or dropped with a reason.
+    dropped = {
+        (d["rollout"], d["task_id"], d["sample"]): d["reason"] for d in _jsonl(out / "dropped_samples.jsonl")
+    }
+    assert not set(dropped) & set(keys)
+    state = json.loads((out / "state.json").read_text())
+    rows = [r for r in _jsonl(out / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in rows] == list(range(1, state["steps"] + 1))
+    for r in rows:
+        assert all(int(k) <= max_staleness for k in r["staleness_hist"])
+        for key in (
+            "is_ratio_mean",
+            "is_ratio_max",
+            "is_truncated_frac",
+            "samples_per_s",
+            "trainer_idle_pct",
+            "collector_idle_pct",
+            "groups_dropped_stale",
+        ):
+            assert r[key] is not None, key
+    return {"sessions": sessions, "trained": trained, "dropped": dropped, "state": state}
+
+
+def check_tis_batch(out: Path, version: int, model: str) -> None:
+    """The last version's first batch: TIS weights equal min(exp(π_prox − π_behaviour), cap) by a forward pass."""
+    start = model if version == 1 else str(out / "train" / f"v-{version - 1}" / "merged")
+    rows = _jsonl(out / "train" / f"v-{version}" / "tis_batch.jsonl")
+    assert rows
+    for r in rows:
+        policy = _logps(start, r["prompt_ids"], r["completion_ids"])
+        for w, p, b, m in zip(r["weights"], policy, r["behaviour"], r["loss_mask"], strict=True):
+            expected = 1.0 if not m or b is None else min(math.exp(p - b), r["cap"])
+            assert w == pytest.approx(expected, rel=1e-3, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_async_loop_bounds_staleness_and_versions_every_trained_turn(tmp_path, tiny_model_dir):
+    cfg = async_config(tmp_path, str(tiny_model_dir))
+    out = Path(cfg["out"])
+    result = run_loop(cfg, quiet=True)
+    assert result["version"] == 3
+    got = check_run(out, 1, str(tiny_model_dir))
+    assert {t["policy_version"] for t in got["trained"]} == {1, 2, 3}
+    check_tis_batch(out, 3, str(tiny_model_dir))
+    evals = [r for r in _jsonl(out / "metrics.jsonl") if r["kind"] == "eval"]
+    assert {0, 3} <= {r["policy_version"] for r in evals} and all(r["val_success"] is not None for r in evals)
+    assert (out / "progress.png").stat().st_size > 0
+    assert run_loop(cfg, quiet=True)["version"] == 3  # finished: the same command changes nothing
+
+
+def test_async_settings_are_checked_before_anything_loads():
+    base = {"agent": "a:f", "tasks": "t", "model": "m", "mode": "async"}
+    for bad in (
+        {"max_staleness": -1},
+        {"sync_every": 0},
+        {"reward_wait_s": -1},
+        {"mode": "later"},
+        {"curriculum": {"start": 0.5}},
+        {"tis_cap": 0},
+    ):
+        with pytest.raises(UserError):
+            LoopConfig.from_mapping({**base, **bad})
+    assert LoopConfig.from_mapping(base).max_staleness == 2

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from test_loop import _tasks
+from test_loop import _config
 
 from trainers import UserError
 from trainers.loop import LoopConfig, run_loop
@@ -17,37 +17,14 @@ pytest.importorskip("openai")
 
 
 def async_config(tmp_path: Path, model: str, **over) -> dict:
-    cfg = {
-        "mode": "async",
-        "agent": "loop_agents:solve",
-        "reward_fn": "loop_agents:coin",
-        "tasks": _tasks(tmp_path / "train.jsonl", "train", 6),
-        "eval_tasks": _tasks(tmp_path / "eval.jsonl", "eval", 2),
-        "model": model,
-        "out": str(tmp_path / "loop"),
-        "max_versions": 3,
-        "max_staleness": 1,
-        "sync_every": 1,
-        "eval_every": 2,
-        "group_size": 4,
-        "concurrency": 8,
-        "train": {
-            "lora": True,
-            "lora_r": 4,
-            "lora_alpha": 8,
-            "eval_fraction": 0,
-            "max_length": 256,
-            "grpo": {
-                "learning_rate": 1.0e-2,
-                "per_device_train_batch_size": 8,
-                "beta": 0,
-                "logging_steps": 1,
-                "report_to": "none",
-                "use_cpu": True,
-            },
-        },
-    }
-    cfg.update(over)
+    """The lock-step loop test's config, run asynchronously for 3 versions of one optimizer step each."""
+    cfg = _config(tmp_path, model)
+    for key in ("rounds", "tasks_per_round", "curriculum"):
+        del cfg[key]
+    cfg["train"]["grpo"]["learning_rate"] = 1.0e-2
+    cfg.update(
+        {"mode": "async", "max_versions": 3, "max_staleness": 1, "sync_every": 1, "eval_every": 2, **over}
+    )
     return cfg
 
 

@@ -71,6 +71,41 @@ class _Version:
             self._value = value
 
 
+class _Gate:
+    """Back-pressure: the collector waits while too many ended samples wait for the trainer.
+
+    Samples beyond ``(max_staleness + 1)`` versions' worth would only be dropped as stale, so the
+    collector starts new tasks only while the backlog the trainer last saw is below that; it also stops
+    at the sample budget (``max_samples``).
+    """
+
+    def __init__(self, limit: int, budget_tasks: int | None) -> None:
+        self.limit = limit
+        self.budget_tasks = budget_tasks
+        self.backlog = 0
+        self.changed = threading.Condition()
+
+    def set_backlog(self, n: int) -> None:
+        with self.changed:
+            self.backlog = n
+            self.changed.notify_all()
+
+    def wait_room(self, stop: threading.Event) -> None:
+        with self.changed:
+            while self.backlog >= self.limit and not stop.is_set():
+                self.changed.wait(timeout=1.0)
+
+    def feed(self, pool: list[dict[str, Any]], stop: threading.Event, start: int = 0) -> Any:
+        """Tasks in pool order, cycling, as room allows, until ``stop`` or the budget (``task_stream``)."""
+        k = start
+        while not stop.is_set() and (self.budget_tasks is None or k < self.budget_tasks):
+            self.wait_room(stop)
+            if stop.is_set():
+                return
+            yield pool[k % len(pool)]
+            k += 1
+
+
 class _ChunkCollector:
     """``run_continuous``'s contract over the batch runner, for an ``sdk.rollout`` without it.
 
@@ -78,8 +113,10 @@ class _ChunkCollector:
     ``rollouts/stream-c.jsonl``; after a restart the last chunk is resumed (its finished samples kept).
     """
 
-    def __init__(self, cfg: Any, pool: list[dict[str, Any]], rollouts: Path, version: _Version) -> None:
-        self.cfg, self.pool, self.rollouts, self.version = cfg, pool, rollouts, version
+    def __init__(
+        self, cfg: Any, pool: list[dict[str, Any]], rollouts: Path, version: _Version, gate: _Gate
+    ) -> None:
+        self.cfg, self.pool, self.rollouts, self.version, self.gate = cfg, pool, rollouts, version, gate
 
     def run(self, stop: threading.Event) -> None:
         from sdk.rollout import run_rollout
@@ -87,8 +124,13 @@ class _ChunkCollector:
         cfg = self.cfg
         n = max(1, cfg.concurrency // cfg.group_size)
         chunk = max(0, len(list(self.rollouts.glob("stream-*.jsonl"))) - 1)
-        while not stop.is_set():
-            tasks = [self.pool[(chunk * n + j) % len(self.pool)] for j in range(n)]
+        budget = self.gate.budget_tasks
+        while not stop.is_set() and (budget is None or chunk * n < budget):
+            self.gate.wait_room(stop)
+            if stop.is_set():
+                return
+            count = n if budget is None else min(n, budget - chunk * n)
+            tasks = [self.pool[(chunk * n + j) % len(self.pool)] for j in range(count)]
             run_rollout(
                 cfg.agent,
                 tasks,
@@ -105,14 +147,14 @@ class _ChunkCollector:
 
 
 def _continuous(
-    cfg: Any, pool: list[dict[str, Any]], rollouts: Path, version: _Version
+    cfg: Any, pool: list[dict[str, Any]], rollouts: Path, version: _Version, gate: _Gate
 ) -> Callable[..., None]:
     """The collector's body: ``sdk.rollout.run_continuous`` when it exists, else :class:`_ChunkCollector`."""
     import sdk.rollout as rollout
 
     fn = getattr(rollout, "run_continuous", None)
     if fn is None:
-        return _ChunkCollector(cfg, pool, rollouts, version).run
+        return _ChunkCollector(cfg, pool, rollouts, version, gate).run
     wanted = {
         "results": rollouts / "stream.jsonl",
         "concurrency": cfg.concurrency,
@@ -122,13 +164,14 @@ def _continuous(
         "metadata": lambda task, sample: {"policy_version": version.get()},
         "reward_fn": cfg.reward_fn,
         "success_threshold": cfg.success_threshold,
-        "cycle": True,
     }
     params = inspect.signature(fn).parameters
     kw = {k: v for k, v in wanted.items() if k in params}
 
     def run(stop: threading.Event) -> None:
-        fn(cfg.agent, pool, stop=stop, **kw)
+        # The task stream carries back-pressure and the budget (after a restart it starts over: the
+        # runner's results file keeps the samples that already ran).
+        fn(cfg.agent, pool, stop=stop, task_stream=gate.feed(pool, stop), **kw)
 
     return run
 
@@ -262,7 +305,7 @@ def _train_version(
     settings.setdefault("tis_cap", cfg.tis_cap)
     settings.update(model=run.checkpoint, output_dir=str(out))
     grpo = dict(settings.get("grpo") or {})
-    grpo["max_steps"] = cfg.sync_every
+    grpo["max_steps"] = max(1, min(cfg.sync_every, len(groups) // _groups_per_step(cfg)))
     grpo.setdefault("disable_tqdm", True)
     grpo.setdefault("save_steps", 10**9)  # the loop saves each version itself
     batch = grpo.get("per_device_train_batch_size")
@@ -390,42 +433,52 @@ def _pct(x: Any) -> str:
 
 
 def _take(
-    cfg: Any, source: Any, version: _Version, collector: _Thread, next_version: int
+    cfg: Any, source: Any, version: _Version, collector: _Thread, gate: _Gate, next_version: int
 ) -> tuple[list, list, float]:
     """Poll until ``sync_every`` batches of groups with reward spread are there; release the surplus.
 
-    Returns ``(groups, drop lines, idle seconds)``; the oldest groups are trained first.
+    Returns ``(groups, drop lines, idle seconds)``, the oldest groups first; fewer groups (maybe none)
+    once the collector has finished and nothing is left to wait for.
     """
-    need = _groups_per_step(cfg) * cfg.sync_every
+    per_step = _groups_per_step(cfg)
+    need = per_step * cfg.sync_every
     groups: list[Any] = []
     drops: list[dict[str, Any]] = []
     idle = 0.0
     while True:
         collector.check("collector")
+        done = not collector.thread.is_alive()  # read before polling: nothing new can come after
+        t = time.time()
         batch = source.poll(version.get())
+        polled = time.time() - t
         drops += [{**d, "policy_version": next_version} for d in batch.dropped_samples]
         for g in batch.groups:
             if len({s.reward for s in g.sessions}) > 1:
                 groups.append(g)
-                continue
-            for s in g.sessions:  # equal rewards: zero advantage, nothing to learn from
-                drops.append(
-                    {
-                        "rollout": s.metadata.get("rollout") or "",
-                        "task_id": g.task_id,
-                        "sample": s.sample,
-                        "session_id": s.session_id,
-                        "reason": "no_reward_spread",
-                        "policy_version": next_version,
-                    }
-                )
-        if len(groups) >= need:
-            groups.sort(key=lambda g: (g.policy_version, g.key))
-            source.release(groups[need:])
-            return groups[:need], drops, idle
-        t = time.time()
-        time.sleep(_POLL_S)
-        idle += time.time() - t
+            else:  # equal rewards: zero advantage, nothing to learn from
+                drops += [_drop_line(g, s, "no_reward_spread", next_version) for s in g.sessions]
+        groups.sort(key=lambda g: (g.policy_version, g.key))
+        take = need if len(groups) >= need else len(groups) // per_step * per_step if done else 0
+        if take or (done and batch.pending == 0) or (done and groups):
+            take = take or len(groups)
+            source.release(groups[take:])
+            gate.set_backlog(batch.backlog + cfg.group_size * len(groups[take:]))
+            return groups[:take], drops, idle
+        gate.set_backlog(batch.backlog + cfg.group_size * len(groups))
+        pause = max(_POLL_S, 2 * polled)  # re-reading a large store: at most a third of the time
+        time.sleep(pause)
+        idle += pause + polled
+
+
+def _drop_line(g: Any, s: Any, reason: str, version: int) -> dict[str, Any]:
+    return {
+        "rollout": s.metadata.get("rollout") or "",
+        "task_id": g.task_id,
+        "sample": s.sample,
+        "session_id": s.session_id,
+        "reason": reason,
+        "policy_version": version,
+    }
 
 
 def _version_rows(
@@ -535,12 +588,18 @@ def run_async(
     export_env(policy)
     validator = _Validator(cfg, run, eval_pool, version)
     stop = threading.Event()
-    collector = _Thread("tracerl-collector", lambda: _continuous(cfg, pool, run.rollouts, version)(stop))
+    need = _groups_per_step(cfg) * cfg.sync_every
+    budget = None if cfg.max_samples is None else -(-cfg.max_samples // cfg.group_size)
+    gate = _Gate((cfg.max_staleness + 1) * need * cfg.group_size, budget)
+    body = _continuous(cfg, pool, run.rollouts, version, gate)
+    collector = _Thread("tracerl-collector", lambda: body(stop))
     try:
         if run.version == 0 and not any(r.get("kind") == "eval" for r in _read_jsonl(run.metrics)):
             validator.start(0)
         while not _finished(cfg, run):
-            _one_version(cfg, run, source, version, policy, collector, validator, on_version)
+            if not _one_version(cfg, run, source, version, policy, collector, validator, gate, on_version):
+                run.say("the collector's sample budget is spent and no group is left to train on")
+                break
         stop.set()
         collector.thread.join(timeout=None if cfg.timeout is None else 4 * cfg.timeout + 60)
         validator.wait()
@@ -567,12 +626,18 @@ def _one_version(
     policy: Any,
     collector: _Thread,
     validator: _Validator,
+    gate: _Gate,
     on_version: Callable[[dict[str, Any]], None] | None,
-) -> None:
-    """Take groups, train ``sync_every`` steps, commit the version, publish it, validate when due."""
+) -> bool:
+    """Take groups, train ``sync_every`` steps, commit the version, publish it, validate when due.
+
+    Returns ``False`` when the collector has finished (sample budget) and no group is left.
+    """
     n = run.version + 1
     t0 = time.time()
-    groups, drops, idle = _take(cfg, source, version, collector, n)
+    groups, drops, idle = _take(cfg, source, version, collector, gate, n)
+    if not groups:
+        return False
     checkpoint, adapter, steps, log_rows = _train_version(cfg, run, n, groups)
     t1 = time.time()
     load = _collector_load(run.rollouts, t0, t1, cfg.concurrency)
@@ -596,12 +661,16 @@ def _one_version(
         validator.start(n)
     if on_version is not None:
         on_version(last)
+    return True
 
 
 def _finished(cfg: Any, run: _AsyncRun) -> bool:
     if cfg.max_steps is not None and run.steps >= cfg.max_steps:
         return True
-    return run.version >= (cfg.max_versions if cfg.max_versions is not None else cfg.rounds)
+    limit = cfg.max_versions
+    if limit is None and cfg.max_samples is None and cfg.max_steps is None:
+        limit = cfg.rounds
+    return limit is not None and run.version >= limit
 
 
 def _result(run: _AsyncRun) -> dict[str, Any]:

@@ -99,6 +99,8 @@ class LoopConfig:
         reward_wait_s: async: seconds a finished sample may wait for a late reward.
         max_versions: async: stop after this many versions (default: ``rounds``).
         max_steps: async: stop after this many optimizer steps.
+        max_samples: async: the collector's sample budget (training samples); the run ends when they
+            are all trained or dropped.
         tis_cap: async: truncated importance sampling cap (``train.tis_cap`` overrides it).
 
     Example:
@@ -132,6 +134,7 @@ class LoopConfig:
     reward_wait_s: float = 0.0
     max_versions: int | None = None
     max_steps: int | None = None
+    max_samples: int | None = None
     tis_cap: float = 2.0
 
     def __post_init__(self) -> None:
@@ -230,6 +233,7 @@ def _async_checks(cfg: LoopConfig) -> list[tuple[bool, str]]:
         ),
         (cfg.max_versions is None or cfg.max_versions >= 1, "max_versions must be >= 1"),
         (cfg.max_steps is None or cfg.max_steps >= 1, "max_steps must be >= 1"),
+        (cfg.max_samples is None or cfg.max_samples >= 1, "max_samples must be >= 1"),
         (isinstance(cfg.tis_cap, (int, float)) and cfg.tis_cap > 0, "tis_cap must be > 0"),
         (cfg.mode != "async" or cfg.curriculum is None, "curriculum is not supported with mode: async"),
     ]

@@ -105,6 +105,7 @@ class StreamBatch:
         dropped_samples: ``{"rollout", "task_id", "sample", "session_id", "reason"}`` per dropped sample.
         staleness: ``current_version - policy_version`` of each group taken.
         pending: Groups seen but not ready yet (samples running, or waiting for a reward).
+        backlog: Ended samples in those groups (the loop slows the collector down when it grows).
 
     Example:
         >>> StreamBatch().groups
@@ -116,6 +117,7 @@ class StreamBatch:
     dropped_samples: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     staleness: list[int] = dataclasses.field(default_factory=list)
     pending: int = 0
+    backlog: int = 0
 
 
 def _pair(s: StoredSession) -> tuple[str, str, int]:
@@ -242,6 +244,7 @@ class StreamingSource:
         for gkey, samples in sorted(self._candidates().items()):
             if len(samples) < self.group_size:
                 batch.pending += 1
+                batch.backlog += len(samples)
                 continue
             waiting = [
                 s
@@ -250,6 +253,7 @@ class StreamingSource:
             ]
             if waiting:
                 batch.pending += 1
+                batch.backlog += len(samples)
                 continue
             self._decide(gkey, list(samples.values()), current_version, batch)
         return batch

@@ -125,3 +125,19 @@ def test_async_settings_are_checked_before_anything_loads():
         with pytest.raises(UserError):
             LoopConfig.from_mapping({**base, **bad})
     assert LoopConfig.from_mapping(base).max_staleness == 2
+
+
+@pytest.mark.slow
+def test_the_sample_budget_ends_the_run_with_every_sample_accounted_for(tmp_path, tiny_model_dir):
+    cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=None, max_samples=24, eval_tasks=None)
+    out = Path(cfg["out"])
+    result = run_loop(cfg, quiet=True)
+    got = check_run(out, 1, str(tiny_model_dir))
+    assert result["version"] >= 1
+    # 24 samples = 6 tasks x G 4, once each: every one trained or dropped with its reason, none left over.
+    from sdk.rollout import read_results
+
+    ran = [r for p in (out / "rollouts").glob("stream-*.jsonl") for r in read_results(p)]
+    assert len(ran) == 24
+    ledger = {(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]} | set(got["dropped"])
+    assert len(ledger) == 24

@@ -153,7 +153,9 @@ def _continuous(
     import sdk.rollout as rollout
 
     fn = getattr(rollout, "run_continuous", None)
-    if fn is None:
+    params = inspect.signature(fn).parameters if fn is not None else {}
+    if fn is None or "task_stream" not in params or (cfg.reward_fn and "reward_fn" not in params):
+        # No continuous runner, or one that cannot take the task stream or score with reward_fn.
         return _ChunkCollector(cfg, pool, rollouts, version, gate).run
     wanted = {
         "results": rollouts / "stream.jsonl",
@@ -165,13 +167,13 @@ def _continuous(
         "reward_fn": cfg.reward_fn,
         "success_threshold": cfg.success_threshold,
     }
-    params = inspect.signature(fn).parameters
     kw = {k: v for k, v in wanted.items() if k in params}
 
     def run(stop: threading.Event) -> None:
-        # The task stream carries back-pressure and the budget (after a restart it starts over: the
-        # runner's results file keeps the samples that already ran).
-        fn(cfg.agent, pool, stop=stop, task_stream=gate.feed(pool, stop), **kw)
+        # The task stream carries back-pressure and the budget; after a restart the runner resumes its
+        # results file and gives each task that comes round its next group of samples.
+        done = len(_read_jsonl(rollouts / "stream.jsonl")) // cfg.group_size  # tasks already run (budget)
+        fn(cfg.agent, pool, stop=stop, task_stream=gate.feed(pool, stop, start=done), **kw)
 
     return run
 
@@ -232,11 +234,17 @@ class _AsyncRun:
             path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
     def commit(
-        self, version: int, checkpoint: str, steps: int, cursor: dict[str, Any], lines: dict[Path, list]
+        self,
+        version: int,
+        checkpoint: str,
+        steps: int,
+        cursor: dict[str, Any],
+        lines: dict[Path, list],
+        name: str = "cursor.json",
     ) -> None:
         """Save a version: cursor beside its checkpoint, its lines, then ``state.json`` (the commit point)."""
         vdir = self.out / "train" / f"v-{version}"
-        cursor_path = vdir / "cursor.json"
+        cursor_path = vdir / name
         _atomic_write(cursor_path, json.dumps(cursor))
         for path, rows in lines.items():
             with path.open("a") as f:
@@ -636,7 +644,10 @@ def _one_version(
     n = run.version + 1
     t0 = time.time()
     groups, drops, idle = _take(cfg, source, version, collector, gate, n)
-    if not groups:
+    if not groups:  # the end: the last drops are committed with the version trained last
+        lines = {run.dropped: [{**d, "policy_version": run.version} for d in drops]}
+        with validator.lock:
+            run.commit(run.version, run.checkpoint, run.steps, source.state(), lines, name="cursor-end.json")
         return False
     checkpoint, adapter, steps, log_rows = _train_version(cfg, run, n, groups)
     t1 = time.time()

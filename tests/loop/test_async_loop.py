@@ -137,7 +137,7 @@ def test_the_sample_budget_ends_the_run_with_every_sample_accounted_for(tmp_path
     # 24 samples = 6 tasks x G 4, once each: every one trained or dropped with its reason, none left over.
     from sdk.rollout import read_results
 
-    ran = [r for p in (out / "rollouts").glob("stream-*.jsonl") for r in read_results(p)]
+    ran = [r for p in (out / "rollouts").glob("stream*.jsonl") for r in read_results(p)]
     assert len(ran) == 24
     ledger = {(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]} | set(got["dropped"])
     assert len(ledger) == 24

@@ -59,6 +59,8 @@ def check_run(out: Path, max_staleness: int, model: str) -> dict:
         assert s.calls and all(
             isinstance(c.get("policy_version", s.metadata.get("policy_version")), int) for c in s.calls
         )
+        stamp = s.metadata["policy_version"]  # the version served when the sample started
+        assert all(c.get("policy_version", stamp) >= stamp for c in s.calls)  # a call's own is never older
         behaviour = session_version(s)
         assert behaviour == t["behaviour_version"]
         assert (t["policy_version"] - 1) - behaviour <= max_staleness  # trained while version n-1 was current

@@ -143,3 +143,48 @@ def test_the_sample_budget_ends_the_run_with_every_sample_accounted_for(tmp_path
     assert len(ran) == 24
     ledger = {(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]} | set(got["dropped"])
     assert len(ledger) == 24
+
+
+@pytest.mark.slow
+def test_late_rewards_from_a_scoring_job_reach_training(tmp_path, tiny_model_dir):
+    """No reward at the end of a sample: a separate scorer adds it a while later (sdk.store.add_reward)."""
+    import random
+    import threading
+    import time
+
+    from sdk.store import add_reward, read_sessions
+
+    cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=2, reward_wait_s=60, eval_tasks=None)
+    del cfg["reward_fn"]
+    out = Path(cfg["out"])
+    stop = threading.Event()
+    scored: dict[str, float] = {}
+
+    def scorer() -> None:
+        rng = random.Random(0)
+        while not stop.is_set():
+            time.sleep(0.5)
+            if not (out / "store").is_dir():
+                continue
+            for s in read_sessions(out / "store"):
+                if (
+                    s.ended_at
+                    and s.reward is None
+                    and s.session_id not in scored
+                    and time.time() > s.ended_at + 1
+                ):
+                    scored[s.session_id] = float(rng.random() < 0.5)
+                    add_reward(out / "store", s.session_id, scored[s.session_id])
+
+    thread = threading.Thread(target=scorer, daemon=True)
+    thread.start()
+    try:
+        run_loop(cfg, quiet=True)
+    finally:
+        stop.set()
+        thread.join()
+    got = check_run(out, 1, str(tiny_model_dir))
+    for t in got["trained"]:
+        s = got["sessions"][t["session_id"]]
+        assert s.reward == scored[t["session_id"]]  # the late reward is the one trained on
+        assert s.rewards[-1]["ts"] > s.ended_at + 1

@@ -14,6 +14,9 @@ task file. Each round:
 6. every ``eval_every`` rounds (and before the first), the runner evaluates the validation tasks
    (split ``eval-round-N``; nothing is trained on them).
 
+``mode: async`` (or ``--mode async``) runs :mod:`trainers.async_loop` instead: collection and training
+overlap, groups at most ``max_staleness`` versions old, truncated importance sampling on the stored tokens.
+
 Curriculum (``curriculum: {start, widen_every, widen_by}``): a round draws its tasks from the easiest
 ``start`` share of the training tasks, ranked by their mean reward in earlier rounds (tasks not tried yet
 rank with the average), and the share widens by ``widen_by`` every ``widen_every`` rounds.

@@ -222,6 +222,8 @@ class _AsyncRun:
 
     def resume(self) -> None:
         """Read the last committed version; cut what later versions wrote before a crash."""
+        from trainers.data.stream import sample_key
+
         with contextlib.suppress(OSError, ValueError):
             state = json.loads(self.state_path.read_text())
             self.version, self.steps = int(state["version"]), int(state["steps"])
@@ -229,8 +231,16 @@ class _AsyncRun:
             cursor = state.get("cursor")
             self.cursor = json.loads(Path(cursor).read_text()) if cursor else None
             self.say(f"resuming after version {self.version} (checkpoint {self.checkpoint})")
+        # The cursor is the ledger: trained and dropped lines it does not hold were written by a version (or
+        # the last drops) that never committed; those samples are offered again.
+        cursor = self.cursor or {}
+        decided = set(cursor.get("taken") or ()) | set(cursor.get("dropped") or ())
         for path in (self.metrics, self.trained, self.dropped):
-            kept = [r for r in _read_jsonl(path) if int(r.get("policy_version", 0)) <= self.version]
+            rows = _read_jsonl(path)
+            if path == self.metrics:
+                kept = [r for r in rows if int(r.get("policy_version", 0)) <= self.version]
+            else:
+                kept = [r for r in rows if sample_key(r["rollout"], r["task_id"], r["sample"]) in decided]
             path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
     def commit(

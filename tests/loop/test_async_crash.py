@@ -16,6 +16,8 @@ import pytest
 import yaml
 from test_async_loop import async_config, check_run, check_tis_batch
 
+from trainers.data.stream import sample_key
+
 pytest.importorskip("trl")
 
 
@@ -66,7 +68,7 @@ def test_kill_9_mid_version_then_the_same_command_continues(tmp_path, tiny_model
     # The saved cursor is the ledger: taken = trained + no-spread groups, dropped = the other drops. A completed
     # sample in neither is offered again by the next run, never lost.
     cursor = json.loads(Path(got["state"]["cursor"]).read_text())
-    spread = {f"{d[0]}|{d[1]}|{d[2]}" for d, r in got["dropped"].items() if r == "no_reward_spread"}
-    assert set(cursor["taken"]) == {f"{k[0]}|{k[1]}|{k[2]}" for k in keys} | spread
-    assert set(cursor["dropped"]) == {f"{d[0]}|{d[1]}|{d[2]}" for d, r in got["dropped"].items()} - spread
+    spread = {sample_key(*d) for d, r in got["dropped"].items() if r == "no_reward_spread"}
+    assert set(cursor["taken"]) == {sample_key(*k) for k in keys} | spread
+    assert set(cursor["dropped"]) == {sample_key(*d) for d in got["dropped"]} - spread
     check_tis_batch(out, 3, str(tiny_model_dir))

@@ -47,7 +47,7 @@ from typing import Any
 from sdk.store import StoredSession, StoreReader
 from trainers.errors import UserError
 
-__all__ = ["StreamBatch", "StreamGroup", "StreamingSource", "session_version"]
+__all__ = ["StreamBatch", "StreamGroup", "StreamingSource", "sample_key", "session_version"]
 
 _STATE_FORMAT = 1
 #: Drop reasons, in the order they are checked.
@@ -125,8 +125,18 @@ def _pair(s: StoredSession) -> tuple[str, str, int]:
     return (str(rollout or ""), str(s.task_id), int(s.sample or 0))
 
 
+def sample_key(rollout: str, task_id: str, sample: int) -> str:
+    """A sample's key in the cursor (:meth:`StreamingSource.state`).
+
+    Example:
+        >>> sample_key("r1", "t", 3)
+        'r1|t|3'
+    """
+    return f"{rollout}|{task_id}|{sample}"
+
+
 def _pair_key(pair: tuple[str, str, int]) -> str:
-    return f"{pair[0]}|{pair[1]}|{pair[2]}"
+    return sample_key(*pair)
 
 
 class StreamingSource:

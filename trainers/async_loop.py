@@ -48,134 +48,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainers._async_collect import _continuous, _Gate, _Version
 from trainers.errors import UserError
 
 __all__ = ["run_async"]
 
 _POLL_S = 0.5
-
-
-class _Version:
-    """The policy version being served, shared by the threads."""
-
-    def __init__(self, value: int) -> None:
-        self._value = value
-        self._lock = threading.Lock()
-
-    def get(self) -> int:
-        with self._lock:
-            return self._value
-
-    def set(self, value: int) -> None:
-        with self._lock:
-            self._value = value
-
-
-class _Gate:
-    """Back-pressure: the collector waits while too many ended samples wait for the trainer.
-
-    Samples beyond ``(max_staleness + 1)`` versions' worth would only be dropped as stale, so the
-    collector starts new tasks only while the backlog the trainer last saw is below that; it also stops
-    at the sample budget (``max_samples``).
-    """
-
-    def __init__(self, limit: int, budget_tasks: int | None) -> None:
-        self.limit = limit
-        self.budget_tasks = budget_tasks
-        self.backlog = 0
-        self.changed = threading.Condition()
-
-    def set_backlog(self, n: int) -> None:
-        with self.changed:
-            self.backlog = n
-            self.changed.notify_all()
-
-    def wait_room(self, stop: threading.Event) -> None:
-        with self.changed:
-            while self.backlog >= self.limit and not stop.is_set():
-                self.changed.wait(timeout=1.0)
-
-    def feed(self, pool: list[dict[str, Any]], stop: threading.Event, start: int = 0) -> Any:
-        """Tasks in pool order, cycling, as room allows, until ``stop`` or the budget (``task_stream``)."""
-        k = start
-        while not stop.is_set() and (self.budget_tasks is None or k < self.budget_tasks):
-            self.wait_room(stop)
-            if stop.is_set():
-                return
-            yield pool[k % len(pool)]
-            k += 1
-
-
-class _ChunkCollector:
-    """``run_continuous``'s contract over the batch runner, for an ``sdk.rollout`` without it.
-
-    Chunk ``c`` runs tasks ``c*n .. c*n+n-1`` (cycling over the pool) ``group_size`` times each into
-    ``rollouts/stream-c.jsonl``; after a restart the last chunk is resumed (its finished samples kept).
-    """
-
-    def __init__(
-        self, cfg: Any, pool: list[dict[str, Any]], rollouts: Path, version: _Version, gate: _Gate
-    ) -> None:
-        self.cfg, self.pool, self.rollouts, self.version, self.gate = cfg, pool, rollouts, version, gate
-
-    def run(self, stop: threading.Event) -> None:
-        from sdk.rollout import run_rollout
-
-        cfg = self.cfg
-        n = max(1, cfg.concurrency // cfg.group_size)
-        chunk = max(0, len(list(self.rollouts.glob("stream-*.jsonl"))) - 1)
-        budget = self.gate.budget_tasks
-        while not stop.is_set() and (budget is None or chunk * n < budget):
-            self.gate.wait_room(stop)
-            if stop.is_set():
-                return
-            count = n if budget is None else min(n, budget - chunk * n)
-            tasks = [self.pool[(chunk * n + j) % len(self.pool)] for j in range(count)]
-            run_rollout(
-                cfg.agent,
-                tasks,
-                group_size=cfg.group_size,
-                concurrency=cfg.concurrency,
-                timeout=cfg.timeout,
-                reward_fn=cfg.reward_fn,
-                split="train",
-                results=self.rollouts / f"stream-{chunk}.jsonl",
-                success_threshold=cfg.success_threshold,
-                metadata={"policy_version": self.version.get()},
-            )
-            chunk += 1
-
-
-def _continuous(
-    cfg: Any, pool: list[dict[str, Any]], rollouts: Path, version: _Version, gate: _Gate
-) -> Callable[..., None]:
-    """The collector's body: ``sdk.rollout.run_continuous`` when it exists, else :class:`_ChunkCollector`."""
-    import sdk.rollout as rollout
-
-    fn = getattr(rollout, "run_continuous", None)
-    params = inspect.signature(fn).parameters if fn is not None else {}
-    if fn is None or "task_stream" not in params or (cfg.reward_fn and "reward_fn" not in params):
-        # No continuous runner, or one that cannot take the task stream or score with reward_fn.
-        return _ChunkCollector(cfg, pool, rollouts, version, gate).run
-    wanted = {
-        "results": rollouts / "stream.jsonl",
-        "concurrency": cfg.concurrency,
-        "group_size": cfg.group_size,
-        "split": "train",
-        "timeout": cfg.timeout,
-        "metadata": lambda task, sample: {"policy_version": version.get()},
-        "reward_fn": cfg.reward_fn,
-        "success_threshold": cfg.success_threshold,
-    }
-    kw = {k: v for k, v in wanted.items() if k in params}
-
-    def run(stop: threading.Event) -> None:
-        # The task stream carries back-pressure and the budget; after a restart the runner resumes its
-        # results file and gives each task that comes round its next group of samples.
-        done = len(_read_jsonl(rollouts / "stream.jsonl")) // cfg.group_size  # tasks already run (budget)
-        fn(cfg.agent, pool, stop=stop, task_stream=gate.feed(pool, stop, start=done), **kw)
-
-    return run
 
 
 class _Thread:
@@ -353,11 +231,25 @@ def _publish(policy: Any, checkpoint: str, adapter: str | None, version: int) ->
     """Serve the new weights as ``version`` (the version is passed when the server's ``update`` takes it)."""
     from trainers.policy import export_env
 
-    if "policy_version" in inspect.signature(policy.update).parameters:
-        policy.update(checkpoint, adapter=adapter, policy_version=version)
-    else:
-        policy.update(checkpoint, adapter=adapter)
+    try:
+        if "policy_version" in inspect.signature(policy.update).parameters:
+            policy.update(checkpoint, adapter=adapter, policy_version=version)
+        else:
+            policy.update(checkpoint, adapter=adapter)
+    except OSError as exc:  # the server is gone; the version is committed, a re-run serves it
+        raise UserError(f"the policy server could not load version {version}: {exc}; {_RERUN}") from None
     export_env(policy)
+
+
+_RERUN = "re-run the same command to continue after the last saved version"
+
+
+def _check_server(policy: Any) -> None:
+    """Stop when a policy server child process has exited (its samples would only fail meanwhile)."""
+    proc = getattr(policy, "_proc", None)  # LocalPolicy / VLLMPolicy child process; None in-process
+    code = proc.poll() if proc is not None else None
+    if code is not None:
+        raise UserError(f"the policy server exited (code {code}); {_RERUN}")
 
 
 def _collector_load(rollouts: Path, t0: float, t1: float, concurrency: int) -> tuple[float, float]:
@@ -451,7 +343,7 @@ def _pct(x: Any) -> str:
 
 
 def _take(
-    cfg: Any, source: Any, version: _Version, collector: _Thread, gate: _Gate, next_version: int
+    cfg: Any, source: Any, version: _Version, collector: _Thread, gate: _Gate, policy: Any, next_version: int
 ) -> tuple[list, list, float]:
     """Poll until ``sync_every`` batches of groups with reward spread are there; release the surplus.
 
@@ -465,6 +357,7 @@ def _take(
     idle = 0.0
     while True:
         collector.check("collector")
+        _check_server(policy)
         done = not collector.thread.is_alive()  # read before polling: nothing new can come after
         t = time.time()
         batch = source.poll(version.get())
@@ -653,7 +546,7 @@ def _one_version(
     """
     n = run.version + 1
     t0 = time.time()
-    groups, drops, idle = _take(cfg, source, version, collector, gate, n)
+    groups, drops, idle = _take(cfg, source, version, collector, gate, policy, n)
     if not groups:  # the end: the last drops are committed with the version trained last
         lines = {run.dropped: [{**d, "policy_version": run.version} for d in drops]}
         with validator.lock:

@@ -4,6 +4,7 @@ reason, or still offered by the saved cursor."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -72,3 +73,41 @@ def test_kill_9_mid_version_then_the_same_command_continues(tmp_path, tiny_model
     assert set(cursor["taken"]) == {sample_key(*k) for k in keys} | spread
     assert set(cursor["dropped"]) == {sample_key(*d) for d in got["dropped"]} - spread
     check_tis_batch(out, 3, str(tiny_model_dir))
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            out += [int(x) for x in (task / "children").read_text().split()]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the server process through /proc")
+def test_kill_9_of_the_policy_server_process_then_the_same_command(tmp_path, tiny_model_dir):
+    cfg = async_config(
+        tmp_path, str(tiny_model_dir), max_versions=3, policy={"subprocess": True, "threads": 1}
+    )
+    out = Path(cfg["out"])
+    cfg_path = tmp_path / "loop.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    proc = _start(cfg_path, tmp_path / "first.log")
+    deadline = time.time() + 180
+    while not (out / "state.json").exists():  # version 1 committed and served
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.time() < deadline, "version 1 never committed"
+        time.sleep(0.05)
+    (server,) = _children(proc.pid)
+    os.kill(server, signal.SIGKILL)
+    assert proc.wait(timeout=120) == 2  # one error line, no traceback
+    log = (tmp_path / "first.log").read_text()
+    assert "error: the policy server" in log and "Traceback" not in log, log
+    again = _start(cfg_path, tmp_path / "second.log")
+    assert again.wait(timeout=240) == 0, (tmp_path / "second.log").read_text()
+    got = check_run(out, cfg["max_staleness"], str(tiny_model_dir))
+    assert got["state"]["version"] == 3
+    # Samples that failed while the server was down were never trained: they are dropped with a reason.
+    failed = {k for k, r in got["dropped"].items() if r == "no_reward_after_wait"}
+    trained = {(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]}
+    assert not failed & trained

@@ -37,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 import os
@@ -472,9 +473,12 @@ def run_async(
     from trainers.policy import export_env, make_policy
     from trainers.quiet import quiet_libraries
 
+    if cfg.curriculum is not None:  # also when --mode async overrides a lock-step config
+        raise UserError("curriculum is not supported with mode: async")
     run = _AsyncRun(cfg, quiet)
     run.out.mkdir(parents=True, exist_ok=True)
     run.rollouts.mkdir(exist_ok=True)
+    (run.out / "loop-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
     pool, eval_pool = load_pools(cfg)
     sdk.configure(store=run.store)
     run.resume()

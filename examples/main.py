@@ -4,6 +4,7 @@ One command, CPU only, embedded defaults::
 
     python -m examples.main                      # LangChain agent, seed 0, out ./runs/main
     python -m examples.main --agent openai --seed 1 --out /tmp/main1
+    python -m examples.main --async              # the same job, collection and training overlapping
 
 It is the generic loop (``trainers.loop``, configured by ``examples/arithmetic/loop.yaml``) pointed at an
 ordinary agent function and a task file:
@@ -26,6 +27,11 @@ Table columns: ``validation`` is the held-out success after the round's update (
 ``train reward`` is the mean reward of the round's rollouts (by the policy *before* its update); ``groups``
 are the tasks whose G rewards differ (the others carry no GRPO signal); ``steps`` are optimizer steps of
 the round; ``wall s`` is the time since the loop started (SFT not included).
+
+``--async`` runs the loop in ``mode: async`` (``trainers.async_loop``) on the same sample budget: the agents
+keep collecting while the trainer trains ``--sync-every`` optimizer steps per published version, groups at
+most ``--max-staleness`` versions old, until the ``rounds x tasks-per-round x G`` samples are collected and
+trained on or dropped (counted); validation about ``rounds`` times beside training and once after it.
 
 Outputs in ``--out``: ``results.json`` (settings, per-round rows, summary), ``progress.png``,
 ``metrics.jsonl``, the store, the rollouts' results files, the exported episodes and each round's training
@@ -77,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--lr", type=float, default=None, help="GRPO learning rate")
     r.add_argument("--groups-per-step", type=int, default=2, help="groups per optimizer step")
     r.add_argument("--epochs", type=int, default=None, help="passes over each round's groups")
+    a = p.add_argument_group("asynchronous mode")
+    a.add_argument("--async", dest="async_mode", action="store_true", help="collect and train at once")
+    a.add_argument("--sync-every", type=int, default=4, help="optimizer steps per published version")
+    a.add_argument("--max-staleness", type=int, default=2, help="versions a trained group may lag")
     e = p.add_argument_group("evaluation and runtime")
     e.add_argument("--eval-samples", type=int, default=None, help="sampled runs per held-out task")
     e.add_argument("--workers", type=int, default=None, help="concurrent agent runs")
@@ -111,7 +121,23 @@ def loop_config(args: argparse.Namespace, model: str, tasks: dict[str, str], out
         grpo["learning_rate"] = args.lr
     if args.epochs is not None:
         grpo["num_train_epochs"] = args.epochs
+    if args.async_mode:
+        _async_settings(cfg, args)
     return cfg
+
+
+def _async_settings(cfg: dict[str, Any], args: argparse.Namespace) -> None:
+    """``mode: async`` on the lock-step job's sample budget (each group is trained on once)."""
+    cfg["train"]["grpo"].pop("num_train_epochs", None)
+    per_version = args.groups_per_step * args.sync_every
+    versions = max(1, cfg["rounds"] * cfg["tasks_per_round"] // per_version)  # if every group had signal
+    cfg.update(
+        mode="async",
+        sync_every=args.sync_every,
+        max_staleness=args.max_staleness,
+        max_samples=cfg["rounds"] * cfg["tasks_per_round"] * cfg["group_size"],
+        eval_every=max(1, versions // max(1, cfg["rounds"])),
+    )
 
 
 def _sft_checkpoint(args: argparse.Namespace, out: Path, splits: dict[str, Any]) -> tuple[str, int]:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_metrics", "read_metrics"]
+__all__ = ["plot_async_progress", "plot_metrics", "read_metrics"]
 
 
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -111,5 +111,70 @@ def plot_metrics(metrics_path: str | os.PathLike[str], output_dir: str | os.Path
             ["eval/logp_mean", "eval/logp_gap", "eval/adv_weighted_logp"],
             "nats/token",
         ),
+        _plot(
+            out / "importance.png",
+            "truncated importance sampling vs the behaviour policy",
+            rows,
+            ["tis/is_ratio_mean", "tis/is_ratio_max", "tis/is_truncated_frac"],
+            "ratio / fraction",
+        ),
     ]
     return [p for p in plots if p is not None]
+
+
+def plot_async_progress(rows: list[dict[str, Any]], path: str | os.PathLike[str], title: str) -> Path | None:
+    """``progress.png`` of the asynchronous loop: validation success and staleness by policy version.
+
+    Top: validation success (± one standard error) and the mean stored reward of the trained groups.
+    Bottom: mean and largest staleness (versions) of the trained groups, and groups dropped as stale.
+
+    Example:
+        >>> plot_async_progress([], "progress.png", "run") is None
+        True
+    """
+    train = [r for r in rows if r.get("kind") == "train"]
+    evals = [r for r in rows if r.get("kind") == "eval" and r.get("val_success") is not None]
+    if not train and not evals:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 5.4), sharex=True)
+    if evals:
+        xs = [r["policy_version"] for r in evals]
+        se = [r.get("val_success_se") or 0.0 for r in evals]
+        top.errorbar(xs, [r["val_success"] for r in evals], yerr=se, fmt="o-", label="validation success")
+    last = {r["policy_version"]: r for r in train}  # a version's last step row carries its figures
+    versions = sorted(last)
+    rewards = [
+        (v, last[v].get("reward")) for v in versions if isinstance(last[v].get("reward"), (int, float))
+    ]
+    if rewards:
+        top.plot([v for v, _ in rewards], [y for _, y in rewards], "s--", label="reward of trained groups")
+    top.set_ylabel("success / reward")
+    top.grid(alpha=0.3)
+    top.legend(fontsize=8)
+    top.set_title(title, fontsize=9)
+    mean, most = [], []
+    for v in versions:
+        hist = {int(k): n for k, n in (last[v].get("staleness_hist") or {}).items()}
+        total = sum(hist.values())
+        mean.append(sum(k * n for k, n in hist.items()) / total if total else 0.0)
+        most.append(max(hist, default=0))
+    bottom.plot(versions, mean, "o-", label="mean staleness (versions)")
+    bottom.plot(versions, most, "^:", label="max staleness")
+    bottom.bar(
+        versions,
+        [last[v].get("groups_dropped_stale", 0) for v in versions],
+        alpha=0.3,
+        label="groups dropped stale",
+    )
+    bottom.set_xlabel("policy version")
+    bottom.grid(alpha=0.3)
+    bottom.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -14,6 +14,9 @@ task file. Each round:
 6. every ``eval_every`` rounds (and before the first), the runner evaluates the validation tasks
    (split ``eval-round-N``; nothing is trained on them).
 
+``mode: async`` (or ``--mode async``) runs :mod:`trainers.async_loop` instead: collection and training
+overlap, groups at most ``max_staleness`` versions old, truncated importance sampling on the stored tokens.
+
 Curriculum (``curriculum: {start, widen_every, widen_by}``): a round draws its tasks from the easiest
 ``start`` share of the training tasks, ranked by their mean reward in earlier rounds (tasks not tried yet
 rank with the average), and the share widens by ``widen_by`` every ``widen_every`` rounds.
@@ -95,6 +98,16 @@ class LoopConfig:
         seed: Seed for training.
         id_field: Task id field.
         plot: Write ``progress.png``.
+        mode: ``sync`` (rounds, this module) or ``async`` (:mod:`trainers.async_loop`: collection and training
+            overlap; ``eval_every`` then counts versions).
+        max_staleness: async: largest ``current version - oldest turn version`` of a trained group.
+        sync_every: async: optimizer steps per published version.
+        reward_wait_s: async: seconds a finished sample may wait for a late reward.
+        max_versions: async: stop after this many versions (default: ``rounds``).
+        max_steps: async: stop after this many optimizer steps.
+        max_samples: async: the collector's sample budget (training samples); the run ends when they
+            are all trained or dropped.
+        tis_cap: async: truncated importance sampling cap (``train.tis_cap`` overrides it).
 
     Example:
         >>> LoopConfig(agent="a:f", tasks="t.jsonl", model="m").group_size
@@ -121,6 +134,14 @@ class LoopConfig:
     seed: int = 0
     id_field: str = "id"
     plot: bool = True
+    mode: str = "sync"
+    max_staleness: int = 2
+    sync_every: int = 1
+    reward_wait_s: float = 0.0
+    max_versions: int | None = None
+    max_steps: int | None = None
+    max_samples: int | None = None
+    tis_cap: float = 2.0
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -135,6 +156,8 @@ class LoopConfig:
             (self.eval_samples >= 1, "eval_samples must be >= 1"),
             (isinstance(self.train, dict), "train must be a mapping of sdk.train settings"),
             (isinstance(self.policy, dict), "policy must be a mapping"),
+            (self.mode in ("sync", "async"), f"mode must be 'sync' or 'async', got {self.mode!r}"),
+            *_async_checks(self),
         ]
         for ok, message in checks:
             if not ok:
@@ -245,6 +268,26 @@ def check_before_loading(cfg: LoopConfig) -> None:
         from trainers.trl import check_grpo_keys
 
         check_grpo_keys(config)  # type: ignore[arg-type]
+
+
+def _async_checks(cfg: LoopConfig) -> list[tuple[bool, str]]:
+    """The settings of ``mode: async`` (checked in every mode: a typo fails before anything loads)."""
+    return [
+        (
+            isinstance(cfg.max_staleness, int) and cfg.max_staleness >= 0,
+            "max_staleness must be an integer >= 0",
+        ),
+        (isinstance(cfg.sync_every, int) and cfg.sync_every >= 1, "sync_every must be an integer >= 1"),
+        (
+            isinstance(cfg.reward_wait_s, (int, float)) and cfg.reward_wait_s >= 0,
+            "reward_wait_s must be >= 0",
+        ),
+        (cfg.max_versions is None or cfg.max_versions >= 1, "max_versions must be >= 1"),
+        (cfg.max_steps is None or cfg.max_steps >= 1, "max_steps must be >= 1"),
+        (cfg.max_samples is None or cfg.max_samples >= 1, "max_samples must be >= 1"),
+        (isinstance(cfg.tis_cap, (int, float)) and cfg.tis_cap > 0, "tis_cap must be > 0"),
+        (cfg.mode != "async" or cfg.curriculum is None, "curriculum is not supported with mode: async"),
+    ]
 
 
 # -------------------------------------------------------------------------------------------- curriculum
@@ -517,7 +560,9 @@ def _train_round(
             "can load (local trl backend, or a remote backend that downloads them)"
         )
     if result.adapter:
-        return _merge_adapter(model, Path(final), out / "merged"), str(final), result.global_step
+        from trainers._loopkit import merge_adapter
+
+        return merge_adapter(model, Path(final), out / "merged"), str(final), result.global_step
     return str(final), None, result.global_step
 
 
@@ -532,21 +577,6 @@ def _train_settings(cfg: LoopConfig, model: str, out: Path) -> dict[str, Any]:
         grpo.setdefault("disable_tqdm", True)  # the loop prints one row per round, not TRL's steps
         settings["grpo"] = grpo
     return settings
-
-
-def _merge_adapter(base: str, adapter: Path, dest: Path) -> str:
-    """Merge a LoRA adapter into its base weights (the next round trains and serves full weights)."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    merged.save_pretrained(dest)
-    AutoTokenizer.from_pretrained(
-        str(adapter) if (adapter / "tokenizer_config.json").exists() else base
-    ).save_pretrained(dest)
-    return str(dest)
 
 
 def _groups_with_signal(rows: list[dict[str, Any]]) -> int:
@@ -589,21 +619,19 @@ def run_loop(
         else LoopConfig.from_yaml(config)
     )
     check_before_loading(cfg)
+    if cfg.mode == "async":
+        from trainers.async_loop import run_async
+
+        return run_async(cfg, on_version=on_round_end, quiet=quiet)
     import sdk
-    from sdk.rollout import RolloutError, load_tasks
+    from trainers._loopkit import load_pools
     from trainers.policy import export_env, make_policy
     from trainers.quiet import quiet_libraries
 
     run = _Run(cfg, on_round_end=on_round_end, quiet=quiet)
     run.out.mkdir(parents=True, exist_ok=True)
     (run.out / "loop-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
-    try:
-        pool = load_tasks(cfg.tasks, cfg.id_field)
-        eval_pool = load_tasks(cfg.eval_tasks, cfg.id_field) if cfg.eval_tasks else None
-    except RolloutError as exc:
-        raise UserError(str(exc)) from None
-    if not pool:
-        raise UserError(f"no tasks in {cfg.tasks}")
+    pool, eval_pool = load_pools(cfg)
     sdk.configure(store=run.store)
     first = run.resume()
     if first > cfg.rounds:
@@ -643,6 +671,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None, help="override rounds")
     p.add_argument("--out", default=None, help="override out")
     p.add_argument("--model", default=None, help="override model")
+    p.add_argument("--mode", choices=["sync", "async"], default=None, help="override mode")
     try:
         args = p.parse_args(argv)
     except SystemExit as exc:
@@ -650,7 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = _read_yaml(args.config)
         # Overrides join the file's settings before validation: --rounds -1 is refused like rounds: -1.
-        data.update({k: getattr(args, k) for k in ("rounds", "out", "model") if getattr(args, k) is not None})
+        overrides = ("rounds", "out", "model", "mode")
+        data.update({k: getattr(args, k) for k in overrides if getattr(args, k) is not None})
         result = run_loop(LoopConfig.from_mapping(data))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

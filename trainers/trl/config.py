@@ -21,6 +21,7 @@ class TRLGRPOConfig(TrainerConfig):
 
     Parameters that control the policy update:
         behaviour_logprobs: clip against the stored behaviour logprobs of token-faithful episodes.
+        tis_cap: truncated importance sampling cap (off-policy data; see ``trainers.trl.replay``).
         min_advantage: clamp advantages from below (0.0 = positive-only); None = signed GRPO advantages.
         grpo: any ``trl.GRPOConfig`` field, passed through (e.g. ``learning_rate``, ``loss_type``,
             ``beta``, ``num_iterations``, ``epsilon_high``, ``max_steps``, ``per_device_train_batch_size``,
@@ -45,6 +46,15 @@ class TRLGRPOConfig(TrainerConfig):
         metadata={
             "help": "Use stored behaviour logprobs of token-faithful episodes as the clipping reference "
             "(π_θ/π_behaviour); otherwise the ratio starts at 1 each update."
+        },
+    )
+    tis_cap: float | None = field(
+        default=None,
+        metadata={
+            "help": "Truncated importance sampling against the stored behaviour logprobs (the asynchronous "
+            "loop turns it on with 2.0): clip π_θ/π_prox, the policy at the start of each generation batch, "
+            "and weight each trained token's loss by min(π_prox/π_behaviour, tis_cap). None: clip "
+            "π_θ/π_behaviour directly (behaviour_logprobs)."
         },
     )
     min_advantage: float | None = field(

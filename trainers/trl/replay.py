@@ -16,7 +16,7 @@ from trl.trainer.utils import split_tensor_dict
 
 from trainers.trl._sampler import replay_sampler
 
-__all__ = ["ReplayGRPOTrainer"]
+__all__ = ["ReplayGRPOTrainer", "truncated_is_weights"]
 
 
 class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
@@ -42,8 +42,12 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         min_advantage: float | None = None,
         length_grouped: bool = False,
         episodes_log: Path | None = None,
+        tis_cap: float | None = None,
+        tis_log: Path | None = None,
         **kw: Any,
     ):
+        self._tis_cap = tis_cap
+        self._tis_log = tis_log
         self._replay_behaviour = replay_behaviour
         self._min_advantage = min_advantage
         self._curriculum = curriculum
@@ -83,11 +87,43 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         if mode == "train" and self._episodes_log is not None:
             self._log_episodes([str(x.get("episode_id")) for x in inputs])
         _use_replay_advantages(inputs, out, self._min_advantage)
-        if self._replay_behaviour:
+        if self._replay_behaviour and self._tis_cap is not None:
+            self._truncated_is(out, mode, [str(x.get("episode_id")) for x in inputs])
+        elif self._replay_behaviour:
             frac = _use_behaviour_logps(out, lambda: self._replay_policy_logps(out))
             if frac is not None:
                 self._metrics[mode]["replay/behaviour_token_frac"].append(frac)
         return out
+
+    def _truncated_is(self, out: dict[str, Any], mode: str, episode_ids: list[str]) -> None:
+        """Decoupled clipping with truncated importance sampling (TIS) against the behaviour policy.
+
+        TRL applies its own correction (``vllm_importance_sampling_correction``) only when it generated with
+        vLLM itself, so the same formula is applied here: the clipped ratio is ``π_θ / π_prox`` (the policy
+        at the start of this generation batch) and every trained token's loss is weighted by
+        ``min(π_prox / π_behaviour, tis_cap)`` (no gradient through it). The weight multiplies the
+        advantage per token, which is the same as multiplying the per-token loss for TRL's losses (all
+        linear in the advantage). Tokens without a behaviour logprob get weight 1.
+        """
+        sampling = out.get("sampling_per_token_logps")
+        if sampling is None:
+            return
+        proximal = out.get("old_per_token_logps")
+        if proximal is None:
+            proximal = self._replay_policy_logps(out)
+        loss_mask = (
+            out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
+        )
+        weights, stats = truncated_is_weights(proximal, sampling, loss_mask, float(self._tis_cap or 0.0))
+        out["old_per_token_logps"] = proximal
+        out["sampling_per_token_logps"] = torch.where(torch.isnan(sampling), proximal, sampling)
+        adv = out["advantages"]
+        out["advantages"] = (adv.unsqueeze(1) if adv.dim() == 1 else adv) * weights.to(adv.dtype)
+        for key, value in stats.items():
+            self._metrics[mode][f"tis/{key}"].append(value)
+        if self._tis_log is not None and mode == "train" and self.accelerator.is_main_process:
+            _write_tis_batch(self._tis_log, out, sampling, weights, loss_mask, episode_ids, self._tis_cap)
+            self._tis_log = None  # one batch is enough to check against
 
     def _log_episodes(self, episode_ids: list[str]) -> None:
         # Every process's share of this generation batch, written by the main process only: which
@@ -189,6 +225,63 @@ def _use_replay_advantages(
         out["advantages"] = torch.where(known, pre.to(out["advantages"].dtype), out["advantages"])
     if min_advantage is not None:
         out["advantages"] = out["advantages"].clamp(min=min_advantage)
+
+
+def truncated_is_weights(
+    proximal: Any, behaviour: Any, loss_mask: Any, cap: float
+) -> tuple[Any, dict[str, float]]:
+    """Per-token TIS weights ``min(exp(proximal - behaviour), cap)`` on trained tokens, 1 elsewhere.
+
+    ``behaviour`` is NaN where unknown (weight 1 there). Returns the weights and
+    ``{"is_ratio_mean", "is_ratio_max", "is_truncated_frac", "behaviour_token_frac"}`` over trained tokens
+    with a known behaviour logprob (ratios before truncation for mean and max).
+
+    Example:
+        >>> import torch
+        >>> w, s = truncated_is_weights(torch.tensor([[0.0, 0.0]]), torch.tensor([[-1.0, 0.0]]),
+        ...                             torch.tensor([[1, 1]]), 2.0)
+        >>> w.tolist(), s["is_truncated_frac"]
+        ([[2.0, 1.0]], 0.5)
+    """
+    known = ~torch.isnan(behaviour) & loss_mask.bool()
+    diff = torch.where(known, proximal - torch.nan_to_num(behaviour, nan=0.0), torch.zeros_like(proximal))
+    ratio = torch.exp(diff)
+    weights = torch.where(known, ratio.clamp(max=cap), torch.ones_like(ratio)).detach()
+    r = ratio[known]
+    n_trained = max(int(loss_mask.bool().sum()), 1)
+    stats = {
+        "is_ratio_mean": float(r.mean()) if r.numel() else 1.0,
+        "is_ratio_max": float(r.max()) if r.numel() else 1.0,
+        "is_truncated_frac": float((r > cap).float().mean()) if r.numel() else 0.0,
+        "behaviour_token_frac": float(known.sum()) / n_trained,
+    }
+    return weights, stats
+
+
+def _write_tis_batch(
+    path: Path,
+    out: dict[str, Any],
+    behaviour: Any,
+    weights: Any,
+    mask: Any,
+    ids: list[str],
+    cap: float | None,
+) -> None:
+    """One generation batch's TIS inputs and weights as JSON lines (checked against a reference in tests)."""
+    with path.open("w") as f:
+        for i, episode_id in enumerate(ids):
+            p = out["prompt_ids"][i][out["prompt_mask"][i].bool()].tolist()
+            c_mask = out["completion_mask"][i].bool()
+            row = {
+                "episode_id": episode_id,
+                "cap": cap,
+                "prompt_ids": p,
+                "completion_ids": out["completion_ids"][i][c_mask].tolist(),
+                "loss_mask": mask[i][c_mask].tolist(),
+                "behaviour": [None if math.isnan(x) else x for x in behaviour[i][c_mask].tolist()],
+                "weights": weights[i][c_mask].tolist(),
+            }
+            f.write(json.dumps(row) + "\n")
 
 
 def _use_behaviour_logps(out: dict[str, Any], policy_logps: Callable[[], Any]) -> float | None:

@@ -255,6 +255,8 @@ class TRLGRPOTrainer:
                     min_advantage=config.min_advantage,
                     length_grouped=config.micro_batch_size is not None,
                     episodes_log=episodes_log,
+                    tis_cap=config.tis_cap,
+                    tis_log=out_dir / "tis_batch.jsonl" if config.tis_cap is not None else None,
                 )
         except OSError as exc:
             raise UserError(
@@ -344,7 +346,14 @@ class TRLGRPOTrainer:
         for key in ("train_runtime", "train_loss", "train_steps_per_second"):
             if key in train_out.metrics:
                 out[key] = float(train_out.metrics[key])
-        for key in ("reward", "loss", "clip_ratio/region_mean", "replay/behaviour_token_frac"):
+        keys = (
+            "reward",
+            "loss",
+            "clip_ratio/region_mean",
+            "replay/behaviour_token_frac",
+            "tis/is_ratio_mean",
+        )
+        for key in keys:
             vals = [h[key] for h in hist if isinstance(h.get(key), (int, float))]
             if vals:
                 out[f"last_{key}"] = float(vals[-1])

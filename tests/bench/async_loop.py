@@ -1,0 +1,139 @@
+"""The main job in lock-step and asynchronous mode, same sample budget, with a per-tool-call latency.
+
+Each run is ``python -m examples.main --agent openai --seed S [--async]`` in a fresh process whose
+calculator tool sleeps ``L`` seconds per call (the agent's only tool; the raw ``openai`` agent, because its
+tool calls go through ``examples.arithmetic.agent.calculator``). Reported per (latency, mode, seed): wall
+time (SFT included), held-out success before and after, samples collected, and for async the staleness of
+the trained groups (versions behind: groups) and the samples dropped, by reason. The table is printed as
+Markdown; ``--json`` writes every figure.
+
+Full benchmark (issue 25's target: at 0.3 s async reaches the lock-step final success within 2 standard
+errors in <= 0.6x its wall time; at 0 s no worse than 1.1x)::
+
+    python tests/bench/async_loop.py --seeds 0 1 2 --latencies 0 0.3 1 --out /tmp/bench-async
+
+Reduced (one seed, two latencies)::
+
+    python tests/bench/async_loop.py --seeds 0 --latencies 0 0.3 --out /tmp/bench-async
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def child(latency: float, argv: list[str]) -> None:
+    """Run the main job in this process with a slow calculator tool."""
+    sys.path.insert(0, str(ROOT))
+    import examples.arithmetic.agent as agent
+    from examples.main import main
+
+    fast = agent.calculator
+
+    def slow(name: str, arguments: dict[str, Any]) -> str:
+        time.sleep(latency)
+        return fast(name, arguments)
+
+    agent.calculator = slow
+    main(argv)
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def summarize_run(out: Path, wall: float) -> dict[str, Any]:
+    """Figures of one finished run directory."""
+    res = json.loads((out / "results.json").read_text())
+    rows = _jsonl(out / "metrics.jsonl")
+    rollouts = out / "rollouts"
+    train_files = [p for p in rollouts.glob("*.jsonl") if not p.name.startswith("eval")]
+    samples = sum(len(_jsonl(p)) for p in train_files)
+    staleness: Counter[int] = Counter()
+    last = {r["policy_version"]: r for r in rows if r.get("kind") == "train"}
+    for r in last.values():
+        staleness.update({int(k): v for k, v in (r.get("staleness_hist") or {}).items()})
+    dropped = Counter(d["reason"] for d in _jsonl(out / "dropped_samples.jsonl"))
+    evals = [r for r in rows if r.get("val_success") is not None]
+    se = evals[-1].get("val_success_se") if evals else None
+    return {
+        "wall_s": round(wall, 1),
+        "pre": res["summary"]["pre"],
+        "post": res["summary"]["post"],
+        "post_se": se,
+        "samples": samples,
+        "versions_or_rounds": len(last) or len([r for r in rows if r.get("round", 0) > 0]),
+        "staleness": dict(sorted(staleness.items())),
+        "dropped": dict(dropped),
+    }
+
+
+def run_one(latency: float, seed: int, mode: str, out: Path, extra: list[str]) -> dict[str, Any]:
+    argv = ["--agent", "openai", "--seed", str(seed), "--out", str(out), "--no-plot", *extra]
+    if mode == "async":
+        argv.append("--async")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.time()
+    cmd = [sys.executable, __file__, "--child", str(latency), "--", *argv]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.time() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed ({' '.join(cmd)}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return {"latency": latency, "seed": seed, "mode": mode, **summarize_run(out, wall)}
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| tool latency | mode | seed | wall s | held-out before → after (± se) | samples | staleness | dropped |",
+        "|---:|---|---:|---:|---|---:|---|---|",
+    ]
+    for r in results:
+        se = f" ± {100 * r['post_se']:.1f}" if r.get("post_se") is not None else ""
+        lines.append(
+            f"| {r['latency']} | {r['mode']} | {r['seed']} | {r['wall_s']} | {100 * r['pre']:.1f}% → "
+            f"{100 * r['post']:.1f}%{se} | {r['samples']} | {r['staleness'] or '-'} | {r['dropped'] or '-'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--latencies", type=float, nargs="+", default=[0.0, 0.3, 1.0])
+    p.add_argument("--modes", nargs="+", default=["sync", "async"], choices=["sync", "async"])
+    p.add_argument("--out", default="runs/bench-async")
+    p.add_argument("--json", default=None, help="write all figures to this file")
+    p.add_argument("--child", type=float, default=None, help=argparse.SUPPRESS)
+    args, rest = p.parse_known_args(argv)
+    rest = [a for a in rest if a != "--"]
+    if args.child is not None:
+        child(args.child, rest)
+        return 0
+    results = []
+    for latency in args.latencies:
+        for seed in args.seeds:
+            for mode in args.modes:  # interleaved, so the machine's load hits both modes alike
+                out = Path(args.out) / f"L{latency}-s{seed}-{mode}"
+                r = run_one(latency, seed, mode, out, rest)
+                print(json.dumps(r), flush=True)
+                results.append(r)
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

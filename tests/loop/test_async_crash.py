@@ -1,0 +1,113 @@
+"""kill -9 of the asynchronous loop (collector thread, trainer and in-process server at once), then the
+same command: it continues, nothing is trained twice, every completed sample is trained, dropped with a
+reason, or still offered by the saved cursor."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from test_async_loop import async_config, check_run, check_tis_batch
+
+from trainers.data.stream import sample_key
+
+pytest.importorskip("trl")
+
+
+def _start(cfg_path: Path, log: Path) -> subprocess.Popen:
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent.parent), str(here)])}
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainers.loop", str(cfg_path)],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.slow
+def test_kill_9_mid_version_then_the_same_command_continues(tmp_path, tiny_model_dir):
+    cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=3)
+    out = Path(cfg["out"])
+    cfg_path = tmp_path / "loop.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    proc = _start(cfg_path, tmp_path / "first.log")
+    deadline = time.time() + 120
+    while not (out / "train" / "v-2").exists():  # version 1 committed, version 2 training
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.time() < deadline, "version 2 never started"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = json.loads((out / "state.json").read_text())
+    assert before["version"] in (1, 2)
+    trained_before = [json.loads(x) for x in (out / "trained_samples.jsonl").read_text().splitlines()]
+
+    again = _start(cfg_path, tmp_path / "second.log")
+    assert again.wait(timeout=240) == 0, (tmp_path / "second.log").read_text()
+    log = (tmp_path / "second.log").read_text()
+    assert f"resuming after version {before['version']}" in log
+    got = check_run(out, cfg["max_staleness"], str(tiny_model_dir))
+    assert got["state"]["version"] == 3
+    # What was committed before the kill is still there, once; the versions after it were trained once.
+    keys = [(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]]
+    assert {
+        (t["rollout"], t["task_id"], t["sample"])
+        for t in trained_before
+        if t["policy_version"] <= before["version"]
+    } <= set(keys)
+    assert sorted({t["policy_version"] for t in got["trained"]}) == [1, 2, 3]
+    # The saved cursor is the ledger: taken = trained + no-spread groups, dropped = the other drops. A completed
+    # sample in neither is offered again by the next run, never lost.
+    cursor = json.loads(Path(got["state"]["cursor"]).read_text())
+    spread = {sample_key(*d) for d, r in got["dropped"].items() if r == "no_reward_spread"}
+    assert set(cursor["taken"]) == {sample_key(*k) for k in keys} | spread
+    assert set(cursor["dropped"]) == {sample_key(*d) for d in got["dropped"]} - spread
+    check_tis_batch(out, 3, str(tiny_model_dir))
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            out += [int(x) for x in (task / "children").read_text().split()]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the server process through /proc")
+def test_kill_9_of_the_policy_server_process_then_the_same_command(tmp_path, tiny_model_dir):
+    cfg = async_config(
+        tmp_path, str(tiny_model_dir), max_versions=3, policy={"subprocess": True, "threads": 1}
+    )
+    out = Path(cfg["out"])
+    cfg_path = tmp_path / "loop.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    proc = _start(cfg_path, tmp_path / "first.log")
+    deadline = time.time() + 180
+    while not (out / "state.json").exists():  # version 1 committed and served
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.time() < deadline, "version 1 never committed"
+        time.sleep(0.05)
+    (server,) = _children(proc.pid)
+    os.kill(server, signal.SIGKILL)
+    assert proc.wait(timeout=120) == 2  # one error line, no traceback
+    log = (tmp_path / "first.log").read_text()
+    assert "error: the policy server" in log and "Traceback" not in log, log
+    again = _start(cfg_path, tmp_path / "second.log")
+    assert again.wait(timeout=240) == 0, (tmp_path / "second.log").read_text()
+    got = check_run(out, cfg["max_staleness"], str(tiny_model_dir))
+    assert got["state"]["version"] == 3
+    # Samples that failed while the server was down were never trained: they are dropped with a reason.
+    failed = {k for k, r in got["dropped"].items() if r == "no_reward_after_wait"}
+    trained = {(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]}
+    assert not failed & trained

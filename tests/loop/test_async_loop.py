@@ -1,0 +1,190 @@
+"""The asynchronous loop on the tiny model: versions, staleness bound, versions on every trained turn, TIS."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from test_loop import _config
+
+from trainers import UserError
+from trainers.loop import LoopConfig, run_loop
+
+pytest.importorskip("trl")
+pytest.importorskip("openai")
+
+
+def async_config(tmp_path: Path, model: str, **over) -> dict:
+    """The lock-step loop test's config, run asynchronously for 3 versions of one optimizer step each."""
+    cfg = _config(tmp_path, model)
+    for key in ("rounds", "tasks_per_round", "curriculum"):
+        del cfg[key]
+    cfg["train"]["grpo"]["learning_rate"] = 1.0e-2
+    cfg.update(
+        {"mode": "async", "max_versions": 3, "max_staleness": 1, "sync_every": 1, "eval_every": 2, **over}
+    )
+    return cfg
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _logps(model_dir: str, prompt: list[int], completion: list[int]) -> list[float]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion)[:, None])[:, 0].tolist()
+
+
+def check_run(out: Path, max_staleness: int, model: str) -> dict:
+    """The Done-when checks, from the store and the run's files; returns trained sessions by id."""
+    from sdk.store import read_sessions
+    from trainers.data.stream import session_version
+
+    sessions = {s.session_id: s for s in read_sessions(out / "store")}
+    trained = _jsonl(out / "trained_samples.jsonl")
+    assert trained
+    keys = [(t["rollout"], t["task_id"], t["sample"]) for t in trained]
+    assert len(keys) == len(set(keys)), "a (task, sample) was trained twice"
+    for t in trained:
+        s = sessions[t["session_id"]]
+        assert not s.superseded and s.reward is not None
+        # Every trained turn has its policy version (the call's own field, else the session's stamp).
+        assert s.calls and all(
+            isinstance(c.get("policy_version", s.metadata.get("policy_version")), int) for c in s.calls
+        )
+        stamp = s.metadata["policy_version"]  # the version served when the sample started
+        assert all(c.get("policy_version", stamp) >= stamp for c in s.calls)  # a call's own is never older
+        behaviour = session_version(s)
+        assert behaviour == t["behaviour_version"]
+        assert (t["policy_version"] - 1) - behaviour <= max_staleness  # trained while version n-1 was current
+    # Every completed training sample is trained or dropped with a reason.
+    dropped = {
+        (d["rollout"], d["task_id"], d["sample"]): d["reason"] for d in _jsonl(out / "dropped_samples.jsonl")
+    }
+    assert not set(dropped) & set(keys)
+    state = json.loads((out / "state.json").read_text())
+    rows = [r for r in _jsonl(out / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in rows] == list(range(1, state["steps"] + 1))
+    for r in rows:
+        assert all(int(k) <= max_staleness for k in r["staleness_hist"])
+        for key in (
+            "is_ratio_mean",
+            "is_ratio_max",
+            "is_truncated_frac",
+            "samples_per_s",
+            "trainer_idle_pct",
+            "collector_idle_pct",
+            "groups_dropped_stale",
+        ):
+            assert r[key] is not None, key
+    return {"sessions": sessions, "trained": trained, "dropped": dropped, "state": state}
+
+
+def check_tis_batch(out: Path, version: int, model: str) -> None:
+    """The last version's first batch: TIS weights equal min(exp(π_prox − π_behaviour), cap) by a forward pass."""
+    start = model if version == 1 else str(out / "train" / f"v-{version - 1}" / "merged")
+    rows = _jsonl(out / "train" / f"v-{version}" / "tis_batch.jsonl")
+    assert rows
+    for r in rows:
+        policy = _logps(start, r["prompt_ids"], r["completion_ids"])
+        for w, p, b, m in zip(r["weights"], policy, r["behaviour"], r["loss_mask"], strict=True):
+            expected = 1.0 if not m or b is None else min(math.exp(p - b), r["cap"])
+            assert w == pytest.approx(expected, rel=1e-3, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_async_loop_bounds_staleness_and_versions_every_trained_turn(tmp_path, tiny_model_dir):
+    cfg = async_config(tmp_path, str(tiny_model_dir))
+    out = Path(cfg["out"])
+    result = run_loop(cfg, quiet=True)
+    assert result["version"] == 3
+    got = check_run(out, 1, str(tiny_model_dir))
+    assert {t["policy_version"] for t in got["trained"]} == {1, 2, 3}
+    check_tis_batch(out, 3, str(tiny_model_dir))
+    evals = [r for r in _jsonl(out / "metrics.jsonl") if r["kind"] == "eval"]
+    assert {0, 3} <= {r["policy_version"] for r in evals} and all(r["val_success"] is not None for r in evals)
+    assert (out / "progress.png").stat().st_size > 0
+    assert run_loop(cfg, quiet=True)["version"] == 3  # finished: the same command changes nothing
+
+
+def test_async_settings_are_checked_before_anything_loads():
+    base = {"agent": "a:f", "tasks": "t", "model": "m", "mode": "async"}
+    for bad in (
+        {"max_staleness": -1},
+        {"sync_every": 0},
+        {"reward_wait_s": -1},
+        {"mode": "later"},
+        {"curriculum": {"start": 0.5}},
+        {"tis_cap": 0},
+    ):
+        with pytest.raises(UserError):
+            LoopConfig.from_mapping({**base, **bad})
+    assert LoopConfig.from_mapping(base).max_staleness == 2
+
+
+@pytest.mark.slow
+def test_the_sample_budget_ends_the_run_with_every_sample_accounted_for(tmp_path, tiny_model_dir):
+    cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=None, max_samples=24, eval_tasks=None)
+    out = Path(cfg["out"])
+    result = run_loop(cfg, quiet=True)
+    got = check_run(out, 1, str(tiny_model_dir))
+    assert result["version"] >= 1
+    # 24 samples = 6 tasks x G 4, once each: every one trained or dropped with its reason, none left over.
+    from sdk.rollout import read_results
+
+    ran = [r for p in (out / "rollouts").glob("stream*.jsonl") for r in read_results(p)]
+    assert len(ran) == 24
+    ledger = {(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]} | set(got["dropped"])
+    assert len(ledger) == 24
+
+
+@pytest.mark.slow
+def test_late_rewards_from_a_scoring_job_reach_training(tmp_path, tiny_model_dir):
+    """No reward at the end of a sample: a separate scorer adds it a while later (sdk.store.add_reward)."""
+    import random
+    import threading
+    import time
+
+    from sdk.store import add_reward, read_sessions
+
+    cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=2, reward_wait_s=60, eval_tasks=None)
+    del cfg["reward_fn"]
+    out = Path(cfg["out"])
+    stop = threading.Event()
+    scored: dict[str, float] = {}
+
+    def scorer() -> None:
+        rng = random.Random(0)
+        while not stop.is_set():
+            time.sleep(0.5)
+            if not (out / "store").is_dir():
+                continue
+            for s in read_sessions(out / "store"):
+                if (
+                    s.ended_at
+                    and s.reward is None
+                    and s.session_id not in scored
+                    and time.time() > s.ended_at + 1
+                ):
+                    scored[s.session_id] = float(rng.random() < 0.5)
+                    add_reward(out / "store", s.session_id, scored[s.session_id])
+
+    thread = threading.Thread(target=scorer, daemon=True)
+    thread.start()
+    try:
+        run_loop(cfg, quiet=True)
+    finally:
+        stop.set()
+        thread.join()
+    got = check_run(out, 1, str(tiny_model_dir))
+    for t in got["trained"]:
+        s = got["sessions"][t["session_id"]]
+        assert s.reward == scored[t["session_id"]]  # the late reward is the one trained on
+        assert s.rewards[-1]["ts"] > s.ended_at + 1

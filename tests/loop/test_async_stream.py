@@ -1,0 +1,133 @@
+"""``StreamingSource`` on stores written through the SDK: groups, late rewards, staleness, exactly once."""
+
+from __future__ import annotations
+
+import json
+
+import sdk
+from sdk.store import add_reward
+from trainers.data.stream import StreamingSource
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1e10  # later than every session's end
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _sample(task: str, k: int, *, version: int | None, reward: float | None, rollout: str = "r1") -> str:
+    meta = {"split": "train", "rollout": rollout}
+    if version is not None:
+        meta["policy_version"] = version
+    with sdk.session(task_id=task, sample=k, **meta) as s:
+        if reward is not None:
+            s.reward(reward)
+        sid = s.session_id
+    return sid
+
+
+def _source(store, clock, **kw):
+    kw.setdefault("max_staleness", 1)
+    return StreamingSource(store, group_size=2, clock=clock, reward_wait_s=60, **kw)
+
+
+def test_groups_form_once_all_samples_end_and_are_taken_once(tmp_path):
+    store = tmp_path / "store"
+    sdk.configure(store=store)
+    clock = Clock()
+    src = _source(store, clock)
+    _sample("a", 0, version=0, reward=1.0)
+    sdk.flush()
+    first = src.poll(0)
+    assert first.groups == [] and first.pending == 1  # one of two samples ended
+    _sample("a", 1, version=0, reward=0.0)
+    _sample("b", 0, version=0, reward=1.0, rollout="r2")  # another run: its own groups
+    sdk.flush()
+    second = src.poll(0)
+    assert [g.task_id for g in second.groups] == ["a"] and [s.sample for s in second.groups[0].sessions] == [
+        0,
+        1,
+    ]
+    assert second.staleness == [0] and second.pending == 1
+    assert src.poll(0).groups == []  # exactly once
+    # The cursor survives a restart: a new source with the saved state takes nothing again.
+    again = _source(store, clock, state=json.loads(json.dumps(src.state())))
+    assert again.poll(0).groups == []
+
+
+def test_a_late_reward_reaches_the_group_within_the_wait(tmp_path):
+    store = tmp_path / "store"
+    sdk.configure(store=store)
+    clock = Clock()
+    src = _source(store, clock)
+    _sample("a", 0, version=0, reward=1.0)
+    late = _sample("a", 1, version=0, reward=None)
+    sdk.flush()
+    clock.now = max(s.ended_at for s in sdk.store.read_sessions(store)) + 1
+    waiting = src.poll(0)
+    assert waiting.groups == [] and waiting.pending == 1 and not waiting.dropped
+    add_reward(store, late, 0.5)  # the scoring job answers late
+    got = src.poll(0)
+    assert len(got.groups) == 1
+    assert sorted(s.reward for s in got.groups[0].sessions) == [0.5, 1.0]
+
+
+def test_missing_reward_after_the_wait_is_dropped_and_counted(tmp_path):
+    store = tmp_path / "store"
+    sdk.configure(store=store)
+    clock = Clock()  # far past the wait
+    src = _source(store, clock)
+    for k in range(2):
+        _sample("a", k, version=0, reward=None)
+    _sample("b", 0, version=0, reward=1.0)
+    _sample("b", 1, version=0, reward=None)
+    sdk.flush()
+    got = src.poll(0)
+    assert got.groups == []
+    assert got.dropped == {"no_reward_after_wait": 3, "group_too_small": 1}
+    assert {d["reason"] for d in got.dropped_samples} == {"no_reward_after_wait", "group_too_small"}
+
+
+def test_stale_groups_are_dropped_and_counted(tmp_path):
+    store = tmp_path / "store"
+    sdk.configure(store=store)
+    src = _source(store, Clock(), max_staleness=1)
+    for task, version in (("old", 0), ("ok", 1), ("new", 2)):
+        for k in range(2):
+            _sample(task, k, version=version, reward=float(k))
+    _sample("mixed", 0, version=0, reward=1.0)  # the oldest turn decides
+    _sample("mixed", 1, version=2, reward=0.0)
+    _sample("nover", 0, version=None, reward=1.0)
+    _sample("nover", 1, version=None, reward=0.0)
+    sdk.flush()
+    got = src.poll(2)
+    assert sorted(g.task_id for g in got.groups) == ["new", "ok"]
+    assert sorted(got.staleness) == [0, 1]
+    assert got.dropped == {"stale": 4, "unknown_version": 2}
+    assert src.dropped_total == {"stale": 4, "unknown_version": 2}
+    assert src.state()["dropped"]["r1|old|0"] == "stale"
+
+
+def test_superseded_attempts_are_left_out(tmp_path):
+    from sdk.store import SegmentWriter
+    from sdk.store import _events as events
+
+    store = tmp_path / "store"
+    sdk.configure(store=store)
+    src = _source(store, Clock())
+    cut = _sample("a", 0, version=0, reward=0.0)
+    sdk.flush()
+    w = SegmentWriter(store)
+    w.append(events.encode_event(events.supersede(cut, reason="rerun", ts=1.0)))
+    w.close()
+    _sample("a", 1, version=0, reward=0.0)
+    sdk.flush()
+    assert src.poll(0).pending == 1  # the superseded attempt does not complete the group
+    rerun = _sample("a", 0, version=0, reward=1.0)
+    sdk.flush()
+    (group,) = src.poll(0).groups
+    assert rerun in {s.session_id for s in group.sessions} and cut not in {
+        s.session_id for s in group.sessions
+    }

@@ -81,17 +81,21 @@ def validation_change(out: str | os.PathLike[str], rows: list[dict[str, Any]]) -
     """
     from sdk.eval import EvalError, compare
 
-    validated = [r["round"] for r in rows if r.get("val_success") is not None]
+    # The lock-step loop validates rounds (eval-round-N.jsonl), the async loop versions (eval-vN.jsonl).
+    key, name, word = ("round", "eval-round-{}.jsonl", "round")
+    if rows and "round" not in rows[0]:
+        key, name, word = ("policy_version", "eval-v{}.jsonl", "version")
+    validated = [r[key] for r in rows if r.get(key) is not None and r.get("val_success") is not None]
     if len(validated) < 2 or validated[0] != 0:
         return None
     last = validated[-1]
     results = Path(out) / "rollouts"
     try:
-        c = compare(results / "eval-round-0.jsonl", results / f"eval-round-{last}.jsonl", resamples=10_000)
+        c = compare(results / name.format(0), results / name.format(last), resamples=10_000)
     except EvalError as exc:
-        return f"validation pass@1, round {last} vs round 0: not compared ({exc})"
+        return f"validation pass@1, {word} {last} vs {word} 0: not compared ({exc})"
     return (
-        f"validation pass@1: {100 * c.a_pass_at_1:.1f}% (round 0) -> {100 * c.b_pass_at_1:.1f}% "
-        f"(round {last}), {100 * c.difference:+.1f} points, 95% CI [{100 * c.ci_low:+.1f}, "
+        f"validation pass@1: {100 * c.a_pass_at_1:.1f}% ({word} 0) -> {100 * c.b_pass_at_1:.1f}% "
+        f"({word} {last}), {100 * c.difference:+.1f} points, 95% CI [{100 * c.ci_low:+.1f}, "
         f"{100 * c.ci_high:+.1f}], p = {c.p_value:.3g} over {c.tasks} tasks"
     )

@@ -109,6 +109,17 @@ def _by_task_and_role(
     return out
 
 
+def _assign(groups: list[Group]) -> None:
+    """Give each group's sequences their group id, role and advantage (within the group)."""
+    for g in groups:
+        advantages = group_advantages([float(ep.reward or 0.0) for ep in g.episodes])
+        for ep, adv in zip(g.episodes, advantages, strict=True):
+            for s in ep.sequences:
+                s.group_id = g.group_id
+                s.advantage = adv
+                s.role = ep.role
+
+
 def build_groups(
     episodes: Sequence[ConvertedEpisode],
     group_size: int,
@@ -121,14 +132,15 @@ def build_groups(
 ) -> tuple[list[Group], DataReport]:
     """Group converted episodes by (task, role) into GRPO groups of exactly ``group_size`` episodes.
 
-    A task with episodes of several roles (agent names) is grouped per role (group id ``task|role``); each
-    sequence gets its group id, advantage and role. Tasks (per role) with fewer than 2 episodes are dropped.
+    A task with several roles (agent names) is grouped per role (group id ``task|role``); each sequence gets
+    its group id, advantage and role. A group member is a sample (one session's threads of a role merged,
+    :func:`_by_sample`). Tasks (per role) with fewer than 2 episodes are dropped.
     A task with more than G episodes is split into several groups of G (``overflow="split"``; leftovers
     fill a last group by resampling or are left out) or reduced to a random G (``"trim"``).
     A task with 2..G-1 episodes is filled up by resampling with replacement (``underflow="resample"``) or
-    dropped (``"drop"``). Groups whose rewards are all equal carry no learning
-    signal (zero advantage) and are dropped when ``filter_zero_std``. Every change is counted in the report,
-    and each sequence's ``advantage`` is set by :func:`sdk.episodes.group_advantages` within its group.
+    dropped (``"drop"``). Groups whose rewards are all equal carry no learning signal (zero advantage) and
+    are dropped when ``filter_zero_std``. Every change is counted in the report; advantages come from
+    :func:`sdk.episodes.group_advantages`.
 
     Args:
         episodes: Output of :func:`convert_episodes`.
@@ -181,12 +193,6 @@ def build_groups(
         kept = [g for g in groups if g.reward_std > 1e-8]
         rep.groups_zero_std_filtered += len(groups) - len(kept)
         groups = kept
-    for g in groups:
-        advantages = group_advantages([float(ep.reward or 0.0) for ep in g.episodes])
-        for ep, adv in zip(g.episodes, advantages, strict=True):
-            for s in ep.sequences:
-                s.group_id = g.group_id
-                s.advantage = adv
-                s.role = ep.role
+    _assign(groups)
     rep.groups = len(groups)
     return groups, rep

@@ -65,6 +65,23 @@ def _keep_rows(path: Path, keep: Any) -> None:
     os.replace(tmp, path)
 
 
+def _replay_inputs(prepared: PreparedData, config: TRLGRPOConfig, args: Any, tok: Any) -> tuple[Any, ...]:
+    """``(units, eval_units, curriculum, dataset)``: what the replay trainer replays; TRL's prompt dataset."""
+    G = config.group_size
+    eos = tok.eos_token_id if isinstance(tok.eos_token_id, int) else 0
+    units = build_units(prepared.groups, G, scale_rewards=str(args.scale_rewards), eos_token_id=eos)
+    eval_units = build_units(prepared.eval_groups, G, scale_rewards="group", eos_token_id=eos)
+    _check_generation_batch(args.generation_batch_size, G, len(units))
+    curriculum = _make_curriculum(units, config)
+
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict(
+        {"prompt": [f"replay-unit-{i}" for i in range(len(units))], "unit": list(range(len(units)))}
+    )
+    return units, eval_units, curriculum, dataset
+
+
 @dataclass
 class BuiltTrainer:
     """A ``ReplayGRPOTrainer`` ready to train and what it was built from (``TRLGRPOTrainer.build_trainer``).
@@ -215,18 +232,7 @@ class TRLGRPOTrainer:
         out_dir = Path(config.output_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         kw, args = _grpo_args(config, prepared)
-        G = config.group_size
-        eos = tok.eos_token_id if isinstance(tok.eos_token_id, int) else 0
-        units = build_units(prepared.groups, G, scale_rewards=str(args.scale_rewards), eos_token_id=eos)
-        eval_units = build_units(prepared.eval_groups, G, scale_rewards="group", eos_token_id=eos)
-        _check_generation_batch(args.generation_batch_size, G, len(units))
-        curriculum = _make_curriculum(units, config)
-
-        from datasets import Dataset
-
-        dataset = Dataset.from_dict(
-            {"prompt": [f"replay-unit-{i}" for i in range(len(units))], "unit": list(range(len(units)))}
-        )
+        units, eval_units, curriculum, dataset = _replay_inputs(prepared, config, args, tok)
         metrics_path = out_dir / "metrics.jsonl"
         resume = self._resume_arg(config, out_dir)
         cbs, writer = _callbacks(metrics_path, curriculum, eval_units, config.eval_steps, resume is not None)
@@ -248,7 +254,9 @@ class TRLGRPOTrainer:
                     train_dataset=dataset,
                     processing_class=tok,
                     peft_config=_lora_config(config),
-                    rollout_func=make_rollout_func(units, G, behaviour_logprobs=config.behaviour_logprobs),
+                    rollout_func=make_rollout_func(
+                        units, config.group_size, behaviour_logprobs=config.behaviour_logprobs
+                    ),
                     callbacks=[*cbs, *(callbacks or [])],
                     replay_behaviour=config.behaviour_logprobs,
                     curriculum=curriculum,

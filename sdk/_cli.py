@@ -7,9 +7,27 @@ re-raises instead. Ctrl-C is ``error: interrupted`` and exit status 130.
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import NoReturn
 
-__all__ = ["error_exit"]
+__all__ = ["OneLineParser", "error_exit"]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``argparse`` parser whose bad-input report is one ``error:`` line (no usage dump) and exit 2.
+
+    Example:
+        >>> p = OneLineParser(prog="tool")
+        >>> _ = p.add_argument("--n", type=int)
+        >>> p.parse_args(["--n", "3"]).n
+        3
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``error: MESSAGE (see PROG --help)`` and exit with status 2."""
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def error_exit(exc: BaseException, *, traceback: bool = False, extra: str | None = None) -> int:

@@ -279,7 +279,9 @@ def _adapter_arg(text: str) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> None:
     """CLI: ``python -m sdk.serve --model PATH [--adapter NAME=PATH ...] [--port N] [--model-name NAME]``."""
-    p = argparse.ArgumentParser(prog="python -m sdk.serve", description=__doc__.splitlines()[0])
+    from sdk._cli import OneLineParser
+
+    p = OneLineParser(prog="python -m sdk.serve", description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="checkpoint directory (model + tokenizer); the base")
     p.add_argument(
         "--adapter",

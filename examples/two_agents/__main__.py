@@ -71,7 +71,9 @@ TRAIN: dict[str, Any] = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
-    p = argparse.ArgumentParser(
+    from sdk._cli import OneLineParser
+
+    p = OneLineParser(
         prog="python -m examples.two_agents",
         description="Train a router and a calculator agent, each its own policy (or one shared).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

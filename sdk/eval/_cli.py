@@ -12,21 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
-from sdk._cli import error_exit
+from sdk._cli import OneLineParser, error_exit
 from sdk.eval._compare import compare
 from sdk.eval._results import EvalError
 from sdk.eval._summary import summarize
 
 __all__ = ["main"]
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line, as every tracerl command reports bad input (argparse's default adds the usage).
-        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,8 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
         >>> build_parser().parse_args(["summarize", "r.jsonl"]).results
         ['r.jsonl']
     """
-    p = _Parser(prog="python -m sdk.eval", description="Evaluation figures over rollout results.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = OneLineParser(prog="python -m sdk.eval", description="Evaluation figures over rollout results.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     s = sub.add_parser("summarize", help="pass@k, pass^k, maj@k ± se, rates and costs, with a per-task table")
     s.add_argument("results", nargs="+", help="results file(s) of sdk.rollout; shards of one run are merged")
     s.add_argument("--k", default=None, help="k values, e.g. 1,4,16 (default 1, 2, 4, … up to n)")

@@ -13,7 +13,7 @@ import socket
 import sys
 from collections.abc import Callable
 
-from sdk._cli import error_exit
+from sdk._cli import OneLineParser, error_exit
 
 __all__ = ["main"]
 
@@ -32,14 +32,14 @@ Exit status: 0 on success, 1 when spans failed to export or nothing was found, 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m sdk.otel",
         description="OpenTelemetry GenAI spans out of and into tracerl.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--traceback", action="store_true", help="show the traceback of an unexpected error")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     ex = sub.add_parser("export", help="export episodes as OTLP traces")
     ex.add_argument("source", metavar="STORE_OR_PARQUET", help="store directory or episode Parquet file")

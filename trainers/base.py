@@ -149,6 +149,13 @@ class TrainerConfig(metaclass=_RenamedKeywords):
         default=50,
         metadata={"help": "Evaluate the held-out groups every N optimizer steps (and at start/end)."},
     )
+    plots: bool = field(
+        default=True,
+        metadata={
+            "help": "Draw the training metrics as PNG files in output_dir (the loops draw their own and "
+            "turn this off)."
+        },
+    )
     curriculum: bool = field(
         default=False, metadata={"help": "Train on easy groups (high mean reward) first, then expand."}
     )

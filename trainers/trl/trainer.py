@@ -183,7 +183,7 @@ class TRLGRPOTrainer:
         trainer.save_model(str(final))
         is_adapter = config.lora
         plots: list[Path] = []
-        if trainer.accelerator.is_main_process:
+        if config.plots and trainer.accelerator.is_main_process:
             from trainers._plots import plot_metrics
 
             plots = plot_metrics(metrics_path, out_dir)

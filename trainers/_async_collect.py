@@ -33,9 +33,9 @@ class _Version:
 class _Gate:
     """Back-pressure: the collector waits while too many ended samples wait for the trainer.
 
-    Samples beyond ``(max_staleness + 1)`` versions' worth would only be dropped as stale, so the
-    collector starts new tasks only while the backlog the trainer last saw is below that; it also stops
-    at the sample budget (``max_samples``).
+    Samples beyond ``max_staleness`` versions' worth would only be dropped as stale, so the collector
+    starts new tasks only while the backlog the trainer last saw is below ``limit`` (see
+    ``async_loop._backlog_limit``); it also stops at the sample budget (``max_samples``).
     """
 
     def __init__(self, limit: int, budget_tasks: int | None) -> None:

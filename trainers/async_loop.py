@@ -8,10 +8,11 @@ One process, three threads:
   around the batch runner (:class:`_ChunkCollector`: chunks of ``concurrency // group_size`` tasks, one
   results file each, run back to back; a chunk's samples all start on the version current at its start);
 - the **trainer** (the main thread) polls a :class:`~trainers.data.stream.StreamingSource` on the store;
-  once at least one batch of groups with reward spread is there, it trains ``sync_every`` optimizer steps
-  on them from the last weights (``trainers.settings.make_config`` + the backend's ``train``; a LoRA
-  adapter is merged), saves the new checkpoint with the source's cursor, and publishes the weights to the
-  policy server as version N+1 (in place: requests running finish on the old weights);
+  once at least one batch of groups with reward spread is there, it trains ``sync_every`` batches of
+  them (``train.grpo.num_train_epochs`` passes, 1 by default) from the last weights
+  (``trainers.settings.make_config`` + the backend's ``train``; a LoRA adapter is merged), saves the new
+  checkpoint with the source's cursor, and publishes the weights to the policy server as version N+1 (in
+  place: requests running finish on the old weights);
 - **validation** on the held-out tasks every ``eval_every`` versions runs beside training (its samples run
   on whatever version is served while they run; the last validation, after training stops, is exact).
 
@@ -27,7 +28,9 @@ Metrics per optimizer step in ``metrics.jsonl`` (``kind: "train"``): ``step``, `
 version the step produces), ``loss``, ``reward``, ``is_ratio_mean``, ``is_ratio_max``,
 ``is_truncated_frac``, and for its version ``staleness_hist`` ({versions behind: groups}),
 ``groups_dropped_stale``, ``samples_per_s``, ``trainer_idle_pct``, ``collector_idle_pct``; validation rows
-have ``kind: "eval"``. ``progress.png`` shows validation success and staleness by version.
+have ``kind: "eval"``. Every row has ``wall_s``, the loop's seconds so far (a resumed run goes on from
+its last row, as the lock-step loop's rows do). ``progress.png`` shows validation success and staleness by
+version.
 
 Example:
     >>> from trainers.loop import run_loop
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import inspect
 import json
 import os
@@ -94,6 +98,7 @@ class _AsyncRun:
         self.steps = 0
         self.checkpoint = cfg.model
         self.cursor: dict[str, Any] | None = None
+        self.t0 = time.time()  # rows' wall_s: seconds since this process started the loop
 
     def say(self, text: str) -> None:
         if not self.quiet:
@@ -121,6 +126,8 @@ class _AsyncRun:
             else:
                 kept = [r for r in rows if sample_key(r["rollout"], r["task_id"], r["sample"]) in decided]
             path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            if path == self.metrics:  # wall_s goes on from the last kept row, as the lock-step loop's
+                self.t0 = time.time() - max((float(r.get("wall_s") or 0) for r in kept), default=0.0)
 
     def commit(
         self,
@@ -176,10 +183,21 @@ def _groups_per_step(cfg: Any) -> int:
     return max(1, 8 // cfg.group_size)
 
 
+def _backlog_limit(cfg: Any, need: int) -> int:
+    """Ended samples the trainer may have waiting before the collector pauses.
+
+    The trainer takes ``need`` groups per version, oldest first, so a sample started behind ``B`` others
+    is trained about ``B / (need * group_size)`` versions later: beyond ``max_staleness`` versions' worth,
+    less the samples still in flight, it would only be collected to be dropped as stale.
+    """
+    per_version = need * cfg.group_size
+    return max(per_version, cfg.max_staleness * per_version - cfg.concurrency)
+
+
 def _train_version(
     cfg: Any, run: _AsyncRun, version: int, groups: list[Any]
 ) -> tuple[str, str | None, int, list]:
-    """Train ``sync_every`` optimizer steps on ``groups`` from the last weights.
+    """Train ``sync_every`` batches of ``groups`` (``num_train_epochs`` passes) from the last weights.
 
     Returns ``(full-weight checkpoint, adapter or None, steps, per-step log rows)``.
     """
@@ -200,9 +218,12 @@ def _train_version(
     settings.setdefault("group_size", cfg.group_size)
     settings.setdefault("seed", cfg.seed + version)
     settings.setdefault("tis_cap", cfg.tis_cap)
+    settings.setdefault("plots", False)  # a second per version; the loop draws progress.png itself
     settings.update(model=run.checkpoint, output_dir=str(out))
     grpo = dict(settings.get("grpo") or {})
-    grpo["max_steps"] = max(1, min(cfg.sync_every, len(groups) // _groups_per_step(cfg)))
+    # ``num_train_epochs`` passes over the version's groups, as the lock-step loop makes over a round's.
+    passes = max(1, int(grpo.pop("num_train_epochs", 1) or 1))
+    grpo["max_steps"] = passes * max(1, min(cfg.sync_every, len(groups) // _groups_per_step(cfg)))
     grpo.setdefault("disable_tqdm", True)
     grpo.setdefault("save_steps", 10**9)  # the loop saves each version itself
     batch = grpo.get("per_device_train_batch_size")
@@ -314,6 +335,7 @@ class _Validator:
             "val_reward": got.mean_reward,
             "served_version_at_end": self.version.get(),
             "eval_s": round(time.time() - t0, 1),
+            "wall_s": round(time.time() - self.run.t0, 1),
         }
         with self.lock, self.run.metrics.open("a") as f:
             f.write(json.dumps(row) + "\n")
@@ -421,6 +443,7 @@ def _version_rows(
         "samples_per_s": round(load[0], 3),
         "trainer_idle_pct": round(idle_pct, 1),
         "collector_idle_pct": round(load[1], 1),
+        "wall_s": round(time.time() - run.t0, 1),
     }
     rows = []
     for i, r in enumerate(steps):
@@ -505,8 +528,12 @@ def run_async(
     stop = threading.Event()
     need = _groups_per_step(cfg) * cfg.sync_every
     budget = None if cfg.max_samples is None else -(-cfg.max_samples // cfg.group_size)
-    gate = _Gate((cfg.max_staleness + 1) * need * cfg.group_size, budget)
+    gate = _Gate(_backlog_limit(cfg, need), budget)
     body = _continuous(cfg, pool, run.rollouts, version, gate)
+    # Each version's trainer runs a full garbage collection (accelerate's free_memory); with torch, TRL and
+    # the agents' frameworks loaded that is ~0.3 s of every version. What exists now lives as long as the
+    # loop does, so the garbage collector need not scan it again.
+    gc.freeze()
     collector = _Thread("tracerl-collector", lambda: body(stop))
     try:
         if run.version == 0 and not any(r.get("kind") == "eval" for r in _read_jsonl(run.metrics)):
@@ -544,7 +571,7 @@ def _one_version(
     gate: _Gate,
     on_version: Callable[[dict[str, Any]], None] | None,
 ) -> bool:
-    """Take groups, train ``sync_every`` steps, commit the version, publish it, validate when due.
+    """Take groups, train ``sync_every`` batches, commit the version, publish it, validate when due.
 
     Returns ``False`` when the collector has finished (sample budget) and no group is left.
     """

@@ -29,9 +29,10 @@ are the tasks whose G rewards differ (the others carry no GRPO signal); ``steps`
 the round; ``wall s`` is the time since the loop started (SFT not included).
 
 ``--async`` runs the loop in ``mode: async`` (``trainers.async_loop``) on the same sample budget: the agents
-keep collecting while the trainer trains ``--sync-every`` optimizer steps per published version, groups at
-most ``--max-staleness`` versions old, until the ``rounds x tasks-per-round x G`` samples are collected and
-trained on or dropped (counted); validation about ``rounds`` times beside training and once after it.
+keep collecting while the trainer trains ``--sync-every`` batches of groups per published version (as
+many passes as a round, ``--epochs``), groups at most ``--max-staleness`` versions old, until the
+``rounds x tasks-per-round x G`` samples are collected and trained on or dropped (counted); validation
+about ``rounds`` times beside training and once after it.
 
 Outputs in ``--out``: ``results.json`` (settings, per-round rows, summary), ``progress.png``,
 ``metrics.jsonl``, the store, the rollouts' results files, the exported episodes and each round's training
@@ -85,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--epochs", type=int, default=None, help="passes over each round's groups")
     a = p.add_argument_group("asynchronous mode")
     a.add_argument("--async", dest="async_mode", action="store_true", help="collect and train at once")
-    a.add_argument("--sync-every", type=int, default=4, help="optimizer steps per published version")
+    a.add_argument("--sync-every", type=int, default=4, help="batches of groups per published version")
     a.add_argument("--max-staleness", type=int, default=2, help="versions a trained group may lag")
     e = p.add_argument_group("evaluation and runtime")
     e.add_argument("--eval-samples", type=int, default=None, help="sampled runs per held-out task")
@@ -127,8 +128,7 @@ def loop_config(args: argparse.Namespace, model: str, tasks: dict[str, str], out
 
 
 def _async_settings(cfg: dict[str, Any], args: argparse.Namespace) -> None:
-    """``mode: async`` on the lock-step job's sample budget (each group is trained on once)."""
-    cfg["train"]["grpo"].pop("num_train_epochs", None)
+    """``mode: async`` on the lock-step job's sample budget (each group gets a round's passes)."""
     per_version = args.groups_per_step * args.sync_every
     versions = max(1, cfg["rounds"] * cfg["tasks_per_round"] // per_version)  # if every group had signal
     cfg.update(

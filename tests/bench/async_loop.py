@@ -2,9 +2,13 @@
 
 Each run is ``python -m examples.main --agent openai --seed S [--async]`` in a fresh process whose
 calculator tool sleeps ``L`` seconds per call (the agent's only tool; the raw ``openai`` agent, because its
-tool calls go through ``examples.arithmetic.agent.calculator``). Reported per (latency, mode, seed): wall
-time (SFT included), held-out success before and after, samples collected, and for async the staleness of
-the trained groups (versions behind: groups) and the samples dropped, by reason. The table is printed as
+tool calls go through ``examples.arithmetic.agent.calculator``). Reported per (latency, mode, seed): the
+loop's wall time (``wall_s`` of its last metrics row: the part the two modes differ in), the process's
+(the SFT warm start is the same in every run of a seed, so it is made by the seed's first run and reused;
+the process time of that run includes it), held-out success before and after, samples collected, and for
+async the staleness of the trained groups (versions behind: groups) and the samples dropped, by reason.
+Then per (latency, seed), the time at which each mode's validation first reached the lock-step final
+success less two standard errors, over the lock-step loop's wall time. The tables are printed as
 Markdown; ``--json`` writes every figure.
 
 Full benchmark (issue 25's target: at 0.3 s async reaches the lock-step final success within 2 standard
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -67,9 +72,12 @@ def summarize_run(out: Path, wall: float) -> dict[str, Any]:
         staleness.update({int(k): v for k, v in (r.get("staleness_hist") or {}).items()})
     dropped = Counter(d["reason"] for d in _jsonl(out / "dropped_samples.jsonl"))
     evals = [r for r in rows if r.get("val_success") is not None]
-    se = evals[-1].get("val_success_se") if evals else None
+    last = evals[-1] if evals else {}
+    se = last.get("val_success_se", last.get("val_pass_at_1_se"))
     return {
         "wall_s": round(wall, 1),
+        "loop_s": max((float(r.get("wall_s") or 0) for r in rows), default=None),
+        "validations": [(r.get("wall_s"), r["val_success"]) for r in evals],
         "pre": res["summary"]["pre"],
         "post": res["summary"]["post"],
         "post_se": se,
@@ -80,8 +88,13 @@ def summarize_run(out: Path, wall: float) -> dict[str, Any]:
     }
 
 
-def run_one(latency: float, seed: int, mode: str, out: Path, extra: list[str]) -> dict[str, Any]:
+def run_one(
+    latency: float, seed: int, mode: str, out: Path, extra: list[str], sft: Path | None = None
+) -> dict[str, Any]:
+    """One run in a fresh process; ``sft``: an SFT checkpoint of the same settings to reuse (main reuses it)."""
     argv = ["--agent", "openai", "--seed", str(seed), "--out", str(out), "--no-plot", *extra]
+    if sft is not None and (sft / "sft-settings.json").is_file() and not (out / "sft").exists():
+        shutil.copytree(sft, out / "sft")
     if mode == "async":
         argv.append("--async")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -94,16 +107,57 @@ def run_one(latency: float, seed: int, mode: str, out: Path, extra: list[str]) -
     return {"latency": latency, "seed": seed, "mode": mode, **summarize_run(out, wall)}
 
 
+def time_to_target(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (latency, seed): when each mode's validation first reached the lock-step final success less 2 se.
+
+    ``ratio`` is the async time to that target over the lock-step loop's whole wall time (the issue's
+    measure); ``ratio_same_rule`` divides by the lock-step loop's own time to the target.
+    """
+    out = []
+    runs = {(r["latency"], r["seed"], r["mode"]): r for r in results}
+    for (latency, seed, mode), sync in sorted(runs.items()):
+        other = runs.get((latency, seed, "async"))
+        if mode != "sync" or other is None or not sync["validations"]:
+            continue
+        target = sync["post"] - 2 * (sync["post_se"] or 0.0)
+        reach = {
+            m: next((t for t, v in r["validations"] if t is not None and v >= target), None)
+            for m, r in (("sync", sync), ("async", other))
+        }
+        row = {"latency": latency, "seed": seed, "target": round(target, 3), "sync_loop_s": sync["loop_s"]}
+        row.update({f"{m}_reach_s": t for m, t in reach.items()})
+        a, s_all, s_reach = reach["async"], sync["loop_s"], reach["sync"]
+        row["ratio"] = round(a / s_all, 2) if a is not None and s_all else None
+        row["ratio_same_rule"] = round(a / s_reach, 2) if a is not None and s_reach else None
+        row["loop_ratio"] = round(other["loop_s"] / s_all, 2) if other["loop_s"] and s_all else None
+        out.append(row)
+    return out
+
+
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| tool latency | mode | seed | wall s | held-out before → after (± se) | samples | staleness | dropped |",
-        "|---:|---|---:|---:|---|---:|---|---|",
+        "| tool latency | mode | seed | loop s | process s | held-out before → after (± se) | samples | "
+        "staleness | dropped |",
+        "|---:|---|---:|---:|---:|---|---:|---|---|",
     ]
     for r in results:
         se = f" ± {100 * r['post_se']:.1f}" if r.get("post_se") is not None else ""
         lines.append(
-            f"| {r['latency']} | {r['mode']} | {r['seed']} | {r['wall_s']} | {100 * r['pre']:.1f}% → "
-            f"{100 * r['post']:.1f}%{se} | {r['samples']} | {r['staleness'] or '-'} | {r['dropped'] or '-'} |"
+            f"| {r['latency']} | {r['mode']} | {r['seed']} | {r['loop_s']} | {r['wall_s']} | "
+            f"{100 * r['pre']:.1f}% → {100 * r['post']:.1f}%{se} | {r['samples']} | {r['staleness'] or '-'} | "
+            f"{r['dropped'] or '-'} |"
+        )
+    lines += [
+        "",
+        "| tool latency | seed | target | lock-step loop s | lock-step reached s | async reached s | "
+        "async / lock-step loop | same rule | async loop / lock-step loop |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for t in time_to_target(results):
+        lines.append(
+            f"| {t['latency']} | {t['seed']} | {100 * t['target']:.1f}% | {t['sync_loop_s']} | "
+            f"{t['sync_reach_s']} | {t['async_reach_s'] if t['async_reach_s'] is not None else 'not reached'} | "
+            f"{t['ratio']} | {t['ratio_same_rule']} | {t['loop_ratio']} |"
         )
     return "\n".join(lines)
 
@@ -122,16 +176,20 @@ def main(argv: list[str] | None = None) -> int:
         child(args.child, rest)
         return 0
     results = []
+    sft: dict[int, Path] = {}  # the SFT warm start is the same in every run of a seed: made once
     for latency in args.latencies:
         for seed in args.seeds:
             for mode in args.modes:  # interleaved, so the machine's load hits both modes alike
                 out = Path(args.out) / f"L{latency}-s{seed}-{mode}"
-                r = run_one(latency, seed, mode, out, rest)
+                r = run_one(latency, seed, mode, out, rest, sft.get(seed))
+                sft.setdefault(seed, out / "sft")
                 print(json.dumps(r), flush=True)
                 results.append(r)
     print(table(results))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"runs": results, "time_to_target": time_to_target(results)}, indent=2)
+        )
     return 0
 
 

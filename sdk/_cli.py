@@ -11,7 +11,13 @@ import argparse
 import sys
 from typing import NoReturn
 
-__all__ = ["OneLineParser", "error_exit"]
+__all__ = ["KEEP_ALIVE_S", "OneLineParser", "error_exit"]
+
+#: Seconds the HTTP servers (gateway, policy server, OTLP receiver) keep an idle connection open. Clients
+#: pool connections and drop idle ones after their own expiry (httpx: 5 s, as uvicorn's default): with equal
+#: timeouts a client can send on a connection the server is closing that instant, and with ``max_retries=0``
+#: the agent sees "Connection reset by peer". The server's must be the longer one.
+KEEP_ALIVE_S = 75
 
 
 class OneLineParser(argparse.ArgumentParser):

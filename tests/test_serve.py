@@ -235,3 +235,24 @@ def test_task_splits_disjoint() -> None:
     s = make_splits(1)
     keys = {k: {(t.op, t.a, t.b) for t in v} for k, v in s.items()}
     assert not (keys["eval"] & keys["train"]) and not (keys["eval"] & keys["sft"])
+
+
+def test_idle_connection_outlives_the_clients_pool_expiry(server: LocalPolicyServer) -> None:
+    """A pooled connection idle past httpx's 5 s expiry is still open: the server's keep-alive is the longer.
+
+    With equal timeouts (uvicorn's default 5 s) a client could send on a connection the server was closing
+    that instant, and an agent with ``max_retries=0`` failed with "Connection reset by peer" (seen in the
+    asynchronous loop, whose collector pauses between samples).
+    """
+    import http.client
+    import time
+
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+    conn.request("GET", "/v1/models")
+    assert conn.getresponse().read()
+    sock = conn.sock
+    time.sleep(6)
+    conn.request("GET", "/v1/models")  # the same socket: http.client reconnects only once it is closed
+    assert conn.getresponse().status == 200
+    assert conn.sock is sock
+    conn.close()

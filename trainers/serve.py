@@ -54,6 +54,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from sdk._cli import KEEP_ALIVE_S
 from sdk.openai_wire import SSE_DONE, VERSION_HEADER, error_body, sse, stream_chunks
 from trainers._engine import Engine, Generation, ModelNotFound, parse_tool_calls, render_prompt_ids
 
@@ -218,7 +219,12 @@ class LocalPolicyServer:
     def start(self, timeout: float = 30.0) -> LocalPolicyServer:
         """Start serving in a daemon thread; returns self once the socket accepts connections."""
         config = uvicorn.Config(
-            self.app, host=self.host, port=self.port, log_level="warning", access_log=False
+            self.app,
+            host=self.host,
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="tracerl-serve", daemon=True)
@@ -311,7 +317,9 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--policy-version must be >= 0")
     engine = Engine(a.model, model_name=a.model_name, adapters=adapters, policy_version=a.policy_version)
     print(f"serving {', '.join(engine.model_names)} on http://{a.host}:{a.port}/v1", flush=True)
-    uvicorn.run(create_app(engine), host=a.host, port=a.port, log_level="warning")
+    uvicorn.run(
+        create_app(engine), host=a.host, port=a.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S
+    )
 
 
 if __name__ == "__main__":

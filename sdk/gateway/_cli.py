@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sdk import _env
+from sdk._cli import KEEP_ALIVE_S
 from sdk._token_data import rejects_token_data
 
 __all__ = ["TOKEN_ENV", "main", "masked"]
@@ -177,7 +178,7 @@ def _server_config(uvicorn: Any, args: argparse.Namespace) -> Any:
         log_level=args.log_level,
         access_log=False,
         # Clients send one call after another on a connection; keep it open across an agent's tool runs.
-        timeout_keep_alive=75,
+        timeout_keep_alive=KEEP_ALIVE_S,
         # The upstream's own Server and Date headers are forwarded; uvicorn adds none of its own.
         server_header=False,
         date_header=False,

@@ -13,7 +13,7 @@ import socket
 import sys
 from collections.abc import Callable
 
-from sdk._cli import OneLineParser, error_exit
+from sdk._cli import KEEP_ALIVE_S, OneLineParser, error_exit
 
 __all__ = ["main"]
 
@@ -138,7 +138,7 @@ def _receive(args: argparse.Namespace) -> int:
             await super().startup(sockets)
             print(line, flush=True)  # only now: a client connecting right after the line gets in
 
-    Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)).run(sockets=[sock])
     return 0
 
 

@@ -5,7 +5,6 @@ See :mod:`trainers.async_loop`.
 
 from __future__ import annotations
 
-import inspect
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -65,74 +64,30 @@ class _Gate:
             k += 1
 
 
-class _ChunkCollector:
-    """``run_continuous``'s contract over the batch runner, for an ``sdk.rollout`` without it.
-
-    Chunk ``c`` runs tasks ``c*n .. c*n+n-1`` (cycling over the pool) ``group_size`` times each into
-    ``rollouts/stream-c.jsonl``; after a restart the last chunk is resumed (its finished samples kept).
-    """
-
-    def __init__(
-        self, cfg: Any, pool: list[dict[str, Any]], rollouts: Path, version: _Version, gate: _Gate
-    ) -> None:
-        self.cfg, self.pool, self.rollouts, self.version, self.gate = cfg, pool, rollouts, version, gate
-
-    def run(self, stop: threading.Event) -> None:
-        from sdk.rollout import run_rollout
-
-        cfg = self.cfg
-        n = max(1, cfg.concurrency // cfg.group_size)
-        chunk = max(0, len(list(self.rollouts.glob("stream-*.jsonl"))) - 1)
-        budget = self.gate.budget_tasks
-        while not stop.is_set() and (budget is None or chunk * n < budget):
-            self.gate.wait_room(stop)
-            if stop.is_set():
-                return
-            count = n if budget is None else min(n, budget - chunk * n)
-            tasks = [self.pool[(chunk * n + j) % len(self.pool)] for j in range(count)]
-            run_rollout(
-                cfg.agent,
-                tasks,
-                group_size=cfg.group_size,
-                concurrency=cfg.concurrency,
-                timeout=cfg.timeout,
-                reward_fn=cfg.reward_fn,
-                split="train",
-                results=self.rollouts / f"stream-{chunk}.jsonl",
-                success_threshold=cfg.success_threshold,
-                metadata={"policy_version": self.version.get()},
-            )
-            chunk += 1
-
-
 def _continuous(
     cfg: Any, pool: list[dict[str, Any]], rollouts: Path, version: _Version, gate: _Gate
 ) -> Callable[..., None]:
-    """The collector's body: ``sdk.rollout.run_continuous`` when it exists, else :class:`_ChunkCollector`."""
-    import sdk.rollout as rollout
-
-    fn = getattr(rollout, "run_continuous", None)
-    params = inspect.signature(fn).parameters if fn is not None else {}
-    if fn is None or "task_stream" not in params or (cfg.reward_fn and "reward_fn" not in params):
-        # No continuous runner, or one that cannot take the task stream or score with reward_fn.
-        return _ChunkCollector(cfg, pool, rollouts, version, gate).run
-    wanted = {
-        "results": rollouts / "stream.jsonl",
-        "concurrency": cfg.concurrency,
-        "group_size": cfg.group_size,
-        "split": "train",
-        "timeout": cfg.timeout,
-        "metadata": lambda task, sample: {"policy_version": version.get()},
-        "reward_fn": cfg.reward_fn,
-        "success_threshold": cfg.success_threshold,
-    }
-    kw = {k: v for k, v in wanted.items() if k in params}
+    """The collector's body: ``sdk.rollout.run_continuous`` over the gate's task stream."""
+    from sdk.rollout import run_continuous
 
     def run(stop: threading.Event) -> None:
         # The task stream carries back-pressure and the budget; after a restart the runner resumes its
         # results file and gives each task that comes round its next group of samples.
         done = _read_jsonl_count(rollouts / "stream.jsonl") // cfg.group_size  # tasks already run (budget)
-        fn(cfg.agent, pool, stop=stop, task_stream=gate.feed(pool, stop, start=done), **kw)
+        run_continuous(
+            cfg.agent,
+            pool,
+            stop=stop,
+            task_stream=gate.feed(pool, stop, start=done),
+            results=rollouts / "stream.jsonl",
+            concurrency=cfg.concurrency,
+            group_size=cfg.group_size,
+            split="train",
+            timeout=cfg.timeout,
+            metadata=lambda task, sample: {"policy_version": version.get()},
+            reward_fn=cfg.reward_fn,
+            success_threshold=cfg.success_threshold,
+        )
 
     return run
 

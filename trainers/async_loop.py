@@ -2,11 +2,9 @@
 
 One process, three threads:
 
-- the **collector** keeps ``concurrency`` samples in flight over the training tasks (cycling), each
-  session stamped with the policy version being served (metadata ``policy_version``). It uses
-  ``sdk.rollout.run_continuous`` when the installed ``sdk.rollout`` has it; otherwise a small adapter
-  around the batch runner (:class:`_ChunkCollector`: chunks of ``concurrency // group_size`` tasks, one
-  results file each, run back to back; a chunk's samples all start on the version current at its start);
+- the **collector** (``sdk.rollout.run_continuous``) keeps ``concurrency`` samples in flight over the
+  training tasks (cycling), each session stamped with the policy version being served (metadata
+  ``policy_version``);
 - the **trainer** (the main thread) polls a :class:`~trainers.data.stream.StreamingSource` on the store;
   once at least one batch of groups with reward spread is there, it trains ``sync_every`` batches of
   them (``train.grpo.num_train_epochs`` passes, 1 by default) from the last weights

@@ -72,8 +72,8 @@ def summarize_run(out: Path, wall: float) -> dict[str, Any]:
         staleness.update({int(k): v for k, v in (r.get("staleness_hist") or {}).items()})
     dropped = Counter(d["reason"] for d in _jsonl(out / "dropped_samples.jsonl"))
     evals = [r for r in rows if r.get("val_success") is not None]
-    last = evals[-1] if evals else {}
-    se = last.get("val_success_se", last.get("val_pass_at_1_se"))
+    final = evals[-1] if evals else {}
+    se = final.get("val_success_se", final.get("val_pass_at_1_se"))
     return {
         "wall_s": round(wall, 1),
         "loop_s": max((float(r.get("wall_s") or 0) for r in rows), default=None),

@@ -1,32 +1,48 @@
-"""The asynchronous loop's collector: the version it stamps, back-pressure, and the runner it drives.
+"""The asynchronous loop's collector: the version it stamps, back-pressure, and the process it runs in.
+
+The collector (``sdk.rollout.run_continuous``: the agents) runs in its own process, so the agents'
+Python work does not share the trainer's interpreter lock: with a small model the trainer's step is mostly
+Python, and 32 agent threads beside it made each step about three times slower. The version, the backlog
+and the stop flag are shared values; where the policy is (``TRACERL_POLICY_*``) travels in a small file
+the loop rewrites on every publish (a vLLM adapter's name changes with its version).
 
 See :mod:`trainers.async_loop`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import multiprocessing
+import os
 import threading
-from collections.abc import Callable
+import time
 from pathlib import Path
 from typing import Any
 
+from trainers.errors import UserError
+
 __all__: list[str] = []
+
+_CTX = multiprocessing.get_context("spawn")  # the loop process has threads (server, validation): no fork
+_POLL_S = 0.05
+
+
+# Shared values without locks: the loop writes them, the collector only reads, and a lock held by a
+# collector killed with -9 would never be released (the loop would hang on its next read or write).
 
 
 class _Version:
-    """The policy version being served, shared by the threads."""
+    """The policy version being served, shared with the collector process."""
 
     def __init__(self, value: int) -> None:
-        self._value = value
-        self._lock = threading.Lock()
+        self._value = _CTX.Value("q", value, lock=False)
 
     def get(self) -> int:
-        with self._lock:
-            return self._value
+        return int(self._value.value)
 
     def set(self, value: int) -> None:
-        with self._lock:
-            self._value = value
+        self._value.value = value
 
 
 class _Gate:
@@ -40,20 +56,16 @@ class _Gate:
     def __init__(self, limit: int, budget_tasks: int | None) -> None:
         self.limit = limit
         self.budget_tasks = budget_tasks
-        self.backlog = 0
-        self.changed = threading.Condition()
+        self._backlog = _CTX.Value("q", 0, lock=False)
 
     def set_backlog(self, n: int) -> None:
-        with self.changed:
-            self.backlog = n
-            self.changed.notify_all()
+        self._backlog.value = n
 
-    def wait_room(self, stop: threading.Event) -> None:
-        with self.changed:
-            while self.backlog >= self.limit and not stop.is_set():
-                self.changed.wait(timeout=1.0)
+    def wait_room(self, stop: Any) -> None:
+        while self._backlog.value >= self.limit and not stop.is_set():
+            stop.wait(_POLL_S)
 
-    def feed(self, pool: list[dict[str, Any]], stop: threading.Event, start: int = 0) -> Any:
+    def feed(self, pool: list[dict[str, Any]], stop: Any, start: int = 0) -> Any:
         """Tasks in pool order, cycling, as room allows, until ``stop`` or the budget (``task_stream``)."""
         k = start
         while not stop.is_set() and (self.budget_tasks is None or k < self.budget_tasks):
@@ -64,35 +76,144 @@ class _Gate:
             k += 1
 
 
-def _continuous(
-    cfg: Any, pool: list[dict[str, Any]], rollouts: Path, version: _Version, gate: _Gate
-) -> Callable[..., None]:
-    """The collector's body: ``sdk.rollout.run_continuous`` over the gate's task stream."""
-    from sdk.rollout import run_continuous
+def write_policy_env(path: Path) -> None:
+    """Write where the policy is now (``TRACERL_POLICY_*`` of this process) for the collector to follow."""
+    from trainers.policy import ENV_BASE_URL, ENV_MODEL
 
-    def run(stop: threading.Event) -> None:
-        # The task stream carries back-pressure and the budget; after a restart the runner resumes its
-        # results file and gives each task that comes round its next group of samples.
-        done = _read_jsonl_count(rollouts / "stream.jsonl") // cfg.group_size  # tasks already run (budget)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({k: os.environ.get(k, "") for k in (ENV_BASE_URL, ENV_MODEL)}))
+    os.replace(tmp, path)
+
+
+class _Flag:
+    """A stop flag for both processes (``threading.Event``'s ``is_set``, ``set`` and ``wait``)."""
+
+    def __init__(self) -> None:
+        self._value = _CTX.Value("b", 0, lock=False)
+
+    def is_set(self) -> bool:
+        return bool(self._value.value)
+
+    def set(self) -> None:
+        self._value.value = 1
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.is_set() and time.monotonic() < deadline:
+            time.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+        return self.is_set()
+
+
+class _Collector:
+    """The collector process: start, check, stop (the loop's side)."""
+
+    def __init__(
+        self, cfg: Any, pool: list[dict[str, Any]], out: Path, version: _Version, gate: _Gate
+    ) -> None:
+        self.stop = _Flag()
+        self.error_path = out / "collector-error.txt"
+        self.error_path.unlink(missing_ok=True)
+        args = (cfg, pool, out, version, gate, self.stop, os.getpid())
+        self.proc = _CTX.Process(target=_main, args=args, name="tracerl-collector", daemon=True)
+        self.proc.start()
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def check(self) -> None:
+        """Raise when the collector failed or was killed (its samples then stop coming)."""
+        code = self.proc.exitcode
+        if code is None or code == 0:
+            return
+        with contextlib.suppress(OSError):
+            raise UserError(f"the collector failed: {self.error_path.read_text().strip()}")
+        raise UserError(
+            f"the collector process exited (code {code}); re-run the same command to continue after the "
+            "last saved version"
+        )
+
+    def join(self, timeout: float | None) -> None:
+        """Stop starting samples, let the running ones finish, and wait (killed after ``timeout``)."""
+        self.stop.set()
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+def _main(
+    cfg: Any,
+    pool: list[dict[str, Any]],
+    out: Path,
+    version: _Version,
+    gate: _Gate,
+    stop: Any,
+    parent: int,
+) -> None:
+    """The collector process: ``run_continuous`` over the gate's task stream, stamping the served version."""
+    import sdk
+    from sdk.rollout import run_continuous
+    from trainers.quiet import quiet_libraries
+
+    quiet_libraries()
+    sdk.configure(store=out / "store")
+    threading.Thread(target=_watch_parent, args=(parent, stop), daemon=True).start()
+    results = out / "rollouts" / "stream.jsonl"
+    env = _PolicyEnv(out / "policy-env.json", version)
+    # The task stream carries back-pressure and the budget; after a restart the runner resumes its results
+    # file and gives each task that comes round its next group of samples.
+    done = _line_count(results) // cfg.group_size  # tasks already run (budget)
+    try:
         run_continuous(
             cfg.agent,
             pool,
             stop=stop,
             task_stream=gate.feed(pool, stop, start=done),
-            results=rollouts / "stream.jsonl",
+            results=results,
             concurrency=cfg.concurrency,
             group_size=cfg.group_size,
             split="train",
             timeout=cfg.timeout,
-            metadata=lambda task, sample: {"policy_version": version.get()},
+            metadata=lambda task, sample: {"policy_version": env.follow()},
             reward_fn=cfg.reward_fn,
             success_threshold=cfg.success_threshold,
         )
+    except BaseException as exc:  # reported by the loop as one line
+        (out / "collector-error.txt").write_text(f"{type(exc).__name__}: {exc}")
+        raise SystemExit(1) from None
+    finally:
+        sdk.flush()
 
-    return run
+
+class _PolicyEnv:
+    """Re-reads where the policy is when the served version changes (before a sample starts)."""
+
+    def __init__(self, path: Path, version: _Version) -> None:
+        self.path, self.version, self.seen = path, version, -1
+        self.lock = threading.Lock()
+
+    def follow(self) -> int:
+        n = self.version.get()
+        with self.lock:
+            if n != self.seen:
+                with contextlib.suppress(OSError, ValueError):
+                    os.environ.update(json.loads(self.path.read_text()))
+                self.seen = n
+        return n
 
 
-def _read_jsonl_count(path: Path) -> int:
+def _watch_parent(parent: int, stop: Any) -> None:
+    """Exit when the loop process is gone (kill -9), as if killed with it.
+
+    The next run supersedes the samples that were running (their policy server may be gone too).
+    """
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    stop.set()
+    os._exit(1)
+
+
+def _line_count(path: Path) -> int:
     try:
         return sum(1 for line in path.read_text().splitlines() if line.strip())
     except OSError:

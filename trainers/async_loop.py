@@ -1,10 +1,10 @@
 """The asynchronous loop (``mode: async``): the agents keep running while the trainer trains.
 
-One process, three threads:
+Two processes (three with a policy server of its own), the loop's with two threads:
 
-- the **collector** (``sdk.rollout.run_continuous``) keeps ``concurrency`` samples in flight over the
-  training tasks (cycling), each session stamped with the policy version being served (metadata
-  ``policy_version``);
+- the **collector** (``sdk.rollout.run_continuous``, in its own process: see
+  :mod:`trainers._async_collect`) keeps ``concurrency`` samples in flight over the training tasks
+  (cycling), each session stamped with the policy version being served (metadata ``policy_version``);
 - the **trainer** (the main thread) polls a :class:`~trainers.data.stream.StreamingSource` on the store;
   once at least one batch of groups with reward spread is there, it trains ``sync_every`` batches of
   them (``train.grpo.num_train_epochs`` passes, 1 by default) from the last weights
@@ -51,7 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainers._async_collect import _continuous, _Gate, _Version
+from trainers._async_collect import _Collector, _Gate, _Version, write_policy_env
 from trainers.errors import UserError
 
 __all__ = ["run_async"]
@@ -247,8 +247,11 @@ def _train_version(
     return str(final), None, result.global_step, steps
 
 
-def _publish(policy: Any, checkpoint: str, adapter: str | None, version: int) -> None:
-    """Serve the new weights as ``version`` (the version is passed when the server's ``update`` takes it)."""
+def _publish(policy: Any, checkpoint: str, adapter: str | None, version: int, env: Path) -> None:
+    """Serve the new weights as ``version`` (the version is passed when the server's ``update`` takes it).
+
+    Where the policy is now goes to ``env`` for the collector process, before the loop sets the version.
+    """
     from trainers.policy import export_env
 
     try:
@@ -259,6 +262,7 @@ def _publish(policy: Any, checkpoint: str, adapter: str | None, version: int) ->
     except OSError as exc:  # the server is gone; the version is committed, a re-run serves it
         raise UserError(f"the policy server could not load version {version}: {exc}; {_RERUN}") from None
     export_env(policy)
+    write_policy_env(env)
 
 
 _RERUN = "re-run the same command to continue after the last saved version"
@@ -364,7 +368,13 @@ def _pct(x: Any) -> str:
 
 
 def _take(
-    cfg: Any, source: Any, version: _Version, collector: _Thread, gate: _Gate, policy: Any, next_version: int
+    cfg: Any,
+    source: Any,
+    version: _Version,
+    collector: _Collector,
+    gate: _Gate,
+    policy: Any,
+    next_version: int,
 ) -> tuple[list, list, float]:
     """Poll until ``sync_every`` batches of groups with reward spread are there; release the surplus.
 
@@ -377,9 +387,9 @@ def _take(
     drops: list[dict[str, Any]] = []
     idle = 0.0
     while True:
-        collector.check("collector")
+        collector.check()
         _check_server(policy)
-        done = not collector.thread.is_alive()  # read before polling: nothing new can come after
+        done = not collector.alive()  # read before polling: nothing new can come after
         t = time.time()
         batch = source.poll(version.get())
         polled = time.time() - t
@@ -522,17 +532,16 @@ def run_async(
             run.checkpoint, policy_version=run.version
         )  # serve the resumed weights as their version
     export_env(policy)
+    write_policy_env(run.out / "policy-env.json")
     validator = _Validator(cfg, run, eval_pool, version)
-    stop = threading.Event()
     need = _groups_per_step(cfg) * cfg.sync_every
     budget = None if cfg.max_samples is None else -(-cfg.max_samples // cfg.group_size)
     gate = _Gate(_backlog_limit(cfg, need), budget)
-    body = _continuous(cfg, pool, run.rollouts, version, gate)
     # Each version's trainer runs a full garbage collection (accelerate's free_memory); with torch, TRL and
     # the agents' frameworks loaded that is ~0.3 s of every version. What exists now lives as long as the
     # loop does, so the garbage collector need not scan it again.
     gc.freeze()
-    collector = _Thread("tracerl-collector", lambda: body(stop))
+    collector = _Collector(cfg, pool, run.out, version, gate)
     try:
         if run.version == 0 and not any(r.get("kind") == "eval" for r in _read_jsonl(run.metrics)):
             validator.start(0)
@@ -540,15 +549,14 @@ def run_async(
             if not _one_version(cfg, run, source, version, policy, collector, validator, gate, on_version):
                 run.say("the collector's sample budget is spent and no group is left to train on")
                 break
-        stop.set()
-        collector.thread.join(timeout=None if cfg.timeout is None else 4 * cfg.timeout + 60)
+        collector.join(timeout=None if cfg.timeout is None else 4 * cfg.timeout + 60)
         validator.wait()
         if not any(
             r.get("kind") == "eval" and r["policy_version"] == run.version for r in _read_jsonl(run.metrics)
         ):
             validator.evaluate(run.version)  # nothing is collected or trained now: exact for this version
     finally:
-        stop.set()
+        collector.join(timeout=5)  # after a failure: the running samples are superseded by the next run
         policy.stop()
         sdk.flush()
     if cfg.plot:
@@ -564,7 +572,7 @@ def _one_version(
     source: Any,
     version: _Version,
     policy: Any,
-    collector: _Thread,
+    collector: _Collector,
     validator: _Validator,
     gate: _Gate,
     on_version: Callable[[dict[str, Any]], None] | None,
@@ -593,7 +601,7 @@ def _one_version(
             source.state(),
             {run.metrics: rows, run.trained: trained, run.dropped: drops},
         )
-    _publish(policy, checkpoint, adapter, n)
+    _publish(policy, checkpoint, adapter, n, run.out / "policy-env.json")
     version.set(n)
     last = rows[-1] if rows else {"policy_version": n}
     run.say(

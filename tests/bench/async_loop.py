@@ -169,11 +169,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", nargs="+", default=["sync", "async"], choices=["sync", "async"])
     p.add_argument("--out", default="runs/bench-async")
     p.add_argument("--json", default=None, help="write all figures to this file")
+    p.add_argument(
+        "--summarize",
+        action="store_true",
+        help="print the tables from the run directories already in --out (process s: the job's own wall_s)",
+    )
     p.add_argument("--child", type=float, default=None, help=argparse.SUPPRESS)
     args, rest = p.parse_known_args(argv)
     rest = [a for a in rest if a != "--"]
     if args.child is not None:
         child(args.child, rest)
+        return 0
+    if args.summarize:
+        results = []
+        for latency in args.latencies:
+            for seed in args.seeds:
+                for mode in args.modes:
+                    out = Path(args.out) / f"L{latency}-s{seed}-{mode}"
+                    if (out / "results.json").is_file():
+                        wall = json.loads((out / "results.json").read_text())["summary"]["wall_s"]
+                        results.append(
+                            {"latency": latency, "seed": seed, "mode": mode, **summarize_run(out, wall)}
+                        )
+        print(table(results))
         return 0
     results = []
     sft: dict[int, Path] = {}  # the SFT warm start is the same in every run of a seed: made once

@@ -1,6 +1,7 @@
-"""kill -9 of the asynchronous loop (collector thread, trainer and in-process server at once), then the
-same command: it continues, nothing is trained twice, every completed sample is trained, dropped with a
-reason, or still offered by the saved cursor."""
+"""kill -9 of the asynchronous loop (the loop process with its in-process server, and the collector process
+with it), of the policy server process, and of the collector process alone, then the same command: it
+continues, nothing is trained twice, every completed sample is trained, dropped with a reason, or still
+offered by the saved cursor."""
 
 from __future__ import annotations
 
@@ -75,12 +76,49 @@ def test_kill_9_mid_version_then_the_same_command_continues(tmp_path, tiny_model
     check_tis_batch(out, 3, str(tiny_model_dir))
 
 
-def _children(pid: int) -> list[int]:
-    out = []
+def _children(pid: int) -> dict[int, str]:
+    """The child processes of ``pid``: {pid: command line}."""
+    out = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(OSError):
-            out += [int(x) for x in (task / "children").read_text().split()]
+            for child in (task / "children").read_text().split():
+                cmd = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                out[int(child)] = cmd
     return out
+
+
+def _until_version_1(tmp_path: Path, cfg: dict) -> tuple[Path, Path, subprocess.Popen]:
+    """Start the loop on ``cfg`` and wait until version 1 is committed (and served)."""
+    out = Path(cfg["out"])
+    cfg_path = tmp_path / "loop.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    proc = _start(cfg_path, tmp_path / "first.log")
+    deadline = time.time() + 180
+    while not (out / "state.json").exists():
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.time() < deadline, "version 1 never committed"
+        time.sleep(0.05)
+    return out, cfg_path, proc
+
+
+def _kill_child_then_rerun(tmp_path: Path, cfg: dict, marker: str, error: str, model: str) -> dict:
+    """kill -9 the loop's child process whose command line has ``marker`` after version 1; the loop stops
+    with ``error`` (one line); the same command then finishes the 3 versions. Returns ``check_run``'s."""
+    out, cfg_path, proc = _until_version_1(tmp_path, cfg)
+    os.kill(_child(proc.pid, marker), signal.SIGKILL)
+    assert proc.wait(timeout=120) == 2  # one error line, no traceback
+    log = (tmp_path / "first.log").read_text()
+    assert error in log and "Traceback" not in log, log
+    again = _start(cfg_path, tmp_path / "second.log")
+    assert again.wait(timeout=240) == 0, (tmp_path / "second.log").read_text()
+    got = check_run(out, cfg["max_staleness"], model)
+    assert got["state"]["version"] == 3
+    return got
+
+
+def _child(pid: int, marker: str) -> int:
+    (found,) = [c for c, cmd in _children(pid).items() if marker in cmd]
+    return found
 
 
 @pytest.mark.slow
@@ -89,25 +127,42 @@ def test_kill_9_of_the_policy_server_process_then_the_same_command(tmp_path, tin
     cfg = async_config(
         tmp_path, str(tiny_model_dir), max_versions=3, policy={"subprocess": True, "threads": 1}
     )
-    out = Path(cfg["out"])
-    cfg_path = tmp_path / "loop.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg))
-    proc = _start(cfg_path, tmp_path / "first.log")
-    deadline = time.time() + 180
-    while not (out / "state.json").exists():  # version 1 committed and served
-        assert proc.poll() is None, (tmp_path / "first.log").read_text()
-        assert time.time() < deadline, "version 1 never committed"
-        time.sleep(0.05)
-    (server,) = _children(proc.pid)
-    os.kill(server, signal.SIGKILL)
-    assert proc.wait(timeout=120) == 2  # one error line, no traceback
-    log = (tmp_path / "first.log").read_text()
-    assert "error: the policy server" in log and "Traceback" not in log, log
-    again = _start(cfg_path, tmp_path / "second.log")
-    assert again.wait(timeout=240) == 0, (tmp_path / "second.log").read_text()
-    got = check_run(out, cfg["max_staleness"], str(tiny_model_dir))
-    assert got["state"]["version"] == 3
+    got = _kill_child_then_rerun(tmp_path, cfg, "sdk.serve", "error: the policy server", str(tiny_model_dir))
     # Samples that failed while the server was down were never trained: they are dropped with a reason.
     failed = {k for k, r in got["dropped"].items() if r == "no_reward_after_wait"}
     trained = {(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]}
     assert not failed & trained
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the collector process through /proc")
+def test_kill_9_of_the_collector_process_then_the_same_command(tmp_path, tiny_model_dir):
+    cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=3)
+    error = "error: the collector process exited (code -9)"
+    got = _kill_child_then_rerun(tmp_path, cfg, "multiprocessing.spawn", error, str(tiny_model_dir))
+    keys = [(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]]
+    assert len(keys) == len(set(keys))  # nothing trained twice
+    assert sorted({t["policy_version"] for t in got["trained"]}) == [1, 2, 3]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the collector process through /proc")
+def test_the_collector_exits_when_the_loop_process_is_killed_alone(tmp_path, tiny_model_dir):
+    cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=3)
+    out, cfg_path, proc = _until_version_1(tmp_path, cfg)
+    collector = _child(proc.pid, "multiprocessing.spawn")
+    os.kill(proc.pid, signal.SIGKILL)  # the loop process only, not its group
+    proc.wait()
+    deadline = time.time() + 10
+    while _running(collector):
+        assert time.time() < deadline, "the collector outlived the loop process"
+        time.sleep(0.1)
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (``/proc/PID/stat``: ``pid (comm) STATE ...``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat.rsplit(b")", 1)[1].split()[0] != b"Z"

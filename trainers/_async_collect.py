@@ -1,10 +1,11 @@
 """The asynchronous loop's collector: the version it stamps, back-pressure, and the process it runs in.
 
-The collector (``sdk.rollout.run_continuous``: the agents) runs in its own process, so the agents'
-Python work does not share the trainer's interpreter lock: with a small model the trainer's step is mostly
-Python, and 32 agent threads beside it made each step about three times slower. The version, the backlog
-and the stop flag are shared values; where the policy is (``TRACERL_POLICY_*``) travels in a small file
-the loop rewrites on every publish (a vLLM adapter's name changes with its version).
+The collector (``sdk.rollout.run_continuous``: the agents) runs in its own process, and so does each
+validation, so the agents' Python work does not share the trainer's interpreter lock: with a small model
+the trainer's step is mostly Python, and 32 agent threads beside it made each step about three times
+slower. The version, the backlog and the stop flag are shared values; where the policy is
+(``TRACERL_POLICY_*``) travels in a small file the loop rewrites on every publish (a vLLM adapter's name
+changes with its version).
 
 See :mod:`trainers.async_loop`.
 """
@@ -116,6 +117,7 @@ class _Collector:
         args = (cfg, pool, out, version, gate, self.stop, os.getpid())
         self.proc = _CTX.Process(target=_main, args=args, name="tracerl-collector", daemon=True)
         self.proc.start()
+        (out / "collector.pid").write_text(f"{self.proc.pid}\n")  # for operators (and the crash tests)
 
     def alive(self) -> bool:
         return self.proc.is_alive()
@@ -180,6 +182,41 @@ def _main(
         )
     except BaseException as exc:  # reported by the loop as one line
         (out / "collector-error.txt").write_text(f"{type(exc).__name__}: {exc}")
+        raise SystemExit(1) from None
+    finally:
+        sdk.flush()
+
+
+def run_rollout_process(out: Path, name: str, **kwargs: Any) -> None:
+    """``sdk.rollout.run_rollout(**kwargs)`` in a process of its own (validation beside training).
+
+    Raises ``UserError`` with the run's first error line when it fails.
+    """
+    error = out / f"{name}-error.txt"
+    error.unlink(missing_ok=True)
+    proc = _CTX.Process(target=_rollout_main, args=(out, name, os.getpid(), kwargs), daemon=True)
+    proc.start()
+    proc.join()
+    if proc.exitcode != 0:
+        with contextlib.suppress(OSError):
+            raise UserError(error.read_text().strip())
+        raise UserError(f"the {name} process exited (code {proc.exitcode})")
+
+
+def _rollout_main(out: Path, name: str, parent: int, kwargs: dict[str, Any]) -> None:
+    import sdk
+    from sdk.rollout import run_rollout
+    from trainers.quiet import quiet_libraries
+
+    quiet_libraries()
+    sdk.configure(store=out / "store")
+    threading.Thread(target=_watch_parent, args=(parent, _Flag()), daemon=True).start()
+    with contextlib.suppress(OSError, ValueError):
+        os.environ.update(json.loads((out / "policy-env.json").read_text()))
+    try:
+        run_rollout(**kwargs)
+    except BaseException as exc:  # reported by the loop as one line
+        (out / f"{name}-error.txt").write_text(f"{type(exc).__name__}: {exc}")
         raise SystemExit(1) from None
     finally:
         sdk.flush()

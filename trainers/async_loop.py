@@ -51,7 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainers._async_collect import _Collector, _Gate, _Version, write_policy_env
+from trainers._async_collect import _Collector, _Gate, _Version, run_rollout_process, write_policy_env
 from trainers.errors import UserError
 
 __all__ = ["run_async"]
@@ -292,7 +292,7 @@ def _collector_load(rollouts: Path, t0: float, t1: float, concurrency: int) -> t
 
 
 class _Validator:
-    """Validation rollouts in their own thread, one version at a time, rows appended to ``metrics.jsonl``."""
+    """Validation rollouts in a process, waited on by a thread; one version at a time, rows to metrics."""
 
     def __init__(
         self, cfg: Any, run: _AsyncRun, pool: list[dict[str, Any]] | None, version: _Version
@@ -306,35 +306,34 @@ class _Validator:
     def evaluate(self, n: int) -> dict[str, Any] | None:
         """Validate the weights served now as version ``n``; the row is appended and returned."""
         from sdk.eval import summarize
-        from sdk.rollout import RolloutError, run_rollout
 
         if not self.pool:
             return None
         cfg = self.cfg
         results = self.run.rollouts / f"eval-v{n}.jsonl"
         t0 = time.time()
-        try:
-            got = run_rollout(
-                cfg.agent,
-                self.pool,
-                group_size=cfg.eval_samples,
-                concurrency=cfg.concurrency,
-                timeout=cfg.timeout,
-                reward_fn=cfg.reward_fn,
-                split=f"eval-v{n}",
-                results=results,
-                success_threshold=cfg.success_threshold,
-                metadata={"policy_version": n},
-            )
-        except RolloutError as exc:
-            raise UserError(str(exc)) from None
+        run_rollout_process(
+            self.run.out,
+            "validation",
+            agent=cfg.agent,
+            tasks=self.pool,
+            group_size=cfg.eval_samples,
+            concurrency=cfg.concurrency,
+            timeout=cfg.timeout,
+            reward_fn=cfg.reward_fn,
+            split=f"eval-v{n}",
+            results=results,
+            success_threshold=cfg.success_threshold,
+            metadata={"policy_version": n},
+        )
         s = summarize(str(results), threshold=cfg.success_threshold)
+        rewards = [r["reward"] for r in _read_jsonl(results) if r.get("reward") is not None]
         row = {
             "kind": "eval",
             "policy_version": n,
             "val_success": s.pass_at_k.get(1),
             "val_success_se": s.pass_at_k_se.get(1),
-            "val_reward": got.mean_reward,
+            "val_reward": sum(rewards) / len(rewards) if rewards else None,
             "served_version_at_end": self.version.get(),
             "eval_s": round(time.time() - t0, 1),
             "wall_s": round(time.time() - self.run.t0, 1),

@@ -102,10 +102,11 @@ def _until_version_1(tmp_path: Path, cfg: dict) -> tuple[Path, Path, subprocess.
 
 
 def _kill_child_then_rerun(tmp_path: Path, cfg: dict, marker: str, error: str, model: str) -> dict:
-    """kill -9 the loop's child process whose command line has ``marker`` after version 1; the loop stops
-    with ``error`` (one line); the same command then finishes the 3 versions. Returns ``check_run``'s."""
+    """kill -9 the loop's child process whose command line has ``marker`` (``collector``: the collector)
+    after version 1; the loop stops with ``error`` (one line); the same command then finishes the 3 versions.
+    Returns ``check_run``'s."""
     out, cfg_path, proc = _until_version_1(tmp_path, cfg)
-    os.kill(_child(proc.pid, marker), signal.SIGKILL)
+    os.kill(_collector(out) if marker == "collector" else _child(proc.pid, marker), signal.SIGKILL)
     assert proc.wait(timeout=120) == 2  # one error line, no traceback
     log = (tmp_path / "first.log").read_text()
     assert error in log and "Traceback" not in log, log
@@ -114,6 +115,13 @@ def _kill_child_then_rerun(tmp_path: Path, cfg: dict, marker: str, error: str, m
     got = check_run(out, cfg["max_staleness"], model)
     assert got["state"]["version"] == 3
     return got
+
+
+def _collector(out: Path) -> int:
+    """The collector process (validation runs in processes of the same command line)."""
+    pid = int((out / "collector.pid").read_text())
+    assert _running(pid)
+    return pid
 
 
 def _child(pid: int, marker: str) -> int:
@@ -139,7 +147,7 @@ def test_kill_9_of_the_policy_server_process_then_the_same_command(tmp_path, tin
 def test_kill_9_of_the_collector_process_then_the_same_command(tmp_path, tiny_model_dir):
     cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=3)
     error = "error: the collector process exited (code -9)"
-    got = _kill_child_then_rerun(tmp_path, cfg, "multiprocessing.spawn", error, str(tiny_model_dir))
+    got = _kill_child_then_rerun(tmp_path, cfg, "collector", error, str(tiny_model_dir))
     keys = [(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]]
     assert len(keys) == len(set(keys))  # nothing trained twice
     assert sorted({t["policy_version"] for t in got["trained"]}) == [1, 2, 3]
@@ -150,7 +158,7 @@ def test_kill_9_of_the_collector_process_then_the_same_command(tmp_path, tiny_mo
 def test_the_collector_exits_when_the_loop_process_is_killed_alone(tmp_path, tiny_model_dir):
     cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=3)
     out, cfg_path, proc = _until_version_1(tmp_path, cfg)
-    collector = _child(proc.pid, "multiprocessing.spawn")
+    collector = _collector(out)
     os.kill(proc.pid, signal.SIGKILL)  # the loop process only, not its group
     proc.wait()
     deadline = time.time() + 10

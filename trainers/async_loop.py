@@ -270,8 +270,7 @@ _RERUN = "re-run the same command to continue after the last saved version"
 
 def _check_server(policy: Any) -> None:
     """Stop when a policy server child process has exited (its samples would only fail meanwhile)."""
-    proc = getattr(policy, "_proc", None)  # LocalPolicy / VLLMPolicy child process; None in-process
-    code = proc.poll() if proc is not None else None
+    code = policy.exit_code()
     if code is not None:
         raise UserError(f"the policy server exited (code {code}); {_RERUN}")
 

@@ -88,6 +88,9 @@ class PolicyServer(Protocol):
     def stop(self) -> None:
         """Stop what :meth:`start` started."""
 
+    def exit_code(self) -> int | None:
+        """The exit status of a server process that has exited; ``None`` while it runs or without one."""
+
 
 def export_env(policy: PolicyServer) -> None:
     """Tell agents in this process (and its children) where the policy is.
@@ -284,6 +287,15 @@ class LocalPolicy:
             _terminate(self._proc, 30)
             self._proc = None
 
+    def exit_code(self) -> int | None:
+        """The child server's exit status once it has exited (``None``: running, or served in-process).
+
+        Example:
+            >>> LocalPolicy("runs/sft").exit_code() is None
+            True
+        """
+        return self._proc.poll() if self._proc is not None else None
+
 
 class VLLMPolicy:
     """Launch ``vllm serve`` and keep it serving the loop's current weights (GPU machines).
@@ -428,6 +440,10 @@ class VLLMPolicy:
         _terminate(self._proc, 60)
         self._proc = None
 
+    def exit_code(self) -> int | None:
+        """The vLLM process's exit status once it has exited (``None`` while it runs or before start)."""
+        return self._proc.poll() if self._proc is not None else None
+
 
 def _same_model(a: str | None, b: str) -> bool:
     if a is None:
@@ -498,6 +514,10 @@ class ExternalPolicy:
 
     def stop(self) -> None:
         """Nothing to stop."""
+
+    def exit_code(self) -> int | None:
+        """Always ``None``: the server is not this process's child."""
+        return None
 
 
 def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | None = None) -> PolicyServer:

@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--epochs", type=int, default=None, help="passes over each round's groups")
     a = p.add_argument_group("asynchronous mode")
     a.add_argument("--async", dest="async_mode", action="store_true", help="collect and train at once")
-    a.add_argument("--sync-every", type=int, default=4, help="batches of groups per published version")
+    a.add_argument("--sync-every", type=int, default=8, help="batches of groups per published version")
     a.add_argument("--max-staleness", type=int, default=2, help="versions a trained group may lag")
     e = p.add_argument_group("evaluation and runtime")
     e.add_argument("--eval-samples", type=int, default=None, help="sampled runs per held-out task")

@@ -101,8 +101,7 @@ class LoopConfig:
         mode: ``sync`` (rounds, this module) or ``async`` (:mod:`trainers.async_loop`: collection and training
             overlap; ``eval_every`` then counts versions).
         max_staleness: async: largest ``current version - oldest turn version`` of a trained group.
-        sync_every: async: batches of groups per published version (each trained
-            ``train.grpo.num_train_epochs`` passes).
+        sync_every: async: batches of groups per published version (``num_train_epochs`` passes each).
         reward_wait_s: async: seconds a finished sample may wait for a late reward.
         max_versions: async: stop after this many versions (default: ``rounds``).
         max_steps: async: stop after this many optimizer steps.

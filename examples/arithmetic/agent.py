@@ -3,9 +3,11 @@
 ``solve`` / ``solve_openai`` are the entry points ``sdk.rollout`` and the loop call: a task dict in, the
 final answer out (``examples.arithmetic.task:reward_fn`` scores it).
 
-Both talk to any OpenAI-compatible endpoint (``python -m sdk.serve``); nothing here knows about
-training. They ask for logprobs and vLLM-style token ids (``return_token_ids``), which the server
-returns and a capture layer can store.
+Both talk to any OpenAI-compatible endpoint (``python -m sdk.serve``); nothing here knows about training.
+``ARITHMETIC_TOOL_LATENCY_S`` makes each calculator call wait that long, as a real tool would (the
+asynchronous-loop benchmark sets it; read from the environment so that agents in the loop's collector and
+validation processes wait too). They ask for logprobs and vLLM-style token ids (``return_token_ids``), which
+the server returns and a capture layer can store.
 
 Example:
     >>> agent = make_langchain_agent("http://127.0.0.1:8000/v1")           # doctest: +SKIP
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import Any
 
 from examples.arithmetic.task import SYSTEM_PROMPT, TOOLS, Task, calculator, reward, task_from_dict
@@ -31,14 +34,23 @@ def _lc_tools() -> list[Any]:
     @tool
     def add(a: int, b: int) -> int:
         """Add two integers."""
+        _tool_latency()
         return a + b
 
     @tool
     def mul(a: int, b: int) -> int:
         """Multiply two integers."""
+        _tool_latency()
         return a * b
 
     return [add, mul]
+
+
+def _tool_latency() -> None:
+    """Wait ``ARITHMETIC_TOOL_LATENCY_S`` seconds (default 0), as a slow tool would."""
+    delay = float(os.environ.get("ARITHMETIC_TOOL_LATENCY_S") or 0)
+    if delay > 0:
+        time.sleep(delay)
 
 
 def make_langchain_agent(
@@ -157,6 +169,7 @@ def run_openai(
                 args = json.loads(c["function"]["arguments"])
             except json.JSONDecodeError:
                 args = {}
+            _tool_latency()
             result = calculator(c["function"]["name"], args if isinstance(args, dict) else {})
             messages.append({"role": "tool", "tool_call_id": c["id"], "content": result})
     return {"answer": answer, "reward": reward(task, answer), "messages": messages, "responses": responses}

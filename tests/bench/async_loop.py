@@ -1,15 +1,14 @@
 """The main job in lock-step and asynchronous mode, same sample budget, with a per-tool-call latency.
 
 Each run is ``python -m examples.main --agent openai --seed S [--async]`` in a fresh process whose
-calculator tool sleeps ``L`` seconds per call (the agent's only tool; the raw ``openai`` agent, because its
-tool calls go through ``examples.arithmetic.agent.calculator``). Reported per (latency, mode, seed): the
-loop's wall time (``wall_s`` of its last metrics row: the part the two modes differ in), the process's
-(the SFT warm start is the same in every run of a seed, so it is made by the seed's first run and reused;
-the process time of that run includes it), held-out success before and after, samples collected, and for
-async the staleness of the trained groups (versions behind: groups) and the samples dropped, by reason.
-Then per (latency, seed), the time at which each mode's validation first reached the lock-step final
-success less two standard errors, over the lock-step loop's wall time. The tables are printed as
-Markdown; ``--json`` writes every figure.
+calculator tool sleeps ``L`` seconds per call (``ARITHMETIC_TOOL_LATENCY_S``; the raw ``openai`` agent).
+Reported per (latency, mode, seed): the loop's wall time (``wall_s`` of its last metrics row: the part the
+two modes differ in), the process's (the SFT warm start is the same in every run of a seed, so it is made by
+the seed's first run and reused; the process time of that run includes it), held-out success before and
+after, samples collected, and for async the staleness of the trained groups (versions behind: groups) and
+the samples dropped, by reason. Then per (latency, seed), the time at which each mode's validation first
+reached the lock-step final success less two standard errors, over the lock-step loop's wall time. The
+tables are printed as Markdown; ``--json`` writes every figure.
 
 Full benchmark (issue 25's target: at 0.3 s async reaches the lock-step final success within 2 standard
 errors in <= 0.6x its wall time; at 0 s no worse than 1.1x)::
@@ -38,18 +37,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def child(latency: float, argv: list[str]) -> None:
-    """Run the main job in this process with a slow calculator tool."""
+    """Run the main job in this process with a slow calculator tool.
+
+    The latency goes through the environment (``ARITHMETIC_TOOL_LATENCY_S``): the async loop's collector and
+    validation run in spawned processes, which a patch of this process's modules would not reach.
+    """
     sys.path.insert(0, str(ROOT))
-    import examples.arithmetic.agent as agent
+    os.environ["ARITHMETIC_TOOL_LATENCY_S"] = str(latency)
     from examples.main import main
 
-    fast = agent.calculator
-
-    def slow(name: str, arguments: dict[str, Any]) -> str:
-        time.sleep(latency)
-        return fast(name, arguments)
-
-    agent.calculator = slow
     main(argv)
 
 

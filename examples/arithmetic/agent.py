@@ -59,6 +59,8 @@ def make_langchain_agent(
     temperature: float = 1.0,
     max_tokens: int = 48,
     http_client: Any = None,
+    tools: list[Any] | None = None,
+    system_prompt: str = SYSTEM_PROMPT,
 ) -> Any:
     """A LangChain ``create_agent`` ReAct agent with the calculator tools on ``ChatOpenAI``.
 
@@ -68,6 +70,8 @@ def make_langchain_agent(
         temperature: sampling temperature (1.0 for RL collection).
         max_tokens: per-call completion cap.
         http_client: optional ``openai.DefaultHttpxClient`` (e.g. with a recording transport).
+        tools: LangChain tools (default: this example's ``add`` and ``mul``).
+        system_prompt: the agent's system prompt.
 
     Example:
         >>> agent = make_langchain_agent("http://127.0.0.1:8000/v1")  # doctest: +SKIP
@@ -89,7 +93,7 @@ def make_langchain_agent(
         extra_body={"return_token_ids": True},
         **kwargs,
     )
-    return create_agent(model=llm, tools=_lc_tools(), system_prompt=SYSTEM_PROMPT)
+    return create_agent(model=llm, tools=_lc_tools() if tools is None else tools, system_prompt=system_prompt)
 
 
 def run_langchain(

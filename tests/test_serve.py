@@ -256,3 +256,21 @@ def test_idle_connection_outlives_the_clients_pool_expiry(server: LocalPolicySer
     assert conn.getresponse().status == 200
     assert conn.sock is sock
     conn.close()
+
+
+def test_generation_keeps_no_autograd_graph(server: LocalPolicyServer, client: openai.OpenAI) -> None:
+    """Every forward pass of generation runs in inference mode, and the prompt's computes only the last
+    position's logits: a graph or full-prompt logits kept per batch took a 135M model's server to ~20 GB."""
+    seen: list[tuple[bool, int]] = []
+    model = server.engine.model
+
+    def hook(_module, _args, output):
+        seen.append((torch.is_inference_mode_enabled(), output.logits.shape[1]))
+
+    handle = model.register_forward_hook(hook)
+    try:
+        client.chat.completions.create(model="policy", messages=MSGS, max_tokens=4, temperature=1.0)
+    finally:
+        handle.remove()
+    assert seen and all(inference for inference, _ in seen)
+    assert all(positions == 1 for _, positions in seen)  # prefill included: logits_to_keep=1

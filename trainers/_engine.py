@@ -396,7 +396,6 @@ class Engine:
                 g.policy_version = slot.version
         return results
 
-    @torch.inference_mode()
     def _prefill(self, **inputs: Any) -> Any:
         """The prompt's forward pass, computing logits at its last position only.
 
@@ -412,6 +411,7 @@ class Engine:
                 self._last_logits_only = False
         return self.model(**inputs)
 
+    @torch.inference_mode()
     def _generate_batch(self, reqs: list[_Request]) -> list[Generation]:
         """Left-padded batched sampling with a KV cache; rows stop independently."""
         n = len(reqs)

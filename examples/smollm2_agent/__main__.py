@@ -14,9 +14,9 @@ all timed together:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -215,7 +215,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the example; returns the summary (also written to ``--out/summary.json``)."""
     import yaml
 
-    p = argparse.ArgumentParser(prog="python -m examples.smollm2_agent", description=__doc__.splitlines()[0])
+    from sdk._cli import OneLineParser
+
+    p = OneLineParser(prog="python -m examples.smollm2_agent", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/smollm2-agent")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=None, help="override the loop's rounds")
@@ -227,8 +229,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--sft-lr", type=float, default=1e-4)
     p.add_argument("--set", action="append", default=[], metavar="KEY=YAML", help="override a loop.yaml key")
     args = p.parse_args(argv)
+    for flag, value, low in (
+        ("--rounds", args.rounds, 0),
+        ("--threads", args.threads, 1),
+        ("--train-tasks", args.train_tasks, 1),
+        ("--eval-tasks", args.eval_tasks, 1),
+        ("--sft-demos", args.sft_demos, 1),
+        ("--sft-steps", args.sft_steps, 1),
+    ):
+        if value is not None and value < low:
+            p.error(f"{flag} must be >= {low}, got {value}")
+    if not args.sft_lr > 0:
+        p.error(f"--sft-lr must be > 0, got {args.sft_lr}")
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            p.error(f"--set takes KEY=YAML, got {item!r}")
+        try:
+            yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            p.error(f"--set {key}: not YAML: {str(exc).splitlines()[0]}")
     import torch
 
+    from trainers.quiet import quiet_libraries
+
+    quiet_libraries()  # its own lines only, as the main job (no third-party bars and warnings)
     torch.set_num_threads(args.threads)
     from examples.smollm2_agent.agent import make_tasks
     from trainers.loop import run_loop
@@ -265,5 +290,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return summary
 
 
+def _cli() -> int:
+    """``main`` with bad settings, paths and files as one ``error:`` line and exit status 2."""
+    import yaml
+
+    from sdk._cli import error_exit
+    from trainers.errors import UserError
+
+    try:
+        main()
+    except UserError as exc:  # already worded for the user
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, yaml.YAMLError, KeyboardInterrupt) as exc:
+        return error_exit(exc)
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(_cli())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainers._memory import release_memory
 from trainers.errors import UserError
 
 __all__ = ["load_pools", "merge_adapter"]
@@ -48,4 +49,6 @@ def merge_adapter(base: str, adapter: Path, dest: Path) -> str:
     AutoTokenizer.from_pretrained(
         str(adapter) if (adapter / "tokenizer_config.json").exists() else base
     ).save_pretrained(dest)
+    del model, merged
+    release_memory()
     return str(dest)

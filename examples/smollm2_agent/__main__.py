@@ -58,6 +58,7 @@ def warm_start(base: str, dest: Path, demos: list[dict[str, Any]], steps: int, l
 
     from examples.arithmetic.policy import encode_with_mask, save_policy, sft
     from examples.smollm2_agent.agent import demonstration, lc_tools
+    from trainers._memory import release_memory
 
     if (dest / "config.json").is_file():
         return str(dest)
@@ -67,7 +68,10 @@ def warm_start(base: str, dest: Path, demos: list[dict[str, Any]], steps: int, l
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     examples = [encode_with_mask(tok, demonstration(t), tools) for t in demos]
     sft(model, tok, [], steps=steps, batch_size=4, lr=lr, seed=seed, log_every=0, examples=examples)
-    return save_policy(model, tok, dest)
+    saved = save_policy(model, tok, dest)
+    del model
+    release_memory()  # the optimizer's and activations' 2 GB, before the loop's server and trainer start
+    return saved
 
 
 def validity(store: str | Path, split: str) -> dict[str, Any]:

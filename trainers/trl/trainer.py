@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from trainers._memory import release_memory
 from trainers.base import PreparedData, TrainerConfig, TrainResult, load_tokenizer, prepare_data
 from trainers.errors import UserError
 from trainers.trl._args import (
@@ -188,7 +189,7 @@ class TRLGRPOTrainer:
 
             plots = plot_metrics(metrics_path, out_dir)
         metrics = self._summary(trainer, train_out)
-        return TrainResult(
+        result = TrainResult(
             output_dir=out_dir,
             checkpoint=final,
             adapter=is_adapter,
@@ -199,6 +200,11 @@ class TRLGRPOTrainer:
             metrics=metrics,
             report=built.prepared.report,
         )
+        # The model, optimizer and activations are garbage now: a loop that trains again in this process
+        # (every round) would otherwise keep this run's peak resident.
+        del trainer, built, train_out
+        release_memory()
+        return result
 
     def build_trainer(
         self,

@@ -1,0 +1,38 @@
+"""Give memory the process no longer uses back to the operating system (after training, merging)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import sys
+
+__all__ = ["release_memory"]
+
+_libc: ctypes.CDLL | None = None
+
+
+def release_memory() -> bool:
+    """Collect garbage, then return glibc's free heap pages to the OS; ``True`` when pages were returned.
+
+    Why: a training run on CPU allocates and frees gigabytes of activations; glibc keeps the freed
+    chunks in its arenas for reuse, so a long-lived process (the loop: policy server, agents and a trainer
+    per round) carried the last round's peak as resident memory into the next (measured: 13.8 GB resident
+    between rounds of ``examples.smollm2_agent`` after a 17 GB training peak). ``malloc_trim(0)`` hands
+    them back. A no-op (``False``) where the C library is not glibc.
+
+    Example:
+        >>> release_memory() in (True, False)
+        True
+    """
+    global _libc
+    gc.collect()
+    if not sys.platform.startswith("linux"):
+        return False
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        except OSError:
+            return False
+    trim = getattr(_libc, "malloc_trim", None)  # glibc only (musl has none)
+    return bool(trim(0)) if trim is not None else False

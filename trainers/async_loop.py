@@ -302,8 +302,12 @@ class _Validator:
         self.busy = threading.Lock()
         self.thread: _Thread | None = None
 
-    def evaluate(self, n: int) -> dict[str, Any] | None:
-        """Validate the weights served now as version ``n``; the row is appended and returned."""
+    def evaluate(self, n: int, *, alone: bool = False) -> dict[str, Any] | None:
+        """Validate the weights served now as version ``n``; the row is appended and returned.
+
+        ``alone``: nothing else runs (the final validation), so the agents run in this process and the
+        seconds a fresh process needs to start and import them are saved.
+        """
         from sdk.eval import summarize
 
         if not self.pool:
@@ -311,7 +315,7 @@ class _Validator:
         cfg = self.cfg
         results = self.run.rollouts / f"eval-v{n}.jsonl"
         t0 = time.time()
-        run_rollout_process(
+        (_rollout_here if alone else run_rollout_process)(
             self.run.out,
             "validation",
             agent=cfg.agent,
@@ -359,6 +363,16 @@ class _Validator:
         if self.thread is not None:
             self.thread.thread.join()
             self.thread.check("validation")
+
+
+def _rollout_here(out: Path, name: str, **kwargs: Any) -> None:
+    """``run_rollout_process``'s contract in this process: a failed run is one ``UserError`` line."""
+    from sdk.rollout import RolloutError, run_rollout
+
+    try:
+        run_rollout(**kwargs)
+    except RolloutError as exc:
+        raise UserError(f"{name}: {str(exc).splitlines()[0]}") from None
 
 
 def _pct(x: Any) -> str:
@@ -552,7 +566,7 @@ def run_async(
         if not any(
             r.get("kind") == "eval" and r["policy_version"] == run.version for r in _read_jsonl(run.metrics)
         ):
-            validator.evaluate(run.version)  # nothing is collected or trained now: exact for this version
+            validator.evaluate(run.version, alone=True)  # nothing collects or trains now: exact for it
     finally:
         collector.join(timeout=5)  # after a failure: the running samples are superseded by the next run
         policy.stop()

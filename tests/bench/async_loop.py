@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/bench-async")
     p.add_argument("--json", default=None, help="write all figures to this file")
     p.add_argument(
+        "--async-extra", default="", help="main-job flags for the async runs only, e.g. '--workers 64'"
+    )
+    p.add_argument(
         "--summarize",
         action="store_true",
         help="print the tables from the run directories already in --out (process s: the job's own wall_s)",
@@ -195,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             for mode in args.modes:  # interleaved, so the machine's load hits both modes alike
                 out = Path(args.out) / f"L{latency}-s{seed}-{mode}"
-                r = run_one(latency, seed, mode, out, rest, sft.get(seed))
+                extra = rest + (args.async_extra.split() if mode == "async" else [])
+                r = run_one(latency, seed, mode, out, extra, sft.get(seed))
                 sft.setdefault(seed, out / "sft")
                 print(json.dumps(r), flush=True)
                 results.append(r)

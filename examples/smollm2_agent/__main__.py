@@ -70,7 +70,7 @@ def warm_start(base: str, dest: Path, demos: list[dict[str, Any]], steps: int, l
     sft(model, tok, [], steps=steps, batch_size=4, lr=lr, seed=seed, log_every=0, examples=examples)
     saved = save_policy(model, tok, dest)
     del model
-    release_memory()  # the optimizer's and activations' 2 GB, before the loop's server and trainer start
+    release_memory(collect=True)  # the optimizer's and activations' 2 GB, before the loop's server starts
     return saved
 
 

@@ -200,8 +200,9 @@ class TRLGRPOTrainer:
             metrics=metrics,
             report=built.prepared.report,
         )
-        # The model, optimizer and activations are garbage now: a loop that trains again in this process
-        # (every round) would otherwise keep this run's peak resident.
+        # The activations' memory is free now but glibc keeps it: a loop that trains again in this process
+        # (every round) would carry this run's peak as resident memory. (No full garbage collection here:
+        # ~0.4 s a round; the trainer's own cycles go at the next one.)
         del trainer, built, train_out
         release_memory()
         return result

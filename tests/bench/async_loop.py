@@ -158,15 +158,29 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _check_main_flags(p: argparse.ArgumentParser, flags: list[str]) -> None:
+    """Bad main-job flags are one ``error:`` line now, not a failed run minutes later."""
+    from examples.main import build_parser
+
+    main_parser = build_parser()
+    main_parser.error = lambda message: p.error(f"main-job flags: {message}")  # type: ignore[method-assign]
+    main_parser.parse_args(flags)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sys.path.insert(0, str(ROOT))
+    from sdk._cli import OneLineParser
+
+    p = OneLineParser(prog="python tests/bench/async_loop.py", description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--latencies", type=float, nargs="+", default=[0.0, 0.3, 1.0])
     p.add_argument("--modes", nargs="+", default=["sync", "async"], choices=["sync", "async"])
     p.add_argument("--out", default="runs/bench-async")
     p.add_argument("--json", default=None, help="write all figures to this file")
     p.add_argument(
-        "--async-extra", default="", help="main-job flags for the async runs only, e.g. '--workers 64'"
+        "--async-extra",
+        default="",
+        help="main-job flags for the async runs only, written with '=': --async-extra='--workers 64'",
     )
     p.add_argument(
         "--summarize",
@@ -179,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         child(args.child, rest)
         return 0
+    _check_main_flags(p, rest + args.async_extra.split())
     if args.summarize:
         results = []
         for latency in args.latencies:

@@ -14,7 +14,7 @@ trainer needs to be token-faithful:
   ``tool_calls`` with JSON-string ``arguments``.
 
 Several sets of weights on one base: ``--adapter NAME=PATH`` (repeatable) serves LoRA adapters beside the
-base, and each request's ``model`` picks one (the engine is :mod:`trainers._engine`).
+base, and each request's ``model`` picks one (the engine is :mod:`trainers.serve.engine`).
 
 Policy versions: each set of weights has a ``policy_version`` (0 as started). Every chat response carries
 the version that produced it: a top-level ``"policy_version"`` in the body and in every streamed chunk,
@@ -56,13 +56,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from sdk._cli import KEEP_ALIVE_S
 from sdk.openai_wire import SSE_DONE, VERSION_HEADER, error_body, sse, stream_chunks
-from trainers._engine import Engine, Generation, ModelNotFound, parse_tool_calls, render_prompt_ids
+from trainers.serve.engine import Engine, Generation, ModelNotFound, parse_tool_calls, render_prompt_ids
 
 __all__ = [
     "Engine",
     "Generation",
     "LocalPolicyServer",
     "create_app",
+    "main",
     "parse_tool_calls",
     "render_prompt_ids",
 ]
@@ -175,7 +176,7 @@ def create_app(engine: Engine) -> FastAPI:
 class LocalPolicyServer:
     """Serve a model over HTTP from a background thread (uvicorn), for in-process RL loops and tests.
 
-    The local implementation behind ``trainers.policy.LocalPolicy`` (the ``PolicyServer`` protocol).
+    The local implementation behind ``trainers.serve.policy.LocalPolicy`` (the ``PolicyServer`` protocol).
 
     Args:
         model: checkpoint path or loaded model (then pass ``tokenizer``).
@@ -320,7 +321,3 @@ def main(argv: list[str] | None = None) -> None:
     uvicorn.run(
         create_app(engine), host=a.host, port=a.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,12 +1,12 @@
 """The policy server's engine: one causal LM (and any LoRA adapters on it) sampling chat completions.
 
-Split from :mod:`trainers.serve` (the HTTP side) to keep both readable. The engine batches concurrent
+Split from :mod:`trainers.serve.app` (the HTTP side) to keep both readable. The engine batches concurrent
 requests, routes each by its requested ``model`` to the base weights or one LoRA adapter (peft
 multi-adapter: one forward batch per adapter), and gives every set of weights a ``policy_version``
 that each generation reports, so a trainer knows which weights produced which tokens.
 
 Example:
-    >>> from trainers._engine import Engine  # doctest: +SKIP
+    >>> from trainers.serve.engine import Engine  # doctest: +SKIP
     >>> eng = Engine("path/to/base", model_name="base", adapters={"router": "runs/router"})  # doctest: +SKIP
     >>> eng.chat({"model": "router", "messages": [{"role": "user", "content": "hi"}]})  # doctest: +SKIP
 """

@@ -78,7 +78,7 @@ PRIVATE_API: tuple[PrivateMethod, ...] = (
         "trl:GRPOTrainer.__init__", ("self", "model", "reward_funcs", "args"), "called with rollout_func="
     ),
     PrivateMethod(
-        "transformers:Trainer._init_training_state",
+        "trl:GRPOTrainer._init_training_state",
         ("self", "max_steps", "num_update_steps_per_epoch", "num_train_epochs", "resume_from_checkpoint"),
         "overridden: the resident trainer's step counter and callbacks' state go on across train() calls",
     ),
@@ -93,7 +93,9 @@ PRIVATE_API: tuple[PrivateMethod, ...] = (
         "called: resuming the resident trainer from its checkpoint",
     ),
     PrivateMethod(
-        "transformers:Trainer._load_rng_state", ("self", "checkpoint"), "called: resuming the resident trainer"
+        "transformers:Trainer._load_rng_state",
+        ("self", "checkpoint"),
+        "called: resuming the resident trainer",
     ),
     PrivateMethod(
         "transformers:Trainer._load_from_checkpoint",

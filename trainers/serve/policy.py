@@ -37,7 +37,9 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -131,6 +133,19 @@ def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> tuple[int, 
         return exc.code, exc.read().decode(errors="replace")
 
 
+def _post_bytes(url: str, body: bytes, timeout: float = 600.0) -> tuple[int, str]:
+    req = urllib.request.Request(
+        url, data=body, headers={"Content-Type": "application/octet-stream"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as exc:
+        return 0, f"the policy server did not answer: {exc}"
+
+
 def _next_version(current: int, policy_version: int | None) -> int:
     return current + 1 if policy_version is None else int(policy_version)
 
@@ -203,6 +218,7 @@ class LocalPolicy:
         self._server: Any = None
         self._proc: subprocess.Popen[Any] | None = None
         self._port = 0
+        self._lora_name: str | None = None  # the adapter pushed as the policy (LoRA training)
 
     def start(self) -> None:
         """Start serving ``model``."""
@@ -250,6 +266,63 @@ class LocalPolicy:
             if status != 200:
                 raise UserError(f"policy reload failed ({status}): {text[:500]}")
         self.model, self.policy_version = str(checkpoint), version
+
+    def push(
+        self,
+        tensors: Mapping[str, Any],
+        *,
+        adapter_config: Mapping[str, Any] | None = None,
+        adapter: str | None = None,
+        policy_version: int | None = None,
+    ) -> dict[str, Any]:
+        """Serve weights sent as tensors, without a checkpoint on disk.
+
+        Returns ``{"policy_version", "bytes", "seconds"}``. Full weights (no ``adapter_config``) replace
+        the base's. A LoRA adapter (``adapter_config``: its peft config's ``to_dict()``) is served as
+        ``adapter`` (default: ``<model_name>-lora``, after which :attr:`model_name`, what agents send,
+        names it). In this process the tensors are copied into the
+        served model; to a server process they go as one ``safetensors`` buffer over the loopback.
+
+        Raises:
+            UserError: The server is gone or refused the weights (names or shapes that do not fit): the
+                served weights are unchanged.
+
+        Example:
+            >>> policy.push(*resident.weights(), policy_version=3)  # doctest: +SKIP
+            {'policy_version': 3, 'bytes': 428032, 'seconds': 0.01}
+        """
+        if adapter_config is not None and adapter is None:
+            adapter = self._lora_name or f"{self.model_name}-lora"
+        t0 = time.perf_counter()
+        if self._server is not None:
+            try:
+                version = self._server.push(
+                    tensors, adapter=adapter, adapter_config=adapter_config, policy_version=policy_version
+                )
+            except ValueError as exc:
+                raise UserError(f"the policy server refused the weights: {exc}") from None
+            moved = sum(t.numel() * t.element_size() for t in tensors.values())
+        elif self._proc is not None:
+            from trainers.serve.weights import encode_push
+
+            body = encode_push(tensors, adapter_config)
+            query = {"adapter": adapter} if adapter else {}
+            if policy_version is not None:
+                query["policy_version"] = str(int(policy_version))
+            url = f"http://127.0.0.1:{self._port}/admin/weights?{urllib.parse.urlencode(query)}"
+            status, text = _post_bytes(url, body)
+            if status != 200:
+                raise UserError(f"the policy server refused the weights ({status}): {text[:500]}")
+            version, moved = int(json.loads(text)["policy_version"]), len(body)
+        else:
+            raise UserError("the policy server is not running: start() it before pushing weights")
+        if adapter is not None and adapter_config is not None and self._lora_name in (None, adapter):
+            self._lora_name = adapter
+            self.model_name = adapter
+            self.adapters.pop(adapter, None)
+        if adapter is None or adapter == self._lora_name:
+            self.policy_version = version
+        return {"policy_version": version, "bytes": moved, "seconds": round(time.perf_counter() - t0, 4)}
 
     def update_adapter(self, name: str, checkpoint: str, *, policy_version: int | None = None) -> int:
         """Load (or replace) the LoRA adapter served as ``name``; the base and other adapters keep serving.

@@ -18,7 +18,7 @@ from typing import Any
 from trainers.errors import UserError
 from trainers.loop.checks import check_field_types, check_loop_model
 
-__all__ = ["LoopConfig", "check_before_loading", "read_yaml", "train_settings"]
+__all__ = ["LoopConfig", "check_before_loading", "planned_steps", "read_yaml", "train_settings"]
 
 
 @dataclasses.dataclass
@@ -58,6 +58,9 @@ class LoopConfig:
         max_samples: async: the collector's sample budget (training samples); the run ends when they
             are all trained or dropped.
         tis_cap: async: truncated importance sampling cap (``train.tis_cap`` overrides it).
+        checkpoint_every: Write a recovery checkpoint (weights, optimizer, scheduler, RNG; async: the
+            stream's cursor) every N rounds (default 1) or async versions (default 10), and at the end.
+            Between checkpoints weights reach the policy server as tensors, not through the disk.
 
     Example:
         >>> LoopConfig(agent="a:f", tasks="t.jsonl", model="m").group_size
@@ -92,6 +95,7 @@ class LoopConfig:
     max_steps: int | None = None
     max_samples: int | None = None
     tis_cap: float = 2.0
+    checkpoint_every: int | None = None
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -241,13 +245,18 @@ def _async_checks(cfg: LoopConfig) -> list[tuple[bool, str]]:
         (cfg.max_versions is None or cfg.max_versions >= 1, "max_versions must be >= 1"),
         (cfg.max_steps is None or cfg.max_steps >= 1, "max_steps must be >= 1"),
         (cfg.max_samples is None or cfg.max_samples >= 1, "max_samples must be >= 1"),
+        (cfg.checkpoint_every is None or cfg.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
         (isinstance(cfg.tis_cap, (int, float)) and cfg.tis_cap > 0, "tis_cap must be > 0"),
         (cfg.mode != "async" or cfg.curriculum is None, "curriculum is not supported with mode: async"),
+        (
+            cfg.mode != "async" or str(cfg.train.get("backend") or "trl") == "trl",
+            "mode: async trains with the resident trl trainer: leave train.backend unset (trl)",
+        ),
     ]
 
 
 def train_settings(cfg: LoopConfig, model: str, out: Path) -> dict[str, Any]:
-    """The trainer settings of a round: the ``train`` section plus what the loop sets.
+    """The trainer settings of the loop: the ``train`` section plus what the loop sets.
 
     Example:
         >>> train_settings(LoopConfig(agent="a:f", tasks="t", model="m"), "m", Path("o"))["group_size"]
@@ -256,9 +265,33 @@ def train_settings(cfg: LoopConfig, model: str, out: Path) -> dict[str, Any]:
     settings = dict(cfg.train)
     settings.setdefault("group_size", cfg.group_size)
     settings.setdefault("seed", cfg.seed)
+    if cfg.mode == "async":
+        settings.setdefault("tis_cap", cfg.tis_cap)
+        settings.setdefault("plots", False)  # the loop draws progress.png itself
     settings.update(model=model, output_dir=str(out))
     if str(settings.get("backend") or "trl") == "trl":
         grpo = dict(settings.get("grpo") or {})
         grpo.setdefault("disable_tqdm", True)  # the loop prints one row per round, not TRL's steps
         settings["grpo"] = grpo
     return settings
+
+
+def planned_steps(cfg: LoopConfig) -> int:
+    """The optimizer steps a whole run takes if every group carries signal (the learning rate's schedule).
+
+    Example:
+        >>> planned_steps(LoopConfig(agent="a:f", tasks="t", model="m", rounds=2, tasks_per_round=4))
+        8
+    """
+    grpo = cfg.train.get("grpo") or {}
+    batch = grpo.get("per_device_train_batch_size")
+    per_step = max(1, batch // cfg.group_size) if isinstance(batch, int) and batch >= cfg.group_size else 1
+    passes = max(1, int(grpo.get("num_train_epochs") or 1))
+    if cfg.mode != "async":
+        return max(1, cfg.rounds * passes * math.ceil(cfg.tasks_per_round / per_step))
+    if cfg.max_steps is not None:
+        return int(cfg.max_steps)
+    versions = cfg.max_versions or cfg.rounds
+    if cfg.max_samples is not None:
+        versions = max(1, cfg.max_samples // (cfg.group_size * per_step * cfg.sync_every))
+    return max(1, versions * passes * cfg.sync_every)

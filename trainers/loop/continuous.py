@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import inspect
 import json
 import os
 import shutil
@@ -53,6 +52,8 @@ from typing import Any
 
 from trainers.errors import UserError
 from trainers.loop.collect import _Collector, _Gate, _Version, run_rollout_process, write_policy_env
+from trainers.loop.config import planned_steps, train_settings
+from trainers.loop.training import LoopTrainer, is_resident, serve_checkpoint
 
 __all__ = ["run_async"]
 
@@ -94,7 +95,11 @@ class _AsyncRun:
         self.state_path = self.out / "state.json"
         self.version = 0
         self.steps = 0
-        self.checkpoint = cfg.model
+        self.checkpoint = cfg.model  # what a restarted server starts on
+        self.resident_checkpoint: str | None = None  # the resident trainer's recovery checkpoint
+        self.committed = 0  # the last version in a checkpoint (state.json): later ones are redone
+        self.trainer: Any = None  # trainers.loop.training.LoopTrainer (the trl backend)
+        self.final: str | None = None  # the final weights saved to serve anywhere (LoRA: merged once)
         self.cursor: dict[str, Any] | None = None
         self.t0 = time.time()  # rows' wall_s: seconds since this process started the loop
 
@@ -109,7 +114,9 @@ class _AsyncRun:
         with contextlib.suppress(OSError, ValueError):
             state = json.loads(self.state_path.read_text())
             self.version, self.steps = int(state["version"]), int(state["steps"])
+            self.committed = self.version
             self.checkpoint = str(state["checkpoint"])
+            self.resident_checkpoint = state.get("resident_checkpoint")
             cursor = state.get("cursor")
             self.cursor = json.loads(Path(cursor).read_text()) if cursor else None
             self.say(f"resuming after version {self.version} (checkpoint {self.checkpoint})")
@@ -127,6 +134,14 @@ class _AsyncRun:
             if path == self.metrics:  # wall_s goes on from the last kept row, as the lock-step loop's
                 self.t0 = time.time() - max((float(r.get("wall_s") or 0) for r in kept), default=0.0)
 
+    def append(self, lines: dict[Path, list]) -> None:
+        """Append a version's metrics rows and trained/dropped lines (cut on resume unless committed)."""
+        for path, rows in lines.items():
+            with path.open("a") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
+                f.flush()
+                os.fsync(f.fileno())
+
     def commit(
         self,
         version: int,
@@ -135,19 +150,20 @@ class _AsyncRun:
         cursor: dict[str, Any],
         lines: dict[Path, list],
         name: str = "cursor.json",
+        resident_checkpoint: str | None = None,
     ) -> None:
         """Save a version: cursor beside its checkpoint, its lines, then ``state.json`` (the commit point)."""
         vdir = self.out / "train" / f"v-{version}"
         cursor_path = vdir / name
         _atomic_write(cursor_path, json.dumps(cursor))
-        for path, rows in lines.items():
-            with path.open("a") as f:
-                f.write("".join(json.dumps(r) + "\n" for r in rows))
-                f.flush()
-                os.fsync(f.fileno())
+        self.append(lines)
         state = {"version": version, "steps": steps, "checkpoint": checkpoint, "cursor": str(cursor_path)}
+        if resident_checkpoint is not None:
+            state["resident_checkpoint"] = resident_checkpoint
+            self.resident_checkpoint = resident_checkpoint
         _atomic_write(self.state_path, json.dumps(state, indent=2))
         self.version, self.steps, self.checkpoint, self.cursor = version, steps, checkpoint, cursor
+        self.committed = version
         for old in (self.out / "train").glob("v-*"):  # keep the served weights and the ones before
             n = old.name[2:]
             if n.isdigit() and int(n) < version - 1:
@@ -192,80 +208,55 @@ def _backlog_limit(cfg: Any, need: int) -> int:
     return max(per_version, cfg.max_staleness * per_version - cfg.concurrency)
 
 
-def _train_version(
-    cfg: Any, run: _AsyncRun, version: int, groups: list[Any]
-) -> tuple[str, str | None, int, list]:
-    """Train ``sync_every`` batches of ``groups`` (``num_train_epochs`` passes) from the last weights.
-
-    Returns ``(full-weight checkpoint, adapter or None, steps, per-step log rows)``.
-    """
+def _version_episodes(groups: list[Any]) -> list[dict[str, Any]]:
+    """The episodes of a version's groups, each group one GRPO group even when its task recurs."""
     from sdk.episodes import build_episodes
-    from trainers.loop.pools import merge_adapter
-    from trainers.settings import make_config
 
     rows = []
     for g in groups:
         for ep in build_episodes(g.sessions):
-            ep["task_id"] = g.key  # one GRPO group per stream group, even when a task recurs
+            ep["task_id"] = g.key
             rows.append(ep)
-    out = run.out / "train" / f"v-{version}"
-    if out.exists():
-        shutil.rmtree(out)  # a version cut short trains again from its start
-    out.mkdir(parents=True)
-    settings = dict(cfg.train)
-    settings.setdefault("group_size", cfg.group_size)
-    settings.setdefault("seed", cfg.seed + version)
-    settings.setdefault("tis_cap", cfg.tis_cap)
-    settings.setdefault("plots", False)  # a second per version; the loop draws progress.png itself
-    settings.update(model=run.checkpoint, output_dir=str(out))
-    grpo = dict(settings.get("grpo") or {})
-    # ``num_train_epochs`` passes over the version's groups, as the lock-step loop makes over a round's.
-    passes = max(1, int(grpo.pop("num_train_epochs", 1) or 1))
-    grpo["max_steps"] = passes * max(1, min(cfg.sync_every, len(groups) // _groups_per_step(cfg)))
-    grpo.setdefault("disable_tqdm", True)
-    grpo.setdefault("save_steps", 10**9)  # the loop saves each version itself
-    batch = grpo.get("per_device_train_batch_size")
-    if isinstance(batch, int) and batch > cfg.group_size * len(groups):
-        grpo["per_device_train_batch_size"] = cfg.group_size * len(groups)
-    settings["grpo"] = grpo
-    trainer, config, backend = make_config(settings, source="the loop's train section")
-    try:
-        result = trainer.train(rows, config, extra_config={"backend": backend})
-    except UserError as exc:
-        raise UserError(f"training version {version} failed: {exc}") from None
-    final = result.checkpoint
-    if final is None or not Path(final).is_dir():
-        raise UserError(f"training version {version} left no local checkpoint in {out / 'final'}")
-    steps = [r for r in _read_jsonl(Path(result.metrics_path)) if "loss" in r]
-    if result.adapter:
-        return (
-            merge_adapter(run.checkpoint, Path(final), out / "merged"),
-            str(final),
-            result.global_step,
-            steps,
-        )
-    return str(final), None, result.global_step, steps
+    return rows
 
 
-def _publish(policy: Any, checkpoint: str, adapter: str | None, version: int, env: Path) -> None:
-    """Serve the new weights as ``version`` (the version is passed when the server's ``update`` takes it).
+def _train_resident(
+    cfg: Any, run: _AsyncRun, n: int, groups: list[Any], policy: Any
+) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
+    """Train version ``n`` on the resident trainer and serve it; returns (steps, log rows, swap costs).
 
-    Where the policy is now goes to ``env`` for the collector process, before the loop sets the version.
+    ``num_train_epochs`` passes over the version's groups (as the lock-step loop makes over a round's); the
+    steps follow from the training sequences the groups made, not from the number of samples.
     """
-    from trainers.serve.policy import export_env
-
+    passes = max(1, int((cfg.train.get("grpo") or {}).get("num_train_epochs", 1) or 1))
     try:
-        if "policy_version" in inspect.signature(policy.update).parameters:
-            policy.update(checkpoint, adapter=adapter, policy_version=version)
-        else:
-            policy.update(checkpoint, adapter=adapter)
-    except OSError as exc:  # the server is gone; the version is committed, a re-run serves it
-        raise UserError(f"the policy server could not load version {version}: {exc}; {_RERUN}") from None
-    export_env(policy)
-    write_policy_env(env)
+        done = run.trainer.train(_version_episodes(groups), passes=passes)
+    except UserError as exc:
+        raise UserError(f"training version {n} failed: {exc}") from None
+    swap = {"build_s": round(done.build_s, 2), "train_s": round(done.train_s, 2)}
+    swap.update(run.trainer.publish(policy, n))
+    steps = [r for r in done.log_rows if "loss" in r]
+    return done.steps, steps, swap
 
 
-_RERUN = "re-run the same command to continue after the last saved version"
+def _checkpoint(run: _AsyncRun, source: Any, lines: dict[Path, list], name: str = "cursor.json") -> float:
+    """Write the resident trainer's checkpoint and commit the version it holds; returns its seconds."""
+    path, seconds = run.trainer.checkpoint()
+    _commit_checkpoint(run, source, lines, path, name)
+    return seconds
+
+
+def _commit_checkpoint(
+    run: _AsyncRun, source: Any, lines: dict[Path, list], path: str, name: str = "cursor.json"
+) -> None:
+    """Commit ``run.version`` with its lines and the checkpoint ``path`` holding its weights."""
+    servable = path if not run.trainer.lora else run.cfg.model  # a LoRA checkpoint is pushed on the base
+    run.commit(
+        run.version, servable, run.trainer.global_step, source.state(), lines, name, resident_checkpoint=path
+    )
+
+
+_RERUN = "re-run the same command to continue after the last checkpoint"
 
 
 def _check_server(policy: Any) -> None:
@@ -537,12 +528,20 @@ def run_async(
         reward_wait_s=cfg.reward_wait_s,
         state=run.cursor,
     )
+    settings = train_settings(cfg, cfg.model, run.out / "train")
+    resumed = run.resident_checkpoint
+    if not is_resident(settings):
+        raise UserError("mode: async trains with the resident trl trainer: set train.backend to trl")
+    if resumed is None and run.checkpoint != cfg.model:
+        raise UserError(
+            f"{run.out} holds a run of an older tracerl (checkpoints per version): use a new out directory"
+        )
+    run.trainer = LoopTrainer(settings, planned_steps=planned_steps(cfg), resume=resumed)
     policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
+    policy.policy_version = run.version  # the resumed weights are served as their version
     policy.start()
-    if run.version and "policy_version" in inspect.signature(policy.update).parameters:
-        policy.update(
-            run.checkpoint, policy_version=run.version
-        )  # serve the resumed weights as their version
+    if resumed is not None:
+        serve_checkpoint(policy, resumed, run.checkpoint, lora=run.trainer.lora, version=run.version)
     export_env(policy)
     write_policy_env(run.out / "policy-env.json")
     validator = _Validator(cfg, run, eval_pool, version)
@@ -561,6 +560,11 @@ def run_async(
             if not _one_version(cfg, run, source, version, policy, collector, validator, gate, on_version):
                 run.say("the collector's sample budget is spent and no group is left to train on")
                 break
+        if run.committed < run.version:  # the end: always a checkpoint
+            with validator.lock:
+                _checkpoint(run, source, {})
+        if run.trainer.resident.trainer is not None:
+            run.final = run.trainer.final()
         collector.join(timeout=None if cfg.timeout is None else 4 * cfg.timeout + 60)
         validator.wait()
         if not any(
@@ -599,32 +603,69 @@ def _one_version(
     if not groups:  # the end: the last drops are committed with the version trained last
         lines = {run.dropped: [{**d, "policy_version": run.version} for d in drops]}
         with validator.lock:
-            run.commit(run.version, run.checkpoint, run.steps, source.state(), lines, name="cursor-end.json")
+            if run.trainer.resident.trainer is not None:
+                _checkpoint(run, source, lines, name="cursor-end.json")
+            else:  # nothing trained in this process: the drops go with the version trained last
+                run.commit(run.version, run.checkpoint, run.steps, source.state(), lines, "cursor-end.json")
         return False
-    checkpoint, adapter, steps, log_rows = _train_version(cfg, run, n, groups)
+    taken = (groups, drops, idle)
+    return _resident_version(cfg, run, n, t0, taken, source, version, policy, validator, on_version)
+
+
+def _resident_version(
+    cfg: Any,
+    run: _AsyncRun,
+    n: int,
+    t0: float,
+    taken: tuple[list, list, float],
+    source: Any,
+    version: _Version,
+    policy: Any,
+    validator: _Validator,
+    on_version: Callable[[dict[str, Any]], None] | None,
+) -> bool:
+    """Version ``n`` on the resident trainer: train, push the weights, checkpoint every ``checkpoint_every``.
+
+    Between checkpoints a version's rows and lines are appended but not committed: after a crash the
+    versions since the last checkpoint are trained again from it (their groups are offered again).
+    """
+    groups, drops, idle = taken
+    steps, log_rows, swap = _train_resident(cfg, run, n, groups, policy)
+    export_env_and_file(policy, run.out / "policy-env.json")
     t1 = time.time()
+    version.set(n)  # the collector stamps new samples with it from now on
     load = _collector_load(run.rollouts, t0, t1, cfg.concurrency)
     rows, trained = _version_rows(run, n, groups, drops, log_rows, load, 100 * idle / max(t1 - t0, 1e-9))
+    lines = {run.metrics: rows, run.trained: trained, run.dropped: drops}
     with validator.lock:
-        run.commit(
-            n,
-            checkpoint,
-            run.steps + steps,
-            source.state(),
-            {run.metrics: rows, run.trained: trained, run.dropped: drops},
-        )
-    _publish(policy, checkpoint, adapter, n, run.out / "policy-env.json")
-    version.set(n)
-    last = rows[-1] if rows else {"policy_version": n}
+        run.version, run.steps = n, run.trainer.global_step
+        path = None
+        if n % (cfg.checkpoint_every or 10) == 0:
+            path, swap["checkpoint_s"] = run.trainer.checkpoint()
+        for r in rows:
+            r.update(swap)
+        if path is not None:  # the lines first, then state.json: the commit point
+            _commit_checkpoint(run, source, lines, path)
+        else:
+            run.append(lines)
+    last = rows[-1] if rows else {"policy_version": n, **swap}
     run.say(
         f"version {n}: {len(groups)} groups, staleness {last.get('staleness_hist')}, "
-        f"dropped {last.get('samples_dropped') or {}}, {t1 - t0:.1f} s"
+        f"dropped {last.get('samples_dropped') or {}}, {t1 - t0:.1f} s (swap {swap['push_s']:.2f} s)"
     )
     if n % cfg.eval_every == 0 and not _finished(cfg, run):
         validator.start(n)
     if on_version is not None:
         on_version(last)
     return True
+
+
+def export_env_and_file(policy: Any, env: Path) -> None:
+    """Where the policy is (a LoRA push renames the served model) for this process and the collector's."""
+    from trainers.serve.policy import export_env
+
+    export_env(policy)
+    write_policy_env(env)
 
 
 def _finished(cfg: Any, run: _AsyncRun) -> bool:
@@ -639,7 +680,7 @@ def _finished(cfg: Any, run: _AsyncRun) -> bool:
 def _result(run: _AsyncRun) -> dict[str, Any]:
     return {
         "rows": _read_jsonl(run.metrics),
-        "checkpoint": run.checkpoint,
+        "checkpoint": run.final or run.checkpoint,
         "out": str(run.out),
         "version": run.version,
     }

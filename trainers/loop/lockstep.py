@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from trainers.errors import UserError
-from trainers.loop.config import LoopConfig, check_before_loading, train_settings
+from trainers.loop.config import LoopConfig, check_before_loading, planned_steps, train_settings
 from trainers.loop.table import HEADER, plot_progress, print_row
+from trainers.loop.training import LoopTrainer, is_resident, serve_checkpoint
 
 __all__ = ["run_loop", "select_tasks"]
 
@@ -83,7 +84,10 @@ class _Run:
         self.state_path = self.out / "state.json"
         self.on_round_end = on_round_end
         self.quiet = quiet
-        self.checkpoint = cfg.model
+        self.checkpoint = cfg.model  # what the policy serves: the starting model, then a checkpoint
+        self.resident_checkpoint: str | None = None  # the resident trainer's recovery checkpoint
+        self.policy_version = 0
+        self.trainer: Any = None  # the resident trainer (trainers.loop.training), built at the first round
         self.all_rows: list[dict[str, Any]] = []
         self.history: dict[str, list[float]] = defaultdict(list)  # task id -> rewards in earlier rounds
         self.uses: dict[str, int] = defaultdict(int)  # task id -> rounds that drew it
@@ -135,6 +139,8 @@ class _Run:
         state = self.load_state()
         if state:
             self.checkpoint = str(state["checkpoint"])
+            self.resident_checkpoint = state.get("resident_checkpoint")
+            self.policy_version = int(state.get("policy_version") or 0)
         first = int(state["round"]) + 1 if state else 0
         self.all_rows = self.keep_rows_through(first - 1)
         self._wall0 = float(self.all_rows[-1]["wall_s"]) if self.all_rows else 0.0
@@ -174,12 +180,26 @@ class _Run:
         except RolloutError as exc:
             raise UserError(str(exc)) from None
 
-    def finish(self, row: dict[str, Any]) -> None:
-        """Save a finished round's row (and the state that marks it done); print it, plot, call back."""
+    def finish(self, row: dict[str, Any], *, saved: bool = True) -> None:
+        """Save a finished round's row; print it, plot, call back.
+
+        ``saved``: the round's weights are in a checkpoint, so ``state.json`` marks the round done. A round
+        after the last checkpoint is run again after a crash (its samples are kept; the training, from the
+        checkpoint's weights, optimizer and RNG, comes out the same).
+        """
         row["wall_s"] = round(self._wall0 + time.time() - self._t_start, 1)
         row["checkpoint"] = self.checkpoint
+        row["policy_version"] = self.policy_version
         self.append_row(row)
-        self.save_state({"round": row["round"], "checkpoint": self.checkpoint})
+        if saved:
+            self.save_state(
+                {
+                    "round": row["round"],
+                    "checkpoint": self.checkpoint,
+                    "resident_checkpoint": self.resident_checkpoint,
+                    "policy_version": self.policy_version,
+                }
+            )
         self.all_rows.append(row)
         if not self.quiet:
             print_row(row)
@@ -232,12 +252,17 @@ class _Run:
         data.parent.mkdir(parents=True, exist_ok=True)
         summary = export(self.store, data, splits=[split])
         groups = _groups_with_signal(results)
-        steps, adapter, t1 = 0, None, time.time()
-        if groups:
+        steps, adapter, t1, swap = 0, None, time.time(), {}
+        if groups and self.trainer is not None:
+            steps, swap = self.train_resident(rnd, data, policy)
+            export_env(policy)
+        elif groups:
             self.checkpoint, adapter, steps = _train_round(cfg, self, rnd, data, self.checkpoint, groups)
-            policy.update(self.checkpoint, adapter=adapter)
+            self.policy_version += 1
+            policy.update(self.checkpoint, adapter=adapter, policy_version=self.policy_version)
             export_env(policy)
         t_train = time.time() - t1
+        saved = self.trainer is None or swap.get("checkpoint_s") is not None
         due = eval_pool and (rnd % cfg.eval_every == 0 or rnd == cfg.rounds)
         val = self.validate(eval_pool if due else None, rnd)
         self.finish(
@@ -261,8 +286,37 @@ class _Run:
                 "collect_s": round(t_collect, 1),
                 "train_s": round(t_train, 1),
                 "eval_s": val["eval_s"],
-            }
+                **swap,
+            },
+            saved=saved,
         )
+
+    def train_resident(self, rnd: int, data: Path, policy: Any) -> tuple[int, dict[str, Any]]:
+        """Train the round on the resident trainer, push the weights, checkpoint when due.
+
+        Returns the steps and the swap's costs (``build_s``, ``push_s``, ``push_bytes``, ``checkpoint_s``).
+        """
+        cfg = self.cfg
+        grpo = cfg.train.get("grpo") or {}
+        passes = int(grpo.get("num_train_epochs") or 1)
+        steps = grpo.get("max_steps")  # a round's steps when set, else passes over its groups
+        done = self.trainer.train(
+            str(data), passes=passes, steps=steps if isinstance(steps, int) and steps > 0 else None
+        )
+        self.policy_version += 1
+        swap: dict[str, Any] = {
+            "build_s": round(done.build_s, 2),
+            **self.trainer.publish(policy, self.policy_version),
+        }
+        swap["checkpoint_s"] = None
+        if rnd % (cfg.checkpoint_every or 1) == 0 or rnd == cfg.rounds:
+            self.resident_checkpoint, swap["checkpoint_s"] = self.trainer.checkpoint()
+            # What a restarted server starts on: the checkpoint (full weights load as a model), or for LoRA
+            # the base, the adapter pushed on it; after the last round a directory that serves anywhere.
+            self.checkpoint = self.resident_checkpoint if not self.trainer.lora else cfg.model
+            if rnd == cfg.rounds:
+                self.checkpoint = self.trainer.final()
+        return done.steps, swap
 
 
 def _train_round(
@@ -360,8 +414,18 @@ def run_loop(
         run.say(f"all {cfg.rounds} rounds are done (raise rounds to continue)")
         return run.result()
     quiet_libraries()  # one row per round: no third-party bars, logs or warnings between them
-    policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
+    settings = train_settings(cfg, cfg.model, run.out / "train")
+    resumed = run.resident_checkpoint
+    if is_resident(settings) and (resumed is not None or run.checkpoint == cfg.model):
+        run.trainer = LoopTrainer(settings, planned_steps=planned_steps(cfg), resume=resumed)
+    # A resumed LoRA run serves the base with the checkpoint's adapter pushed on it.
+    lora = run.trainer is not None and run.trainer.lora
+    serve_from = cfg.model if lora else run.checkpoint
+    policy = make_policy(cfg.policy, serve_from, log_dir=str(run.out))
+    policy.policy_version = run.policy_version  # a restarted server goes on counting
     policy.start()
+    if resumed is not None and run.trainer is not None:
+        serve_checkpoint(policy, resumed, serve_from, lora=lora, version=run.policy_version)
     export_env(policy)
     run.say(HEADER)
     try:

@@ -210,7 +210,9 @@ class ResidentTrainer:
         grpo.setdefault("save_steps", 10**9)  # checkpoints are the caller's (save_checkpoint)
         model = str(self.resume) if self.resume is not None and not config.lora else config.model
         cfg = dataclasses.replace(config, grpo=grpo, model=model, resume=None)
-        self._built = TRLGRPOTrainer().build_trainer(data, cfg, tokenizer=self._tokenizer, prepared=prepared)
+        self._built = TRLGRPOTrainer().build_trainer(
+            data, cfg, tokenizer=self._tokenizer, prepared=prepared, check_batch=False
+        )
         trainer = self._built.trainer
         self._batch = (
             trainer.args.per_device_train_batch_size,
@@ -304,10 +306,10 @@ class ResidentTrainer:
     # -- weights out ---------------------------------------------------------------------------
 
     def weights(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """The current weights as CPU tensors: ``(tensors, None)`` for full weights, or a LoRA adapter's
-        tensors and its peft config (``(tensors, adapter_config)``); the base is never copied for LoRA.
+        """The current weights as CPU copies: ``(tensors, None)``, or ``(adapter tensors, peft config)``.
 
-        Tensors that share storage (tied embeddings) appear once, under their first name.
+        With LoRA only the adapter's tensors leave (never the base, never a merged copy). Tensors that
+        share storage (tied embeddings) appear once, under their first name.
 
         Example:
             >>> tensors, adapter = ResidentTrainer(cfg).weights()  # doctest: +SKIP
@@ -321,7 +323,9 @@ class ResidentTrainer:
             tensors = get_peft_model_state_dict(model)
             adapter_config = model.peft_config["default"].to_dict()
             adapter_config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in adapter_config.items()}
-            return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in tensors.items()}, adapter_config
+            return {
+                k: v.detach().to("cpu", copy=True).contiguous() for k, v in tensors.items()
+            }, adapter_config
         seen: set[int] = set()
         out = {}
         for name, tensor in model.state_dict().items():

@@ -127,6 +127,18 @@ def test_async_loop_bounds_staleness_and_versions_every_trained_turn(tmp_path, t
     assert {0, 3} <= {r["policy_version"] for r in evals} and all(r["val_success"] is not None for r in evals)
     assert (out / "progress.png").stat().st_size > 0
     assert run_loop(cfg, quiet=True)["version"] == 3  # finished: the same command changes nothing
+    # Killed after the last commit, before its validation (issue 38 item 12): the same command validates
+    # the final weights and draws the plot, and trains nothing more.
+    metrics = _jsonl(out / "metrics.jsonl")
+    kept = [r for r in metrics if not (r["kind"] == "eval" and r["policy_version"] == 3)]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    (out / "progress.png").unlink()
+    again = run_loop(cfg, quiet=True)
+    assert again["version"] == 3
+    finals = [r for r in _jsonl(out / "metrics.jsonl") if r["kind"] == "eval" and r["policy_version"] == 3]
+    assert len(finals) == 1 and finals[0]["val_success"] is not None
+    assert (out / "progress.png").stat().st_size > 0
+    assert [r for r in _jsonl(out / "metrics.jsonl") if r["kind"] == "train"] == rows
 
 
 def test_async_settings_are_checked_before_anything_loads():

@@ -99,6 +99,14 @@ def test_two_rounds_interrupted_between_rounds_then_resumed(tmp_path, tiny_model
     } == {"eval-round-2"}
 
 
+def test_the_loop_drops_a_short_group_instead_of_resampling_it():
+    """Issue 38 item 11: the loop's trainer settings drop (and count) a group short of samples."""
+    from trainers.loop.config import train_settings
+
+    cfg = LoopConfig(agent="a:f", tasks="t", model="m")
+    assert train_settings(cfg, "m", Path("o"))["group_underflow"] == "drop"
+
+
 def test_select_tasks_curriculum_ranks_by_earlier_rewards():
     pool = [{"id": str(i)} for i in range(8)]
     cur = {"start": 0.5, "widen_every": 2, "widen_by": 0.25}
@@ -119,6 +127,10 @@ def test_bad_config_is_one_error_line(tmp_path, capsys):
         ("agent: a:f\ntasks: t.jsonl\n", "needs model"),
         ("agent: a:f\ntasks: t.jsonl\nmodel: m\ngroup_size: 1\n", "group_size must be >= 2"),
         ("agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {model: x}\n", "train.model is set by the loop"),
+        (
+            "agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {group_underflow: resample}\n",
+            "never filled by training one sample twice",
+        ),
         (
             "agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {backend: openai}\n",
             "leaves no weights on this machine",

@@ -118,7 +118,7 @@ def test_a_push_to_a_server_that_died_is_one_clear_error(models, tmp_path) -> No
     try:
         policy._proc.kill()  # the server process dies (kill -9)
         policy._proc.wait()
-        with pytest.raises(UserError, match="did not answer"):
+        with pytest.raises(UserError, match="exited \\(code -9\\)"):
             policy.push(_full_state(other), policy_version=1)
     finally:
         policy.stop()

@@ -161,3 +161,26 @@ def test_fewer_groups_than_a_batch_train_as_one_smaller_batch(tmp_path, tiny_mod
     assert resident.trainer.args.generation_batch_size == G
     third = resident.train_version(versions[1])  # the configured batch again
     assert third.steps == 1 and resident.trainer.args.generation_batch_size == 2 * G
+
+
+def test_a_version_trains_every_sequence_when_samples_make_two(tmp_path, tiny_model_dir, model_tokenizer):
+    """Issue 38 item 8: samples with two threads (two training sequences) are trained whole; the steps of a
+    version follow from the sequences, not from the number of samples."""
+    import json
+
+    from trainers.trl.resident import ResidentTrainer
+
+    tok = model_tokenizer
+    eps = []
+    for ep in make_episodes(2, G, tokenizer=tok):  # each sample: thread 0 and a second, independent thread
+        eps.append(ep)
+        eps.append({**ep, "episode_id": ep["episode_id"] + "-t1", "thread": 1})
+    cfg = _config(tmp_path, tiny_model_dir, "two-threads")
+    resident = ResidentTrainer(cfg, planned_steps=8, tokenizer=tok)
+    done = resident.train_version(eps, passes=1)
+    assert done.units == 4 and done.steps == 4  # 2 groups x 2 sequences per sample, one unit per step
+    log = [
+        json.loads(x) for x in (tmp_path / "two-threads" / "trained_episodes.jsonl").read_text().splitlines()
+    ]
+    trained = {e for row in log for share in row["shares"] for e in share}
+    assert trained == {ep["episode_id"] for ep in eps}

@@ -53,7 +53,7 @@ from typing import Any
 from trainers.errors import UserError
 from trainers.loop.collect import _Collector, _Gate, _Version, run_rollout_process, write_policy_env
 from trainers.loop.config import planned_steps, train_settings
-from trainers.loop.training import LoopTrainer, is_resident, serve_checkpoint
+from trainers.loop.training import LoopTrainer, is_resident
 
 __all__ = ["run_async"]
 
@@ -516,7 +516,8 @@ def run_async(
     pool, eval_pool = load_pools(cfg)
     sdk.configure(store=run.store)
     run.resume()
-    if _finished(cfg, run):
+    finished = _finished(cfg, run)
+    if finished and (_validated(run) or not eval_pool):
         run.say("the run is complete (raise max_versions or max_steps to continue)")
         return _result(run)
     quiet_libraries()
@@ -540,8 +541,7 @@ def run_async(
     policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
     policy.policy_version = run.version  # the resumed weights are served as their version
     policy.start()
-    if resumed is not None:
-        serve_checkpoint(policy, resumed, run.checkpoint, lora=run.trainer.lora, version=run.version)
+    run.trainer.serve_resumed(policy, run.version)
     export_env(policy)
     write_policy_env(run.out / "policy-env.json")
     validator = _Validator(cfg, run, eval_pool, version)
@@ -552,27 +552,27 @@ def run_async(
     # the agents' frameworks loaded that is ~0.3 s of every version. What exists now lives as long as the
     # loop does, so the garbage collector need not scan it again.
     gc.freeze()
-    collector = _Collector(cfg, pool, run.out, version, gate)
+    # A run killed after its last commit but before its final validation only validates (and plots).
+    collector = _Collector(cfg, pool, run.out, version, gate) if not finished else None
     try:
         if run.version == 0 and not any(r.get("kind") == "eval" for r in _read_jsonl(run.metrics)):
             validator.start(0)
-        while not _finished(cfg, run):
+        while collector is not None and not _finished(cfg, run):
             if not _one_version(cfg, run, source, version, policy, collector, validator, gate, on_version):
                 run.say("the collector's sample budget is spent and no group is left to train on")
                 break
         if run.committed < run.version:  # the end: always a checkpoint
             with validator.lock:
                 _checkpoint(run, source, {})
-        if run.trainer.resident.trainer is not None:
-            run.final = run.trainer.final()
-        collector.join(timeout=None if cfg.timeout is None else 4 * cfg.timeout + 60)
+        run.final = run.trainer.final()
+        if collector is not None:
+            collector.join(timeout=None if cfg.timeout is None else 4 * cfg.timeout + 60)
         validator.wait()
-        if not any(
-            r.get("kind") == "eval" and r["policy_version"] == run.version for r in _read_jsonl(run.metrics)
-        ):
+        if not _validated(run):
             validator.evaluate(run.version, alone=True)  # nothing collects or trains now: exact for it
     finally:
-        collector.join(timeout=5)  # after a failure: the running samples are superseded by the next run
+        if collector is not None:  # after a failure: the running samples are superseded by the next run
+            collector.join(timeout=5)
         policy.stop()
         sdk.flush()
     if cfg.plot:
@@ -666,6 +666,12 @@ def export_env_and_file(policy: Any, env: Path) -> None:
 
     export_env(policy)
     write_policy_env(env)
+
+
+def _validated(run: _AsyncRun) -> bool:
+    """Whether the last committed weights have a validation row (the run's result)."""
+    rows = _read_jsonl(run.metrics)
+    return any(r.get("kind") == "eval" and r.get("policy_version") == run.version for r in rows)
 
 
 def _finished(cfg: Any, run: _AsyncRun) -> bool:

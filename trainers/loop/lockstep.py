@@ -21,7 +21,7 @@ from typing import Any
 from trainers.errors import UserError
 from trainers.loop.config import LoopConfig, check_before_loading, planned_steps, train_settings
 from trainers.loop.table import HEADER, plot_progress, print_row
-from trainers.loop.training import LoopTrainer, is_resident, serve_checkpoint
+from trainers.loop.training import LoopTrainer, is_resident
 
 __all__ = ["run_loop", "select_tasks"]
 
@@ -424,8 +424,8 @@ def run_loop(
     policy = make_policy(cfg.policy, serve_from, log_dir=str(run.out))
     policy.policy_version = run.policy_version  # a restarted server goes on counting
     policy.start()
-    if resumed is not None and run.trainer is not None:
-        serve_checkpoint(policy, resumed, serve_from, lora=lora, version=run.policy_version)
+    if run.trainer is not None:
+        run.trainer.serve_resumed(policy, run.policy_version)
     export_env(policy)
     run.say(HEADER)
     try:

@@ -27,7 +27,7 @@ from typing import Any
 
 from trainers.errors import UserError
 
-__all__ = ["LoopTrainer", "is_resident", "serve_checkpoint"]
+__all__ = ["LoopTrainer", "is_resident"]
 
 _RERUN = "re-run the same command to continue after the last checkpoint"
 
@@ -88,7 +88,7 @@ class LoopTrainer:
             try:
                 stats = policy.push(tensors, adapter_config=adapter_config, policy_version=version)
             except UserError as exc:
-                raise UserError(f"version {version} could not be served: {exc}; {_RERUN}") from None
+                raise UserError(f"{exc}; version {version} is not served; {_RERUN}") from None
             return {"push_s": round(time.perf_counter() - t0, 4), "push_bytes": int(stats["bytes"])}
         # No push (vLLM, an external server): the weights go through the disk, the adapter alone for LoRA.
         path = self.out / f"serve-v{version}"
@@ -107,6 +107,15 @@ class LoopTrainer:
         moved = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         return {"push_s": round(time.perf_counter() - t0, 4), "push_bytes": moved}
 
+    def serve_resumed(self, policy: Any, version: int) -> None:
+        """Serve a resumed run's checkpoint as ``version``.
+
+        LoRA: the checkpoint's adapter is pushed onto the base the server started on; full weights: the
+        server was started on the checkpoint itself.
+        """
+        if self.lora and self.resident.resume is not None:
+            self.publish(policy, version)
+
     def checkpoint(self) -> tuple[str, float]:
         """Write a recovery checkpoint; keep it and the one before. Returns ``(path, seconds)``."""
         t0 = time.perf_counter()
@@ -123,36 +132,14 @@ class LoopTrainer:
         result loads like any model.
         """
         final = self.out / "final"
-        self.resident.save_model(final)
+        if self.resident.trainer is not None:
+            self.resident.save_model(final)
+        elif self.resident.resume is not None:  # resumed and nothing trained since: the checkpoint holds it
+            final = self.resident.resume
+        else:
+            return self.base
         if not self.lora:
             return str(final)
         from trainers.loop.pools import merge_adapter
 
         return merge_adapter(self.base, final, self.out / "final-merged")
-
-
-def serve_checkpoint(policy: Any, checkpoint: str, base: str, *, lora: bool, version: int) -> None:
-    """Serve a resumed run's checkpoint as ``version`` (the server was started on ``base``).
-
-    Full-weight checkpoints are loadable models: the server is started on them directly (``base`` is
-    the checkpoint). A LoRA checkpoint holds the adapter: its tensors are pushed on the base.
-
-    Example:
-        >>> ckpt = "runs/loop/train/checkpoint-12"
-        >>> serve_checkpoint(policy, ckpt, "./base", lora=True, version=4)  # doctest: +SKIP
-    """
-    if not lora:
-        if hasattr(policy, "push") and checkpoint != base:
-            policy.update(checkpoint, policy_version=version)
-        return
-    import json
-
-    from safetensors.torch import load_file
-
-    path = Path(checkpoint)
-    tensors = load_file(str(path / "adapter_model.safetensors"))
-    config = json.loads((path / "adapter_config.json").read_text())
-    if hasattr(policy, "push"):
-        policy.push(tensors, adapter_config=config, policy_version=version)
-    else:
-        policy.update(base, adapter=str(path), policy_version=version)

@@ -311,6 +311,11 @@ class LocalPolicy:
                 query["policy_version"] = str(int(policy_version))
             url = f"http://127.0.0.1:{self._port}/admin/weights?{urllib.parse.urlencode(query)}"
             status, text = _post_bytes(url, body)
+            code = self._proc.poll() if status == 0 else None
+            if code is not None:
+                raise UserError(f"the policy server exited (code {code})")
+            if status == 0:
+                raise UserError(text)
             if status != 200:
                 raise UserError(f"the policy server refused the weights ({status}): {text[:500]}")
             version, moved = int(json.loads(text)["policy_version"]), len(body)

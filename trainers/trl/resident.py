@@ -35,7 +35,18 @@ from trainers.base import TrainerConfig
 from trainers.errors import UserError
 from trainers.trl.config import TRLGRPOConfig
 
-__all__ = ["ResidentTrainer", "VersionResult"]
+__all__ = ["ResidentTrainer", "VersionResult", "adapter_config_dict"]
+
+
+def adapter_config_dict(model: Any, name: str = "default") -> dict[str, Any]:
+    """A peft model's adapter config as plain JSON values (what a push sends with a new adapter).
+
+    Example:
+        >>> adapter_config_dict(peft_model)["peft_type"]  # doctest: +SKIP
+        'LORA'
+    """
+    config = model.peft_config[name].to_dict()
+    return {k: (sorted(v) if isinstance(v, set) else v) for k, v in config.items()}
 
 
 @dataclass
@@ -315,14 +326,15 @@ class ResidentTrainer:
             >>> tensors, adapter = ResidentTrainer(cfg).weights()  # doctest: +SKIP
         """
         if self._built is None:
-            raise UserError("no version trained yet: nothing to push")
+            if self.resume is None:
+                raise UserError("no version trained yet: nothing to push")
+            return _checkpoint_weights(self.resume, bool(self.config.lora))
         model = self._built.trainer.accelerator.unwrap_model(self._built.trainer.model)
         if self.config.lora:
             from peft import get_peft_model_state_dict
 
             tensors = get_peft_model_state_dict(model)
-            adapter_config = model.peft_config["default"].to_dict()
-            adapter_config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in adapter_config.items()}
+            adapter_config = adapter_config_dict(model)
             return {
                 k: v.detach().to("cpu", copy=True).contiguous() for k, v in tensors.items()
             }, adapter_config
@@ -364,3 +376,18 @@ class ResidentTrainer:
             raise UserError("no version trained yet: nothing to save")
         self._built.trainer.save_model(str(path))
         return Path(path)
+
+
+def _checkpoint_weights(path: Path, lora: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The weights a checkpoint holds, as :meth:`ResidentTrainer.weights` gives them (a resumed run's)."""
+    from safetensors.torch import load_file
+
+    if lora:
+        config = json.loads((path / "adapter_config.json").read_text())
+        return load_file(str(path / "adapter_model.safetensors")), config
+    index = path / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else []
+    tensors: dict[str, Any] = {}
+    for name in files or ["model.safetensors"]:
+        tensors.update(load_file(str(path / name)))
+    return tensors, None

@@ -51,7 +51,18 @@ from sdk.gateway._records import (
 )
 from sdk.gateway._sessions import SessionTable
 from sdk.gateway._sse import SSEForwarder
-from sdk.openai_wire import decode_body, parse_exchange
+from sdk.openai_wire import (
+    ENDPOINTS,
+    MESSAGES_ENDPOINT,
+    MappingError,
+    anthropic_request,
+    chat_request_of,
+    decode_body,
+    message_events,
+    message_of_chat,
+    parse_exchange,
+    sse,
+)
 
 __all__ = ["ENV_CONFIG", "GatewayConfig", "app_from_env", "create_app"]
 
@@ -67,7 +78,7 @@ METADATA_HEADER = "x-tracerl-metadata"
 AGENT_HEADER = "x-tracerl-agent"  # the agent name (role) of the call, for multi-agent programs
 TOKEN_HEADER = "x-tracerl-gateway-token"
 
-_ENDPOINTS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
+_ENDPOINTS = (*ENDPOINTS, MESSAGES_ENDPOINT)
 # Hop-by-hop headers and those the proxy recomputes are never forwarded.
 _HOP = HOP_BY_HOP | {"host", "content-length"}
 _HOP_BYTES = frozenset(h.encode("latin-1") for h in _HOP)
@@ -94,6 +105,9 @@ class GatewayConfig:
             ``X-Tracerl-Gateway-Token`` header or as the path prefix ``/token/<token>/``.
         sessions_dir: A directory the workers of one gateway share to tell each other which session ids
             they opened (``POST /sessions/<id>/end`` of an id none of them saw is a 404).
+        anthropic_to_chat: Answer Anthropic Messages calls (``POST /v1/messages``) with the upstream's
+            chat completions (an OpenAI-compatible upstream, e.g. vLLM with token ids); otherwise they are
+            forwarded as they are to an Anthropic-compatible upstream.
 
     Example:
         >>> GatewayConfig(upstream="http://127.0.0.1:8000/v1").token_data
@@ -109,6 +123,7 @@ class GatewayConfig:
     otlp: bool = False
     auth_token: str | None = dataclasses.field(default=None, repr=False)
     sessions_dir: str | None = None
+    anthropic_to_chat: bool = False
 
 
 class _Stats:
@@ -415,7 +430,10 @@ class _Gateway:
         call = _Call(endpoint, payload, s, strip, time.time(), _header(tracerl, AGENT_HEADER) or None)
         watch = _ClientWatch(receive)
         try:
-            await self._exchange(send, call, watch, method, url, headers, body)
+            if endpoint == "messages" and self.config.anthropic_to_chat:
+                await self._translated(send, call, watch, headers)
+            else:
+                await self._exchange(send, call, watch, method, url, headers, body)
         except asyncio.CancelledError:
             if not watch.gone:
                 raise
@@ -465,6 +483,58 @@ class _Gateway:
         out.append((b"content-length", str(len(raw)).encode("latin-1")))
         await send({"type": "http.response.start", "status": resp.status, "headers": out})
         await send({"type": "http.response.body", "body": raw})
+
+    async def _translated(
+        self, send: Send, call: _Call, watch: _ClientWatch, headers: list[tuple[str, str]]
+    ) -> None:
+        """An Anthropic Messages call answered from the upstream's chat completions, recorded as sent there.
+
+        The upstream is asked without streaming; a streamed call gets its events when the answer is
+        complete. The record is the chat exchange (its token ids) under the Messages call's name and
+        parameters: the conversation is the same, mapped once (``sdk.openai_wire``).
+        """
+        try:
+            chat = chat_request_of(call.payload)
+        except MappingError as exc:
+            watch.stop()
+            self.record_failure(call, "UnmappableRequest", exc)
+            return await _anthropic_error(send, 400, f"tracerl gateway: cannot translate the request: {exc}")
+        added: frozenset[str] = frozenset()
+        if self.config.token_data:
+            chat, added = token_data_params("chat.completions", chat)
+        out = [(k, v) for k, v in headers if k not in ("content-encoding", "x-api-key", "anthropic-version")]
+        key = next((v for k, v in headers if k == "x-api-key"), None)
+        if key and not any(k == "authorization" for k, _ in out):
+            out.append(("authorization", f"Bearer {key}"))
+        out.append(("content-type", "application/json"))
+        url = URL(self.origin + self.base_path + "/chat/completions", encoded=True)
+        try:
+            resp = await self.client().request("POST", url, headers=out, data=json.dumps(chat).encode())
+            async with resp:
+                raw = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            watch.stop()
+            self.stats.upstream_errors += 1
+            self.record_failure(call, _error_name(exc), exc)
+            return await _anthropic_error(send, 502, f"tracerl gateway: upstream failed: {_error_name(exc)}")
+        watch.stop()
+        self.record(call, resp, raw, upstream=chat)
+        try:
+            answer = json.loads(decode_body(raw, resp.headers.get("content-encoding", "")) or b"")
+        except ValueError:
+            answer = None
+        if resp.status >= 400 or not isinstance(answer, dict):
+            self.stats.upstream_errors += 1
+            error = answer.get("error") if isinstance(answer, dict) else None
+            text = error.get("message") if isinstance(error, dict) else raw[:500].decode("utf-8", "replace")
+            return await _anthropic_error(send, resp.status if resp.status >= 400 else 502, str(text))
+        message = message_of_chat(answer, answer.get("model") or call.payload.get("model"))
+        if not call.payload.get("stream"):
+            return await send_json(send, 200, message)
+        events = b"".join(sse(payload, name) for name, payload in message_events(message))
+        head = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        await send({"type": "http.response.body", "body": events})
 
     async def _failed(self, send: Send, call: _Call, exc: BaseException, what: str) -> None:
         self.stats.upstream_errors += 1
@@ -535,7 +605,10 @@ class _Gateway:
             )
         return None
 
-    def record(self, call: _Call, resp: aiohttp.ClientResponse, raw: bytes) -> None:
+    def record(
+        self, call: _Call, resp: aiohttp.ClientResponse, raw: bytes, upstream: dict[str, Any] | None = None
+    ) -> None:
+        """Store an answered call (``upstream``: the chat request a translated Messages call was sent as)."""
         with capture_internal_exceptions("gateway.record"):
             decoded = decode_body(raw, resp.headers.get("content-encoding", ""))
             if decoded is None:
@@ -551,7 +624,11 @@ class _Gateway:
             }
             problem = request_problem(call.endpoint, call.payload)
             try:
-                if problem is None:
+                if problem is None and upstream is not None:
+                    record = _as_messages_call(
+                        parse_exchange("chat.completions", upstream, resp.status, decoded, **kwargs), call
+                    )
+                elif problem is None:
                     record = parse_exchange(call.endpoint, call.payload, resp.status, decoded, **kwargs)
             except Exception as exc:  # an answered call is stored even if it cannot be parsed
                 problem = f"could not be parsed: {type(exc).__name__}: {str(exc)[:500]}"
@@ -626,6 +703,21 @@ class _Call:
     strip: frozenset[str]
     started: float
     agent: str | None = None
+
+
+def _as_messages_call(record: Any, call: _Call) -> Any:
+    """A chat exchange recorded as the Anthropic Messages call it answered (same conversation, its params)."""
+    record.endpoint = "messages"
+    record.model = call.payload.get("model")
+    record.params = anthropic_request(call.payload)[2]
+    record.stream = bool(call.payload.get("stream"))
+    record.extra = {**(record.extra or {}), "upstream_endpoint": "chat.completions"}
+    return record
+
+
+async def _anthropic_error(send: Send, status: int, message: str) -> None:
+    kind = "invalid_request_error" if status < 500 else "api_error"
+    await send_json(send, status, {"type": "error", "error": {"type": kind, "message": message}})
 
 
 def _error_name(exc: BaseException) -> str:

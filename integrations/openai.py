@@ -199,8 +199,13 @@ def _wants_token_data(url: str, servers: tuple[str, ...]) -> bool:
 
 @firewall("openai.token_data")
 def _with_token_data(hx: ModuleType, request: Any, ex: _Exchange, servers: tuple[str, ...]) -> Any:
-    """``request`` asking for logprobs and token ids when it goes to a named server (else unchanged)."""
-    if ex.endpoint != "chat.completions" or not _wants_token_data(str(request.url), servers):
+    """``request`` asking for logprobs and token ids when it goes to a named server (else unchanged).
+
+    Chat completions and the Responses API (vLLM's ``enable_response_messages`` returns its token ids).
+    """
+    if ex.endpoint not in ("chat.completions", "responses") or not _wants_token_data(
+        str(request.url), servers
+    ):
         return request
     body, added = token_data_params(ex.endpoint, ex.body)
     if not added:

@@ -10,9 +10,9 @@ Part of :mod:`sdk.openai_wire`. The mapping (documented in the README, "Wire for
   none. So a response's text, reasoning and calls sent back as items become the one assistant message the
   response was stored as, and the thread continues.
 - ``function_call_output`` / ``custom_tool_call_output`` → a tool message.
-- ``previous_response_id`` is not resolved (the conversation before it is on the server): the record keeps
-  it in ``params``; the episode builder cannot see that prefix, so such calls are counted
-  (``responses_previous_id``) and their episodes start at the items sent.
+- ``previous_response_id`` is not resolved (the conversation before it is kept by the server, not sent):
+  such a call is counted (``responses_previous_id``) and stored without messages, its request kept raw,
+  so that no episode is built on a prompt that is not the one the server rendered.
 - Any other item type cannot be mapped faithfully: :class:`MappingError`.
 
 Token ids: vLLM returns them with ``enable_response_messages: true``: ``input_messages`` and
@@ -123,12 +123,15 @@ def responses_request(
         >>> responses_request({"model": "m", "instructions": "be brief", "input": "hi"})[0][0]
         {'role': 'system', 'content': 'be brief'}
     """
+    if body.get("previous_response_id"):
+        capture.count("responses_previous_id")
+        raise MappingError(
+            "previous_response_id: the conversation before it is kept by the server, not in the request"
+        )
     messages: list[dict[str, Any]] = []
     if body.get("instructions"):
         messages.append({"role": "system", "content": body["instructions"]})
     messages += responses_messages(body.get("input"))
-    if body.get("previous_response_id"):
-        capture.count("responses_previous_id")
     tools = None
     if body.get("tools"):
         tools = [
@@ -198,6 +201,11 @@ def read_response(body: dict[str, Any], record: CallRecord) -> None:
     record.logprobs = capture.openai_logprobs(logprobs) if logprobs else None
     record.prompt_token_ids = _raw_tokens(body.get("input_messages"))
     record.completion_token_ids = _raw_tokens(body.get("output_messages"))
+    ids = record.completion_token_ids
+    if ids is not None and record.logprobs is not None and len(record.logprobs) != len(ids):
+        # Output-text logprobs leave out the tool calls' tokens: not one per completion token, not kept.
+        capture.count("responses_logprobs_partial")
+        record.logprobs = None
     usage = body.get("usage")
     if usage:
         details = {k: v for k, v in usage.items() if k.endswith("_details")}  # Responses names, kept

@@ -4,7 +4,8 @@ Part of :mod:`sdk.openai_wire`. A Messages call is recorded as the call it is (e
 its own parameters) with its conversation in OpenAI chat format, by this mapping (also in the README,
 "Wire formats"):
 
-- ``system`` (a string or text blocks) → one system message, the blocks' texts joined.
+- ``system`` (a string or text blocks) → one system message, the blocks' texts joined; a ``system`` turn
+  among the messages (Claude Code sends one) → a system message there.
 - A user turn's ``text`` blocks → the user message's text (joined); ``image`` blocks → ``image_url`` parts
   (base64 sources as data URLs), the text then stays a list of parts; each ``tool_result`` block → a tool
   message (``tool_call_id`` = ``tool_use_id``), before the rest of the turn's content.
@@ -165,10 +166,12 @@ def anthropic_request(
         raise MappingError(f"messages is a {type(turns).__name__}, not a list")
     for i, turn in enumerate(turns):
         where = f"messages[{i}]"
-        if not isinstance(turn, dict) or turn.get("role") not in ("user", "assistant"):
-            raise MappingError(f"{where} is not a user or assistant turn")
+        if not isinstance(turn, dict) or turn.get("role") not in ("user", "assistant", "system"):
+            raise MappingError(f"{where} is not a user, assistant or system turn")
         blocks = _blocks(turn.get("content"), where)
-        if turn["role"] == "user":
+        if turn["role"] == "system":  # Claude Code sends some context as a system turn mid-conversation
+            messages.append({"role": "system", "content": _system(blocks) or ""})
+        elif turn["role"] == "user":
             messages += _user_turn(blocks, where)
         else:
             messages.append(_assistant_turn(blocks, where))

@@ -13,7 +13,8 @@ Example:
 
 Token data without code changes: ``wrap_openai(client, token_data=True)`` or
 ``instrument_openai(token_data=["http://127.0.0.1:8000/v1"])`` adds ``logprobs`` and vLLM's
-``return_token_ids`` to the chat requests sent to the servers named (requests that set them keep their
+``return_token_ids`` to the chat requests sent to the servers named (Responses requests: the output-text
+logprobs and vLLM's ``enable_response_messages``) (requests that set them keep their
 own values). Name only servers that accept these parameters (vLLM, SGLang): OpenAI's own API rejects
 ``return_token_ids``. Responses then carry the token data the client did not ask for; clients ignore it.
 

@@ -1,8 +1,10 @@
 """The gateway's ASGI app: an OpenAI-compatible reverse proxy that records model calls into the store.
 
-Model calls (``POST .../chat/completions`` and ``POST .../responses``) are recorded: the request JSON and
-the response body (SSE streams forwarded event by event as they arrive, and reassembled for the record)
-go through the same converter as the in-process OpenAI transport (:func:`sdk.openai_wire.parse_exchange`).
+Model calls (``POST .../chat/completions``, ``POST .../responses`` and Anthropic's ``POST .../v1/messages``)
+are recorded: the request JSON and the response body (SSE streams forwarded event by event as they arrive,
+and reassembled for the record) go through the same converter as the in-process transports
+(:func:`sdk.openai_wire.parse_exchange`). With ``anthropic_to_chat`` a Messages call is answered from the
+upstream's chat completions instead of being forwarded (``_Gateway._translated``).
 Every other request is passed through untouched. Headers are forwarded (hop-by-hop ones dropped) and
 never recorded. Request parsing (session ids, tokens, hostile JSON, compressed bodies) is in ``_http``.
 """

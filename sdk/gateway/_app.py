@@ -4,7 +4,7 @@ Model calls (``POST .../chat/completions``, ``POST .../responses`` and Anthropic
 are recorded: the request JSON and the response body (SSE streams forwarded event by event as they arrive,
 and reassembled for the record) go through the same converter as the in-process transports
 (:func:`sdk.openai_wire.parse_exchange`). With ``anthropic_to_chat`` a Messages call is answered from the
-upstream's chat completions instead of being forwarded (``_Gateway._translated``).
+upstream's chat completions instead of being forwarded (``_translate``).
 Every other request is passed through untouched. Headers are forwarded (hop-by-hop ones dropped) and
 never recorded. Request parsing (session ids, tokens, hostile JSON, compressed bodies) is in ``_http``.
 """
@@ -53,18 +53,8 @@ from sdk.gateway._records import (
 )
 from sdk.gateway._sessions import SessionTable
 from sdk.gateway._sse import SSEForwarder
-from sdk.openai_wire import (
-    ENDPOINTS,
-    MESSAGES_ENDPOINT,
-    MappingError,
-    anthropic_request,
-    chat_request_of,
-    decode_body,
-    message_events,
-    message_of_chat,
-    parse_exchange,
-    sse,
-)
+from sdk.gateway._translate import as_messages_call, error_name, translated
+from sdk.openai_wire import ENDPOINTS, MESSAGES_ENDPOINT, decode_body, parse_exchange
 
 __all__ = ["ENV_CONFIG", "GatewayConfig", "app_from_env", "create_app"]
 
@@ -433,7 +423,7 @@ class _Gateway:
         watch = _ClientWatch(receive)
         try:
             if endpoint == "messages" and self.config.anthropic_to_chat:
-                await self._translated(send, call, watch, headers)
+                await translated(self, send, call, watch, headers)
             else:
                 await self._exchange(send, call, watch, method, url, headers, body)
         except asyncio.CancelledError:
@@ -486,61 +476,9 @@ class _Gateway:
         await send({"type": "http.response.start", "status": resp.status, "headers": out})
         await send({"type": "http.response.body", "body": raw})
 
-    async def _translated(
-        self, send: Send, call: _Call, watch: _ClientWatch, headers: list[tuple[str, str]]
-    ) -> None:
-        """An Anthropic Messages call answered from the upstream's chat completions, recorded as sent there.
-
-        The upstream is asked without streaming; a streamed call gets its events when the answer is
-        complete. The record is the chat exchange (its token ids) under the Messages call's name and
-        parameters: the conversation is the same, mapped once (``sdk.openai_wire``).
-        """
-        try:
-            chat = chat_request_of(call.payload)
-        except MappingError as exc:
-            watch.stop()
-            self.record_failure(call, "UnmappableRequest", exc)
-            return await _anthropic_error(send, 400, f"tracerl gateway: cannot translate the request: {exc}")
-        added: frozenset[str] = frozenset()
-        if self.config.token_data:
-            chat, added = token_data_params("chat.completions", chat)
-        out = [(k, v) for k, v in headers if k not in ("content-encoding", "x-api-key", "anthropic-version")]
-        key = next((v for k, v in headers if k == "x-api-key"), None)
-        if key and not any(k == "authorization" for k, _ in out):
-            out.append(("authorization", f"Bearer {key}"))
-        out.append(("content-type", "application/json"))
-        url = URL(self.origin + self.base_path + "/chat/completions", encoded=True)
-        try:
-            resp = await self.client().request("POST", url, headers=out, data=json.dumps(chat).encode())
-            async with resp:
-                raw = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            watch.stop()
-            self.stats.upstream_errors += 1
-            self.record_failure(call, _error_name(exc), exc)
-            return await _anthropic_error(send, 502, f"tracerl gateway: upstream failed: {_error_name(exc)}")
-        watch.stop()
-        self.record(call, resp, raw, upstream=chat)
-        try:
-            answer = json.loads(decode_body(raw, resp.headers.get("content-encoding", "")) or b"")
-        except ValueError:
-            answer = None
-        if resp.status >= 400 or not isinstance(answer, dict):
-            self.stats.upstream_errors += 1
-            error = answer.get("error") if isinstance(answer, dict) else None
-            text = error.get("message") if isinstance(error, dict) else raw[:500].decode("utf-8", "replace")
-            return await _anthropic_error(send, resp.status if resp.status >= 400 else 502, str(text))
-        message = message_of_chat(answer, answer.get("model") or call.payload.get("model"))
-        if not call.payload.get("stream"):
-            return await send_json(send, 200, message)
-        events = b"".join(sse(payload, name) for name, payload in message_events(message))
-        head = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
-        await send({"type": "http.response.start", "status": 200, "headers": head})
-        await send({"type": "http.response.body", "body": events})
-
     async def _failed(self, send: Send, call: _Call, exc: BaseException, what: str) -> None:
         self.stats.upstream_errors += 1
-        name = _error_name(exc)
+        name = error_name(exc)
         self.record_failure(call, name, exc)
         await send_error(send, 502, f"tracerl gateway: upstream {what} failed: {name}: {exc}")
 
@@ -561,7 +499,7 @@ class _Gateway:
         except (aiohttp.ClientError, TimeoutError) as exc:
             watch.stop()
             self.stats.upstream_errors += 1
-            self.record_failure(call, _error_name(exc), exc)
+            self.record_failure(call, error_name(exc), exc)
             raise  # the client sees the stream break, as it would without the gateway
         watch.stop()
         self.record(call, resp, b"".join(chunks))
@@ -576,7 +514,7 @@ class _Gateway:
                 method, url, headers=headers, data=body or None, allow_redirects=False
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
-            msg = f"tracerl gateway: upstream request failed: {_error_name(exc)}: {exc}"
+            msg = f"tracerl gateway: upstream request failed: {error_name(exc)}: {exc}"
             return await send_error(send, 502, msg)
         try:
             await send(
@@ -627,8 +565,9 @@ class _Gateway:
             problem = request_problem(call.endpoint, call.payload)
             try:
                 if problem is None and upstream is not None:
-                    record = _as_messages_call(
-                        parse_exchange("chat.completions", upstream, resp.status, decoded, **kwargs), call
+                    record = as_messages_call(
+                        parse_exchange("chat.completions", upstream, resp.status, decoded, **kwargs),
+                        call.payload,
                     )
                 elif problem is None:
                     record = parse_exchange(call.endpoint, call.payload, resp.status, decoded, **kwargs)
@@ -705,32 +644,6 @@ class _Call:
     strip: frozenset[str]
     started: float
     agent: str | None = None
-
-
-def _as_messages_call(record: Any, call: _Call) -> Any:
-    """A chat exchange recorded as the Anthropic Messages call it answered (same conversation, its params)."""
-    record.endpoint = "messages"
-    record.model = call.payload.get("model")
-    record.params = anthropic_request(call.payload)[2]
-    record.stream = bool(call.payload.get("stream"))
-    record.extra = {**(record.extra or {}), "upstream_endpoint": "chat.completions"}
-    return record
-
-
-async def _anthropic_error(send: Send, status: int, message: str) -> None:
-    kind = "invalid_request_error" if status < 500 else "api_error"
-    await send_json(send, status, {"type": "error", "error": {"type": kind, "message": message}})
-
-
-def _error_name(exc: BaseException) -> str:
-    # Recorded names do not depend on the HTTP client the gateway uses (they are httpx's names).
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return "ConnectError"
-    if isinstance(exc, TimeoutError):
-        return "ReadTimeout"
-    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
-        return "RemoteProtocolError"
-    return type(exc).__name__
 
 
 def _response_headers(resp: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:

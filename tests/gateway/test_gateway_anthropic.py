@@ -140,3 +140,28 @@ def test_async_client_and_thinking(setup: Any) -> None:
     ep = _episode(gw, sid)
     last = ep["messages"][-1]
     assert last["content"] == "Paris." and last["reasoning_content"] == "The capital of France."
+
+
+@pytest.mark.parametrize("mode", ["forward", "chat"])
+def test_token_agent_and_policy_version_as_on_the_chat_route(mode: str, tmp_path: Any) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    with ScriptedOpenAIServer(model_suffix="") as server:
+        args = ("--auth-token-file", str(token), *(("--anthropic-to-chat",) if mode == "chat" else ()))
+        gw = start_gateway(server.base_url, tmp_path / "store", args=args)
+        try:
+            sid = new_id()
+            hi = {"model": "policy@v3", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}
+            bare = anthropic.Anthropic(base_url=f"{gw.url}/sessions/{sid}", api_key="x", max_retries=0)
+            with pytest.raises(anthropic.AuthenticationError):
+                bare.messages.create(**hi)
+            headers = {"X-Tracerl-Gateway-Token": "s3cret", "X-Tracerl-Agent": "coder"}
+            client = anthropic.Anthropic(
+                base_url=f"{gw.url}/sessions/{sid}", api_key="x", max_retries=0, default_headers=headers
+            )
+            assert client.messages.create(**hi).content[0].text == "You said: hi"
+            (call,) = gw.session(sid).calls
+        finally:
+            gw.stop()
+    assert call["agent"] == "coder" and call["policy_version"] == 3
+    assert len(server.requests) == 1  # the refused call never reached the upstream

@@ -160,10 +160,14 @@ def _assert_faithful(store: Path, tokenizer: Any, hook: _Ids) -> Any:
 def _responses_agent(client: Any) -> None:
     """A Codex-like loop: the output items go back as input, with the function call outputs."""
     items: list[dict[str, Any]] = [{"role": "user", "content": "add 2 and 3, then add 10"}]
-    for _ in range(3):
-        reply = client.responses.create(
-            model="policy", instructions="You add.", input=items, tools=RESPONSES_TOOLS
-        )
+    for n in range(3):
+        kwargs = {"model": "policy", "instructions": "You add.", "input": items, "tools": RESPONSES_TOOLS}
+        if n == 1:  # a streamed turn, as Codex streams: the ids come in the final event
+            events = list(client.responses.create(stream=True, **kwargs))
+            reply = events[-1].response
+            assert events[-1].type == "response.completed"
+        else:
+            reply = client.responses.create(**kwargs)
         items += [o.model_dump(exclude_none=True) for o in reply.output]
         for o in reply.output:
             if o.type == "function_call":

@@ -54,6 +54,7 @@ from sdk._openai_write import (
 from sdk.capture import CallRecord
 from sdk.messages import MESSAGE_KEYS
 from sdk.openai_wire._anthropic import (
+    ChatStreamTranslator,
     anthropic_request,
     chat_request_of,
     message_events,
@@ -74,6 +75,7 @@ __all__ = [
     "MESSAGES_ENDPOINT",
     "SSE_DONE",
     "VERSION_HEADER",
+    "ChatStreamTranslator",
     "MappingError",
     "anthropic_request",
     "assemble_chat_stream",

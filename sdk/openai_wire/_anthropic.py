@@ -36,6 +36,7 @@ from sdk.capture import CallRecord
 from sdk.openai_wire._responses import MappingError
 
 __all__ = [
+    "ChatStreamTranslator",
     "anthropic_request",
     "chat_request_of",
     "message_events",
@@ -396,3 +397,99 @@ def message_events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     )
     events.append(("message_stop", {"type": "message_stop"}))
     return events
+
+
+class ChatStreamTranslator:
+    """Translates ``chat.completion.chunk`` objects into Anthropic stream events as they arrive.
+
+    Choice 0 only. Reasoning, text and each tool call become content blocks in the order they start; the
+    final ``message_delta`` and ``message_stop`` come from :meth:`finish`, once the upstream's stream ended
+    (the gateway sends them after the call is stored).
+
+    Example:
+        >>> t = ChatStreamTranslator("m")
+        >>> [n for n, _ in t.feed({"choices": [{"delta": {"content": "hi"}}]})]
+        ['message_start', 'content_block_start', 'content_block_delta']
+        >>> [n for n, _ in t.feed({"choices": [{"delta": {}, "finish_reason": "stop"}]})]
+        []
+        >>> [n for n, _ in t.finish()]
+        ['content_block_stop', 'message_delta', 'message_stop']
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.started = False
+        self.index = -1  # the open block's index (-1: none)
+        self.kind: str | None = None  # the open block's type
+        self.tool: Any = None  # the chat tool-call index of the open tool_use block
+        self.args = False  # the open tool_use block got arguments
+        self.stop: str | None = None
+        self.usage: dict[str, Any] = {}
+
+    def _open(self, kind: str, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        out = self._close()
+        self.index, self.kind, self.args = self.index + 1, kind, False
+        out.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": self.index, "content_block": block},
+            )
+        )
+        return out
+
+    def _close(self) -> list[tuple[str, dict[str, Any]]]:
+        if self.kind is None:
+            return []
+        out = []
+        if self.kind == "tool_use" and not self.args:  # a call without arguments: its input is {}
+            out.append(self._delta({"type": "input_json_delta", "partial_json": "{}"}))
+        self.kind = None
+        return [*out, ("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+
+    def _delta(self, delta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        return ("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
+
+    def feed(self, chunk: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """The events one chunk adds."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        if not self.started:
+            self.started = True
+            message = {"id": "msg_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant",
+                       "model": chunk.get("model") or self.model, "content": [], "stop_reason": None,
+                       "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}  # fmt: skip
+            out.append(("message_start", {"type": "message_start", "message": message}))
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        choice = next((c for c in chunk.get("choices") or [] if (c.get("index") or 0) == 0), None)
+        if choice is None:
+            return out
+        delta = choice.get("delta") or {}
+        if delta.get("reasoning_content"):
+            if self.kind != "thinking":
+                out += self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+            out.append(self._delta({"type": "thinking_delta", "thinking": delta["reasoning_content"]}))
+        if delta.get("content"):
+            if self.kind != "text":
+                out += self._open("text", {"type": "text", "text": ""})
+            out.append(self._delta({"type": "text_delta", "text": delta["content"]}))
+        for tc in delta.get("tool_calls") or []:
+            fn = tc.get("function") or {}
+            if self.kind != "tool_use" or tc.get("index", 0) != self.tool:
+                self.tool = tc.get("index", 0)
+                out += self._open("tool_use", {"type": "tool_use", "id": tc.get("id"), "name": fn.get("name"),
+                                               "input": {}})  # fmt: skip
+            if fn.get("arguments"):
+                self.args = True
+                out.append(self._delta({"type": "input_json_delta", "partial_json": fn["arguments"]}))
+        if choice.get("finish_reason"):
+            self.stop = choice["finish_reason"]
+        return out
+
+    def finish(self) -> list[tuple[str, dict[str, Any]]]:
+        """The events that end the message: the open block's end, ``message_delta``, ``message_stop``."""
+        out = self.feed({}) if not self.started else []
+        out += self._close()
+        delta = {"stop_reason": _STOP_BACK.get(self.stop or "stop", "end_turn"), "stop_sequence": None}
+        usage = {"output_tokens": self.usage.get("completion_tokens") or 0}
+        out.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
+        return [*out, ("message_stop", {"type": "message_stop"})]

@@ -157,7 +157,11 @@ class _Handler(BaseHTTPRequestHandler):
                     _set_token_ids(body, *token_ids(req, resp), t.logprobs)
                 return self._send_json(200, body, request_id)
             include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
-            chunks = ((None, c) for c in _chat_chunks(t, cid, created, include_usage, n))
+            stream_chunks = _chat_chunks(t, cid, created, include_usage, n)
+            token_ids = self.server.owner.token_ids
+            if token_ids is not None and t.token_ids and n == 1:
+                stream_chunks = _stream_token_ids(stream_chunks, *token_ids(req, resp), t.logprobs)
+            chunks = ((None, c) for c in stream_chunks)
             return self._send_sse(chunks, request_id, done_marker=True)
         rid = "resp_" + uuid.uuid4().hex
         if not stream:
@@ -235,6 +239,23 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(SSE_DONE)
 
 
+def _stream_token_ids(
+    chunks: Iterator[dict], prompt: list[int], completion: list[int], logprobs: bool
+) -> Iterator[dict]:
+    """Chunks carrying a token-ids hook's ids: the prompt's on the first, the completion's on the finish."""
+    for i, chunk in enumerate(chunks):
+        chunk = {**chunk, "prompt_token_ids": list(prompt)} if i == 0 else chunk
+        choices = []
+        for choice in chunk.get("choices") or []:
+            choice = {k: v for k, v in choice.items() if k not in ("token_ids", "logprobs")}
+            if choice.get("finish_reason"):
+                body = {"choices": [choice], "usage": {}}
+                _set_token_ids(body, prompt, completion, logprobs)
+                choice = body["choices"][0]
+            choices.append(choice)
+        yield {**chunk, "choices": choices}
+
+
 # --------------------------------------------------------------------------- server
 
 
@@ -251,9 +272,11 @@ class ScriptedOpenAIServer:
         model_suffix: Appended to the requested model in replies, so requested and returned models differ.
         latency_s: Seconds to sleep before answering each request.
         stream_delay_s: Seconds to sleep between the events of a streamed reply.
-        token_ids: ``token_ids(request_json, response) -> (prompt_ids, completion_ids)``: the ids a
-            non-streamed chat reply returns when asked (``return_token_ids``), instead of the fake
-            tokenizer's, e.g. a real tokenizer's with a word spelled in unusual tokens; logprobs follow them.
+        token_ids: ``token_ids(request_json, response) -> (prompt_ids, completion_ids)``: the ids a chat
+            reply returns when asked (``return_token_ids``; streamed, the prompt's on the first chunk and
+            the completion's on the finish chunk) and a Responses reply with ``enable_response_messages``,
+            instead of the fake tokenizer's, e.g. a real tokenizer's with a word spelled in unusual
+            tokens; chat logprobs follow them.
         policy: Optional callable replacing the default policy.
 
     Example:

@@ -36,6 +36,9 @@ END = (
 STREAMS = {
     "unknown": START + BLOCK + UNKNOWN + DELTA + END,
     "cut": START + BLOCK + DELTA[: len(DELTA) // 2],  # the connection closes mid-event
+    # A chat completions stream (for --anthropic-to-chat) cut before its finish chunk, mid-event.
+    "chat-cut": b'data: {"model":"raw","choices":[{"index":0,"delta":{"role":"assistant","content":"hel"}}]}\n\n'
+    b'data: {"model":"raw","choices":[{"index":0,"delta":{"content":"lo"',
 }
 
 
@@ -60,17 +63,35 @@ class _RawUpstream(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def raw_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def raw_upstream() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _RawUpstream)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def raw_gateway(raw_upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Messages calls forwarded to the raw upstream's /v1/messages."""
+    gw = start_gateway(raw_upstream, tmp_path_factory.mktemp("raw") / "store")
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture(scope="module")
+def raw_chat_gateway(raw_upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Messages calls translated to the raw upstream's /v1/chat/completions."""
     gw = start_gateway(
-        f"http://127.0.0.1:{server.server_address[1]}/v1", tmp_path_factory.mktemp("raw") / "store"
+        raw_upstream, tmp_path_factory.mktemp("raw-chat") / "store", args=("--anthropic-to-chat",)
     )
     try:
         yield gw
     finally:
         gw.stop()
-        server.shutdown()
 
 
 def _stream(gw: Gateway, sid: str, model: str) -> str:
@@ -91,13 +112,17 @@ def test_unknown_stream_event_types_are_counted_and_the_call_kept(raw_gateway: G
     assert stats["anthropic_stream_events_unknown"] >= 1
 
 
-def test_a_stream_cut_mid_event_is_a_failed_call(raw_gateway: Gateway) -> None:
-    sid = new_id()
-    try:  # the client sees the stream end early, as it would without the gateway
-        _stream(raw_gateway, sid, "cut")
+@pytest.mark.parametrize("translated", [False, True])
+def test_a_stream_cut_mid_event_is_a_failed_call(
+    raw_gateway: Gateway, raw_chat_gateway: Gateway, translated: bool
+) -> None:
+    gw, sid = (raw_chat_gateway if translated else raw_gateway), new_id()
+    try:  # the client sees the stream end early (no message_stop), as it would without the gateway
+        _stream(gw, sid, "chat-cut" if translated else "cut")
     except anthropic.APIError:
         pass
-    (call,) = raw_gateway.session(sid).calls
+    (call,) = gw.session(sid).calls
+    assert call["endpoint"] == "messages" and call["stream"] is True
     assert call["error"]["type"] in ("incomplete_stream", "RemoteProtocolError")
     assert call["response"]["finish_reason"] is None  # never trained as a complete turn
     # The gateway goes on serving: the next client's call is whole.

@@ -27,7 +27,7 @@ import pytest
 pytest.importorskip("aiohttp")
 pytest.importorskip("polars")
 
-from gateway_helpers import Gateway, new_id
+from gateway_helpers import Gateway, new_id, start_gateway
 
 from sdk.episodes import build_episodes
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse
@@ -75,9 +75,26 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**keep, "HOME": str(home), **OFFLINE, **extra}
 
 
+@pytest.fixture(scope="module")
+def chat_gateway(
+    upstream: ScriptedOpenAIServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """The README's set-up for Claude Code: Messages calls answered from the upstream's chat completions."""
+    gw = start_gateway(
+        upstream.base_url, tmp_path_factory.mktemp("cli-chat") / "store", args=("--anthropic-to-chat",)
+    )
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.mark.parametrize("translated", [False, True])
 def test_claude_code_session_is_captured(
-    clis: Path, gateway: Gateway, upstream: ScriptedOpenAIServer, tmp_path: Path
-) -> None:
+    clis: Path, gateway: Gateway, chat_gateway: Gateway, upstream: ScriptedOpenAIServer, tmp_path: Path,
+    translated: bool,
+) -> None:  # fmt: skip
+    gateway = chat_gateway if translated else gateway
     work = _workdir(tmp_path)
     upstream.reset()
     upstream.enqueue(
@@ -98,7 +115,9 @@ def test_claude_code_session_is_captured(
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "The note says: tangerine." in out.stdout
-    assert [r.path for r in upstream.requests] == ["/v1/messages"] * 2
+    assert [r.path for r in upstream.requests] == [
+        "/v1/chat/completions" if translated else "/v1/messages"
+    ] * 2
     gateway.reward(sid, 1.0)
     gateway.end(sid)
     s = gateway.session(sid)

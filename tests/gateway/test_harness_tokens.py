@@ -195,6 +195,8 @@ def test_responses_text_and_call_in_one_output_trained_once_in_process(
                 _responses_agent(client)
                 s.reward(1.0)
         assert all(r.json["enable_response_messages"] is True for r in server.requests)
+        # Output-text logprobs leave out the tool calls' tokens: not kept as behaviour logprobs, counted.
+        assert sdk.stats()["responses_logprobs_partial"] >= 2
     finally:
         sdk.shutdown()
     ep, conv = _assert_faithful(store, tiny_tokenizer, hook)

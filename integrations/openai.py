@@ -13,7 +13,8 @@ Example:
 
 Token data without code changes: ``wrap_openai(client, token_data=True)`` or
 ``instrument_openai(token_data=["http://127.0.0.1:8000/v1"])`` adds ``logprobs`` and vLLM's
-``return_token_ids`` to the chat requests sent to the servers named (requests that set them keep their
+``return_token_ids`` to the chat requests sent to the servers named (Responses requests: the output-text
+logprobs and vLLM's ``enable_response_messages``) (requests that set them keep their
 own values). Name only servers that accept these parameters (vLLM, SGLang): OpenAI's own API rejects
 ``return_token_ids``. Responses then carry the token data the client did not ask for; clients ignore it.
 
@@ -36,7 +37,7 @@ from typing import Any, ClassVar
 from sdk import capture
 from sdk._token_data import rejects_token_data, token_data_params
 from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
-from sdk.openai_wire import ENDPOINTS, decode_body, parse_exchange
+from sdk.openai_wire import ENDPOINTS, MESSAGES_ENDPOINT, decode_body, parse_exchange
 
 try:
     import openai
@@ -96,6 +97,10 @@ class _Exchange:
         # then records it, in that session, instead of a garbage collection after the session ended.
         self.untrack = capture.track_open_call(session, self.finish_open)
 
+    @property
+    def framework(self) -> str:
+        return "anthropic" if self.endpoint == "messages" else "openai"
+
     def finish(self, error: BaseException | None = None) -> None:
         """Record the exchange once: when its body is closed, or with the error that ended it."""
         with self.lock:
@@ -133,8 +138,9 @@ class _Exchange:
         unread = self._unread()
         if error is not None or unread is not None:
             record = parse_exchange(
-                self.endpoint, self.body, 599, b"", started_at=self.started_at, ended_at=ended
-            )
+                self.endpoint, self.body, 599, b"", started_at=self.started_at, ended_at=ended,
+                framework=self.framework,
+            )  # fmt: skip
             record.error = capture.call_error(error) if error is not None else unread
         else:
             headers = self.headers
@@ -157,6 +163,7 @@ class _Exchange:
                 ended_at=ended,
                 request_id=headers.get("x-request-id"),
                 headers=headers,
+                framework=self.framework,
             )
             if (
                 self.left_open is not None
@@ -173,7 +180,8 @@ def _begin(request: Any, sink: RecordSink) -> _Exchange | None:
     if request.method != "POST":
         return None
     path = request.url.path.rstrip("/")
-    endpoint = next((name for suffix, name in ENDPOINTS if path.endswith(suffix)), None)
+    # Anthropic's /v1/messages too: the transport is shared with integrations.anthropic.
+    endpoint = next((name for suffix, name in (*ENDPOINTS, MESSAGES_ENDPOINT) if path.endswith(suffix)), None)
     if endpoint is None:
         return None
     try:
@@ -192,8 +200,13 @@ def _wants_token_data(url: str, servers: tuple[str, ...]) -> bool:
 
 @firewall("openai.token_data")
 def _with_token_data(hx: ModuleType, request: Any, ex: _Exchange, servers: tuple[str, ...]) -> Any:
-    """``request`` asking for logprobs and token ids when it goes to a named server (else unchanged)."""
-    if ex.endpoint != "chat.completions" or not _wants_token_data(str(request.url), servers):
+    """``request`` asking for logprobs and token ids when it goes to a named server (else unchanged).
+
+    Chat completions and the Responses API (vLLM's ``enable_response_messages`` returns its token ids).
+    """
+    if ex.endpoint not in ("chat.completions", "responses") or not _wants_token_data(
+        str(request.url), servers
+    ):
         return request
     body, added = token_data_params(ex.endpoint, ex.body)
     if not added:

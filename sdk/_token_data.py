@@ -38,7 +38,8 @@ def token_data_params(endpoint: str, body: dict[str, Any]) -> tuple[dict[str, An
     """Return ``body`` asking for logprobs and (chat, vLLM) token ids, and the names of what was added.
 
     Chat completions get ``logprobs=true`` and vLLM's ``return_token_ids=true``; the Responses API gets
-    ``include += ["message.output_text.logprobs"]`` (it has no token-id option). What the client set
+    ``include += ["message.output_text.logprobs"]`` and vLLM's ``enable_response_messages=true`` (the
+    prompt's and the completion's token ids). What the client set
     itself (``logprobs: false`` included) is left as it is. ``body`` is not modified: a shallow copy is
     returned when something is added.
     Servers that reject unknown parameters (OpenAI's own rejects ``return_token_ids``) must not be sent it:
@@ -70,6 +71,9 @@ def token_data_params(endpoint: str, body: dict[str, Any]) -> tuple[dict[str, An
         if LOGPROBS_INCLUDE not in include:
             out = {**out, "include": [*include, LOGPROBS_INCLUDE]}
             added.add("include_logprobs")
+        if "enable_response_messages" not in body:  # vLLM: the prompt's and completion's token ids
+            out = {**out, "enable_response_messages": True}
+            added.add("enable_response_messages")
     return out, frozenset(added)
 
 
@@ -106,6 +110,11 @@ def strip_token_data(endpoint: str, payload: Any, added: frozenset[str] | set[st
         return payload
     if "include_logprobs" in added:
         _strip_response_logprobs(payload)
+    if "enable_response_messages" in added:
+        for node in (payload, payload.get("response")):
+            if isinstance(node, dict):
+                node.pop("input_messages", None)
+                node.pop("output_messages", None)
     return payload
 
 

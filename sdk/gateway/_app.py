@@ -1,8 +1,10 @@
 """The gateway's ASGI app: an OpenAI-compatible reverse proxy that records model calls into the store.
 
-Model calls (``POST .../chat/completions`` and ``POST .../responses``) are recorded: the request JSON and
-the response body (SSE streams forwarded event by event as they arrive, and reassembled for the record)
-go through the same converter as the in-process OpenAI transport (:func:`sdk.openai_wire.parse_exchange`).
+Model calls (``POST .../chat/completions``, ``POST .../responses`` and Anthropic's ``POST .../v1/messages``)
+are recorded: the request JSON and the response body (SSE streams forwarded event by event as they arrive,
+and reassembled for the record) go through the same converter as the in-process transports
+(:func:`sdk.openai_wire.parse_exchange`). With ``anthropic_to_chat`` a Messages call is answered from the
+upstream's chat completions instead of being forwarded (``_translate``).
 Every other request is passed through untouched. Headers are forwarded (hop-by-hop ones dropped) and
 never recorded. Request parsing (session ids, tokens, hostile JSON, compressed bodies) is in ``_http``.
 """
@@ -51,7 +53,8 @@ from sdk.gateway._records import (
 )
 from sdk.gateway._sessions import SessionTable
 from sdk.gateway._sse import SSEForwarder
-from sdk.openai_wire import decode_body, parse_exchange
+from sdk.gateway._translate import as_messages_call, error_name, translated
+from sdk.openai_wire import ENDPOINTS, MESSAGES_ENDPOINT, decode_body, parse_exchange
 
 __all__ = ["ENV_CONFIG", "GatewayConfig", "app_from_env", "create_app"]
 
@@ -67,7 +70,7 @@ METADATA_HEADER = "x-tracerl-metadata"
 AGENT_HEADER = "x-tracerl-agent"  # the agent name (role) of the call, for multi-agent programs
 TOKEN_HEADER = "x-tracerl-gateway-token"
 
-_ENDPOINTS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
+_ENDPOINTS = (*ENDPOINTS, MESSAGES_ENDPOINT)
 # Hop-by-hop headers and those the proxy recomputes are never forwarded.
 _HOP = HOP_BY_HOP | {"host", "content-length"}
 _HOP_BYTES = frozenset(h.encode("latin-1") for h in _HOP)
@@ -94,6 +97,9 @@ class GatewayConfig:
             ``X-Tracerl-Gateway-Token`` header or as the path prefix ``/token/<token>/``.
         sessions_dir: A directory the workers of one gateway share to tell each other which session ids
             they opened (``POST /sessions/<id>/end`` of an id none of them saw is a 404).
+        anthropic_to_chat: Answer Anthropic Messages calls (``POST /v1/messages``) with the upstream's
+            chat completions (an OpenAI-compatible upstream, e.g. vLLM with token ids); otherwise they are
+            forwarded as they are to an Anthropic-compatible upstream.
 
     Example:
         >>> GatewayConfig(upstream="http://127.0.0.1:8000/v1").token_data
@@ -109,6 +115,7 @@ class GatewayConfig:
     otlp: bool = False
     auth_token: str | None = dataclasses.field(default=None, repr=False)
     sessions_dir: str | None = None
+    anthropic_to_chat: bool = False
 
 
 class _Stats:
@@ -415,7 +422,10 @@ class _Gateway:
         call = _Call(endpoint, payload, s, strip, time.time(), _header(tracerl, AGENT_HEADER) or None)
         watch = _ClientWatch(receive)
         try:
-            await self._exchange(send, call, watch, method, url, headers, body)
+            if endpoint == "messages" and self.config.anthropic_to_chat:
+                await translated(self, send, call, watch, headers)
+            else:
+                await self._exchange(send, call, watch, method, url, headers, body)
         except asyncio.CancelledError:
             if not watch.gone:
                 raise
@@ -468,7 +478,7 @@ class _Gateway:
 
     async def _failed(self, send: Send, call: _Call, exc: BaseException, what: str) -> None:
         self.stats.upstream_errors += 1
-        name = _error_name(exc)
+        name = error_name(exc)
         self.record_failure(call, name, exc)
         await send_error(send, 502, f"tracerl gateway: upstream {what} failed: {name}: {exc}")
 
@@ -489,7 +499,7 @@ class _Gateway:
         except (aiohttp.ClientError, TimeoutError) as exc:
             watch.stop()
             self.stats.upstream_errors += 1
-            self.record_failure(call, _error_name(exc), exc)
+            self.record_failure(call, error_name(exc), exc)
             raise  # the client sees the stream break, as it would without the gateway
         watch.stop()
         self.record(call, resp, b"".join(chunks))
@@ -504,7 +514,7 @@ class _Gateway:
                 method, url, headers=headers, data=body or None, allow_redirects=False
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
-            msg = f"tracerl gateway: upstream request failed: {_error_name(exc)}: {exc}"
+            msg = f"tracerl gateway: upstream request failed: {error_name(exc)}: {exc}"
             return await send_error(send, 502, msg)
         try:
             await send(
@@ -535,7 +545,10 @@ class _Gateway:
             )
         return None
 
-    def record(self, call: _Call, resp: aiohttp.ClientResponse, raw: bytes) -> None:
+    def record(
+        self, call: _Call, resp: aiohttp.ClientResponse, raw: bytes, upstream: dict[str, Any] | None = None
+    ) -> None:
+        """Store an answered call (``upstream``: the chat request a translated Messages call was sent as)."""
         with capture_internal_exceptions("gateway.record"):
             decoded = decode_body(raw, resp.headers.get("content-encoding", ""))
             if decoded is None:
@@ -551,7 +564,12 @@ class _Gateway:
             }
             problem = request_problem(call.endpoint, call.payload)
             try:
-                if problem is None:
+                if problem is None and upstream is not None:
+                    record = as_messages_call(
+                        parse_exchange("chat.completions", upstream, resp.status, decoded, **kwargs),
+                        call.payload,
+                    )
+                elif problem is None:
                     record = parse_exchange(call.endpoint, call.payload, resp.status, decoded, **kwargs)
             except Exception as exc:  # an answered call is stored even if it cannot be parsed
                 problem = f"could not be parsed: {type(exc).__name__}: {str(exc)[:500]}"
@@ -626,17 +644,6 @@ class _Call:
     strip: frozenset[str]
     started: float
     agent: str | None = None
-
-
-def _error_name(exc: BaseException) -> str:
-    # Recorded names do not depend on the HTTP client the gateway uses (they are httpx's names).
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return "ConnectError"
-    if isinstance(exc, TimeoutError):
-        return "ReadTimeout"
-    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
-        return "RemoteProtocolError"
-    return type(exc).__name__
 
 
 def _response_headers(resp: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:

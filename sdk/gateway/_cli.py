@@ -54,6 +54,12 @@ def _parser() -> argparse.ArgumentParser:
         help="with --token-data: remove from responses the token data the client did not ask for",
     )
     p.add_argument(
+        "--anthropic-to-chat",
+        action="store_true",
+        help="answer Anthropic Messages calls (POST /v1/messages) from the upstream's chat completions "
+        "(an OpenAI-compatible upstream); without it they are forwarded to an Anthropic-compatible one",
+    )
+    p.add_argument(
         "--otlp",
         action="store_true",
         help="also take OTLP/HTTP trace exports at POST /v1/traces and record their GenAI chat spans "
@@ -241,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         store=str(store),
         token_data=args.token_data,
         strip_token_data=args.strip_token_data,
+        anthropic_to_chat=args.anthropic_to_chat,
         timeout_s=args.timeout,
         otlp=args.otlp,
         auth_token=token,

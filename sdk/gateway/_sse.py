@@ -8,7 +8,8 @@ from sdk._token_data import strip_token_data
 
 __all__ = ["SSEForwarder"]
 
-_TERMINAL_TYPES = (b"response.completed", b"response.failed", b"response.incomplete")
+# The Responses API's final events and Anthropic's ``message_stop``.
+_TERMINAL_TYPES = (b"response.completed", b"response.failed", b"response.incomplete", b"message_stop")
 _TERMINAL_MARKS = (b"[DONE]", *_TERMINAL_TYPES)
 
 
@@ -16,9 +17,10 @@ class SSEForwarder:
     r"""Forwards an SSE stream event by event and holds back its terminal event until the call is stored.
 
     Bytes of an event are sent once the event is complete (a client cannot use half an event), so a chunk
-    is forwarded as soon as it completes one. The terminal event (``data: [DONE]`` or a final
-    ``response.*`` event) and anything after it wait for :meth:`rest`, called after the record is written:
-    a client that saw the end of its stream can rely on the call being in the store.
+    is forwarded as soon as it completes one. The terminal event (``data: [DONE]``, a final
+    ``response.*`` event or Anthropic's ``message_stop``) and anything after it wait for :meth:`rest`,
+    called after the record is written: a client that saw the end of its stream can rely on the call
+    being in the store.
 
     Example:
         >>> f = SSEForwarder("chat.completions", frozenset())

@@ -1,8 +1,9 @@
 """A scripted OpenAI-compatible HTTP server for tests, examples and benchmarks (standard library only).
 
-Serves ``POST /v1/chat/completions`` and ``POST /v1/responses`` (JSON or SSE), ``GET /v1/models`` and
-``GET /health``; replies are deterministic text, tool calls, logprobs, usage, vLLM-style token ids or errors
-(a chat request with ``n`` > 1 gets the reply ``n`` times, one choice per index, interleaved when streamed).
+Serves ``POST /v1/chat/completions``, ``POST /v1/responses`` and Anthropic's ``POST /v1/messages`` (JSON
+or SSE), ``GET /v1/models`` and ``GET /health``; replies are deterministic text, tool calls, logprobs,
+usage, vLLM-style token ids or errors (a chat request with ``n`` > 1 gets the reply ``n`` times, one
+choice per index, interleaved when streamed).
 ``python -m sdk.testing [--host H] [--port N]`` serves in the foreground and prints one line,
 ``tracerl test server listening on http://127.0.0.1:PORT/v1``.
 

@@ -21,7 +21,11 @@ from typing import Any
 
 from sdk.openai_wire import (
     SSE_DONE,
+    MappingError,
+    chat_request_of,
     error_body,
+    message_events,
+    message_of_chat,
     sse,
 )
 from sdk.testing._render import (
@@ -120,7 +124,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, {"object": "list", "data": data}, request_id)
             elif get and route == "/health":
                 self._send_json(200, {"status": "ok"}, request_id)
-            elif self.command == "POST" and route in ("/chat/completions", "/responses"):
+            elif self.command == "POST" and route in ("/chat/completions", "/responses", "/messages"):
                 if isinstance(parsed, dict):
                     self._complete(parsed, route.strip("/").replace("/", "."), request_id)
                 else:
@@ -136,6 +140,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(ScriptedResponse.error(500, msg), request_id)
 
     def _complete(self, req: dict, endpoint: str, request_id: str) -> None:
+        if endpoint == "messages":
+            return self._anthropic(req, request_id)
         resp = self.server.owner._next_response(req, endpoint)
         if resp.kind == "error":
             return self._send_error(resp, request_id)
@@ -151,13 +157,50 @@ class _Handler(BaseHTTPRequestHandler):
                     _set_token_ids(body, *token_ids(req, resp), t.logprobs)
                 return self._send_json(200, body, request_id)
             include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
-            chunks = ((None, c) for c in _chat_chunks(t, cid, created, include_usage, n))
+            stream_chunks = _chat_chunks(t, cid, created, include_usage, n)
+            token_ids = self.server.owner.token_ids
+            if token_ids is not None and t.token_ids and n == 1:
+                stream_chunks = _stream_token_ids(stream_chunks, *token_ids(req, resp), t.logprobs)
+            chunks = ((None, c) for c in stream_chunks)
             return self._send_sse(chunks, request_id, done_marker=True)
         rid = "resp_" + uuid.uuid4().hex
         if not stream:
-            return self._send_json(200, _response(t, req, rid, created, final=True), request_id)
-        events = ((e["type"], e) for e in _response_events(t, req, rid, created))
+            body = self._with_response_ids(_response(t, req, rid, created, final=True), req, resp)
+            return self._send_json(200, body, request_id)
+        events = (
+            (e["type"], {**e, "response": self._with_response_ids(e["response"], req, resp)})
+            if e["type"] in ("response.completed", "response.incomplete")
+            else (e["type"], e)
+            for e in _response_events(t, req, rid, created)
+        )
         return self._send_sse(events, request_id, done_marker=False)
+
+    def _with_response_ids(self, body: dict, req: dict, resp: ScriptedResponse) -> dict:
+        """The token ids vLLM returns with ``enable_response_messages`` (from the token-ids hook)."""
+        token_ids = self.server.owner.token_ids
+        if token_ids is None or not req.get("enable_response_messages"):
+            return body
+        prompt, completion = token_ids(req, resp)
+        raw = [
+            {"type": "raw_message_tokens", "message": "", "tokens": list(ids)} for ids in (prompt, completion)
+        ]
+        return {**body, "input_messages": raw[:1], "output_messages": raw[1:]}
+
+    def _anthropic(self, req: dict, request_id: str) -> None:
+        """Anthropic's Messages API: the chat reply to the same conversation, as a message or its events."""
+        try:
+            chat = chat_request_of(req)
+        except MappingError as exc:
+            error = {"type": "invalid_request_error", "message": str(exc)}
+            return self._send_json(400, {"type": "error", "error": error}, request_id)
+        resp = self.server.owner._next_response(chat, "chat.completions")
+        if resp.kind == "error":
+            return self._send_error(resp, request_id)
+        t = _build_turn(resp, chat, "chat.completions", self.server.owner.model_suffix)
+        message = message_of_chat(_chat_completion(t, "c", int(time.time())), t.model)
+        if not req.get("stream"):
+            return self._send_json(200, message, request_id)
+        return self._send_sse(iter(message_events(message)), request_id, done_marker=False, numbered=False)
 
     def _send_json(self, status: int, payload: Any, request_id: str) -> None:
         data = json.dumps(payload).encode("utf-8")
@@ -174,7 +217,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = error_body(resp.error_message, resp.error_type or kind, code=code)
         self._send_json(resp.status, body, request_id)
 
-    def _send_sse(self, events: Iterator[tuple[str | None, dict]], rid: str, done_marker: bool) -> None:
+    def _send_sse(
+        self, events: Iterator[tuple[str | None, dict]], rid: str, done_marker: bool, numbered: bool = True
+    ) -> None:
         self.close_connection = True
         self._answering()
         self.send_response(200)
@@ -187,11 +232,28 @@ class _Handler(BaseHTTPRequestHandler):
         for seq, (event, payload) in enumerate(events):
             if pause and seq:
                 time.sleep(pause)  # lets a client stop reading mid-stream (an abandoned stream)
-            self.wfile.write(
-                sse(payload) if event is None else sse({**payload, "sequence_number": seq}, event)
-            )
+            if event is not None and numbered:  # the Responses API numbers its events
+                payload = {**payload, "sequence_number": seq}
+            self.wfile.write(sse(payload, event))
         if done_marker:
             self.wfile.write(SSE_DONE)
+
+
+def _stream_token_ids(
+    chunks: Iterator[dict], prompt: list[int], completion: list[int], logprobs: bool
+) -> Iterator[dict]:
+    """Chunks carrying a token-ids hook's ids: the prompt's on the first, the completion's on the finish."""
+    for i, chunk in enumerate(chunks):
+        chunk = {**chunk, "prompt_token_ids": list(prompt)} if i == 0 else chunk
+        choices = []
+        for choice in chunk.get("choices") or []:
+            choice = {k: v for k, v in choice.items() if k not in ("token_ids", "logprobs")}
+            if choice.get("finish_reason"):
+                body = {"choices": [choice], "usage": {}}
+                _set_token_ids(body, prompt, completion, logprobs)
+                choice = body["choices"][0]
+            choices.append(choice)
+        yield {**chunk, "choices": choices}
 
 
 # --------------------------------------------------------------------------- server
@@ -210,9 +272,11 @@ class ScriptedOpenAIServer:
         model_suffix: Appended to the requested model in replies, so requested and returned models differ.
         latency_s: Seconds to sleep before answering each request.
         stream_delay_s: Seconds to sleep between the events of a streamed reply.
-        token_ids: ``token_ids(request_json, response) -> (prompt_ids, completion_ids)``: the ids a
-            non-streamed chat reply returns when asked (``return_token_ids``), instead of the fake
-            tokenizer's, e.g. a real tokenizer's with a word spelled in unusual tokens; logprobs follow them.
+        token_ids: ``token_ids(request_json, response) -> (prompt_ids, completion_ids)``: the ids a chat
+            reply returns when asked (``return_token_ids``; streamed, the prompt's on the first chunk and
+            the completion's on the finish chunk) and a Responses reply with ``enable_response_messages``,
+            instead of the fake tokenizer's, e.g. a real tokenizer's with a word spelled in unusual
+            tokens; chat logprobs follow them.
         policy: Optional callable replacing the default policy.
 
     Example:

@@ -22,9 +22,19 @@ RESPONSES = b"".join(
     _event({"type": "response.output_text.delta"}, "response.output_text.delta") for _ in range(3)
 )
 RESPONSES_END = _event({"type": "response.completed", "response": {}}, "response.completed")
+MESSAGES = b"".join(
+    _event(
+        {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "message_stop"}},
+        "content_block_delta",
+    )
+    for _ in range(3)
+)
+MESSAGES_END = _event({"type": "message_stop"}, "message_stop")
 
 
-@pytest.mark.parametrize(("body", "end"), [(CHAT, CHAT_END), (RESPONSES, RESPONSES_END)])
+@pytest.mark.parametrize(
+    ("body", "end"), [(CHAT, CHAT_END), (RESPONSES, RESPONSES_END), (MESSAGES, MESSAGES_END)]
+)
 def test_every_split_point_forwards_whole_events_and_holds_the_terminal_one(body: bytes, end: bytes) -> None:
     stream = body + end
     for cut in range(len(stream) + 1):

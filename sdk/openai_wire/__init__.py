@@ -1,9 +1,13 @@
 """The OpenAI HTTP wire format, read and written in one place.
 
 Reading: one converter from raw request and response bytes to a :class:`~sdk.capture.CallRecord`, for
-every capture path that sees them: the in-process recording transport (``integrations.openai``) and the
-recording gateway (``sdk.gateway``). Chat completions and the Responses API, plain JSON or SSE streams
-(reassembled, every choice kept), compressed or not, error bodies too.
+every capture path that sees them: the in-process recording transports (``integrations.openai``,
+``integrations.anthropic``) and the recording gateway (``sdk.gateway``). Chat completions, the Responses
+API (``_responses``) and Anthropic's Messages API (``_anthropic``), plain JSON or SSE streams (reassembled,
+every choice kept), compressed or not, error bodies too. The two other APIs are recorded as the calls they
+are (their endpoint, their parameters) with the conversation mapped to OpenAI chat messages by one
+documented mapping each (the submodules' docstrings; the README's "Wire formats"). A request the mapping
+cannot represent is stored without messages, the request kept under ``extra.malformed_request``.
 
 Writing: ``chat.completion`` bodies, ``chat.completion.chunk`` objects, SSE lines and error bodies, for the
 servers that answer OpenAI clients: the policy server (``trainers.serve``), the scripted test server
@@ -49,29 +53,61 @@ from sdk._openai_write import (
 )
 from sdk.capture import CallRecord
 from sdk.messages import MESSAGE_KEYS
+from sdk.openai_wire._anthropic import (
+    ChatStreamTranslator,
+    anthropic_request,
+    chat_request_of,
+    message_events,
+    message_of_chat,
+    read_message,
+    read_message_stream,
+)
+from sdk.openai_wire._responses import (
+    MappingError,
+    read_response,
+    read_response_stream,
+    responses_messages,
+    responses_request,
+)
 
 __all__ = [
     "ENDPOINTS",
+    "MESSAGES_ENDPOINT",
     "SSE_DONE",
     "VERSION_HEADER",
+    "ChatStreamTranslator",
+    "MappingError",
+    "anthropic_request",
     "assemble_chat_stream",
     "assistant_message",
     "chat_choice",
     "chat_chunk",
     "chat_completion",
+    "chat_request_of",
     "chunk_choice",
     "decode_body",
     "error_body",
+    "message_events",
+    "message_of_chat",
     "parse_exchange",
     "policy_version_of",
     "read_chat_completion",
+    "read_message",
+    "read_response",
+    "responses_messages",
+    "responses_request",
     "sse",
     "stream_chunks",
     "usage",
 ]
 
 ENDPOINTS = (("/chat/completions", "chat.completions"), ("/responses", "responses"))
-"""URL path suffix → the endpoint name a record carries."""
+"""URL path suffix → the endpoint name a record carries (OpenAI's APIs)."""
+
+MESSAGES_ENDPOINT = ("/v1/messages", "messages")
+"""Anthropic's Messages API: the path suffix (``/v1/...``: OpenAI's ``/threads/<id>/messages`` is not one)."""
+
+_CONVERSATION_KEYS = ("messages", "input", "instructions", "system", "tools")
 
 VERSION_HEADER = "X-Tracerl-Policy-Version"
 """Response header of ``sdk.serve``: the policy version of the weights that produced the response."""
@@ -246,98 +282,7 @@ def _assembled_choice(index: int, acc: dict[str, Any] | None) -> dict[str, Any]:
     return choice
 
 
-def _responses_request(
-    body: dict[str, Any],
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    if body.get("instructions"):
-        messages.append({"role": "system", "content": body["instructions"]})
-    items = body.get("input")
-    if isinstance(items, str):
-        messages.append({"role": "user", "content": items})
-    for item in items if isinstance(items, list) else []:
-        kind = item.get("type", "message")
-        if kind == "message":
-            content = item.get("content")
-            if isinstance(content, list):
-                texts = [p.get("text", "") for p in content if isinstance(p, dict) and "text" in p]
-                content = "".join(texts) if len(texts) == len(content) else content
-            role = item.get("role", "user")
-            messages.append({"role": "system" if role == "developer" else role, "content": content})
-        elif kind == "function_call":
-            call = capture.tool_call(item.get("call_id"), item.get("name"), item.get("arguments") or "")
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and last.get("tool_calls") is not None:
-                last["tool_calls"].append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            output = item.get("output")
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": item.get("call_id"),
-                    "content": output if isinstance(output, str) else json.dumps(output),
-                }
-            )
-    tools = None
-    if body.get("tools"):
-        tools = [
-            {
-                "type": "function",
-                "function": {k: t[k] for k in ("name", "description", "parameters", "strict") if k in t},
-            }
-            if t.get("type") == "function"
-            else t
-            for t in body["tools"]
-        ]
-    params = {k: v for k, v in body.items() if k not in ("input", "instructions", "tools", "model")}
-    return messages, tools, params
-
-
-def _responses_response(body: dict[str, Any], record: CallRecord) -> None:
-    record.response_model = body.get("model")
-    texts: list[str] = []
-    reasoning: list[str] = []
-    calls: list[dict[str, Any]] = []
-    logprobs: list[dict[str, Any]] = []
-    for item in body.get("output") or []:
-        kind = item.get("type")
-        if kind == "message":
-            for part in item.get("content") or []:
-                if part.get("type") == "output_text":
-                    texts.append(part.get("text", ""))
-                    logprobs.extend(part.get("logprobs") or [])
-        elif kind == "function_call":
-            calls.append(
-                capture.tool_call(item.get("call_id"), item.get("name"), item.get("arguments") or "")
-            )
-        elif kind == "reasoning":
-            reasoning.extend(s.get("text", "") for s in item.get("summary") or [])
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
-    if calls:
-        message["tool_calls"] = calls
-    if reasoning:
-        message["reasoning_content"] = "\n".join(reasoning)
-    record.response_message = message
-    status = body.get("status")
-    record.finish_reason = "tool_calls" if calls else ("length" if status == "incomplete" else "stop")
-    record.logprobs = capture.openai_logprobs(logprobs) if logprobs else None
-    usage = body.get("usage")
-    if usage:
-        details = {k: v for k, v in usage.items() if k.endswith("_details")}  # Responses names, kept
-        record.usage = {
-            **capture.openai_usage(
-                usage.get("input_tokens"), usage.get("output_tokens"), usage.get("total_tokens")
-            ),
-            **details,
-        }
-    if body.get("error"):
-        record.error = {
-            "type": (body["error"] or {}).get("code") or "response_failed",
-            "message": (body["error"] or {}).get("message"),
-            "status": None,
-        }
+_REQUESTS = {"responses": responses_request, "messages": anthropic_request}
 
 
 def _sse_events(raw: bytes) -> list[dict[str, Any]]:
@@ -395,10 +340,13 @@ def parse_exchange(
         >>> r.response_message["content"], r.response_model
         ('yo', 'm-1')
     """
-    if endpoint == "responses":
-        messages, tools, params = _responses_request(request_body)
-    else:
-        messages, tools, params = _chat_request(request_body)
+    problem = None
+    try:
+        messages, tools, params = _REQUESTS.get(endpoint, _chat_request)(request_body)
+    except MappingError as exc:  # stored as it came, without messages: never guessed at
+        capture.count("requests_unmapped")
+        problem, tools = str(exc), None
+        messages, params = [], {k: v for k, v in request_body.items() if k not in _CONVERSATION_KEYS}
     record = CallRecord(
         framework=framework,
         model=request_body.get("model"),
@@ -410,6 +358,8 @@ def parse_exchange(
         request_id=request_id,
         source="transport",
     )
+    if problem is not None:
+        record.extra = {"malformed_request": {"problem": problem, "request": request_body}}
     if started_at is not None:
         record.started_at = started_at
     record.ended_at = ended_at if ended_at is not None else time.time()
@@ -420,7 +370,9 @@ def parse_exchange(
     else:
         body = json.loads(response_body) if response_body else {}
         if endpoint == "responses":
-            _responses_response(body, record)
+            read_response(body, record)
+        elif endpoint == "messages":
+            read_message(body, record)
         else:
             read_chat_completion(body, record)
     if status < 400 and record.policy_version is None:  # the body did not say: the header, the model
@@ -445,6 +397,9 @@ def _http_error(status: int, body: bytes) -> dict[str, Any]:
 
 def _stream_response(endpoint: str, events: list[dict[str, Any]], status: int, record: CallRecord) -> None:
     """Fill ``record`` from a streamed response's events."""
+    if endpoint == "messages":
+        read_message_stream(events, status, record)
+        return
     if endpoint != "responses":
         read_chat_completion(assemble_chat_stream(events), record)
         if record.finish_reason is None:
@@ -456,22 +411,7 @@ def _stream_response(endpoint: str, events: list[dict[str, Any]], status: int, r
                 "status": status,
             }
         return
-    final = next(
-        (
-            e["response"]
-            for e in reversed(events)
-            if e.get("type") in ("response.completed", "response.failed", "response.incomplete")
-        ),
-        None,
-    )
-    if final is None:
-        record.error = {
-            "type": "incomplete_stream",
-            "message": "stream ended before response.completed",
-            "status": status,
-        }
-        return
-    _responses_response(final, record)
+    read_response_stream(events, status, record)
 
 
 def decode_body(raw: bytes, encoding: str) -> bytes | None:

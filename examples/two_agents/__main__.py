@@ -53,7 +53,7 @@ LORA: dict[str, Any] = {
     "lora_r": 16,
     "lora_alpha": 32,
     "lora_dropout": 0.0,
-    "learning_rate": 5e-3,
+    "learning_rate": 2e-3,
 }
 TRAIN: dict[str, Any] = {
     "lora": False,

@@ -298,6 +298,8 @@ def test_roles_differing_only_in_escaped_characters_train_into_their_own_directo
     tricky = ["路由", "数学", ".", "..", "%", "%25", "a.b", "a_b", "A-b"]
     escaped = [role_dir(out, n).name for n in tricky]
     assert len(set(escaped)) == len(tricky) and [role_of_dir(e) for e in escaped] == tricky
-    assert not {".", "..", "roles.json"} & set(escaped) and all(role_dir(out, n).parent == out for n in tricky)
+    assert not {".", "..", "roles.json"} & set(escaped) and all(
+        role_dir(out, n).parent == out for n in tricky
+    )
     with pytest.raises(ValueError, match="must not be empty"):
         role_dir(out, "")

@@ -7,8 +7,8 @@ file covers what that cannot: a server from an older tracerl, a server stuck pas
 started before the orphan noticed. On start, :func:`claim` looks at the recorded process:
 
 - gone, or not a policy server (its pid reused): the record is stale and is replaced;
-- a policy server whose parent still runs it (another run on the same output directory): refused with one
-  line (:class:`~trainers.errors.UserError`), nothing is stopped;
+- a policy server whose parent still runs (another run, or another policy object, on this output
+  directory): refused with one line (:class:`~trainers.errors.UserError`), nothing is stopped;
 - a policy server orphaned by an earlier run: stopped (SIGTERM, then SIGKILL) and reported on one line;
   it would otherwise hold its port and (GPU) memory for ever beside the new one.
 
@@ -92,10 +92,10 @@ def claim(path: str | os.PathLike[str]) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         return  # nothing recorded (or not readable as a record): nothing to stop
     info = process_info(pid)
-    if info is None or not _is_server(info[1]) or pid == os.getpid():
+    if info is None or not _is_server(info[1]):
         file.unlink(missing_ok=True)
         return
-    if info[0] == parent and parent != os.getpid() and process_info(parent) is not None:
+    if info[0] == parent and process_info(parent) is not None:
         raise UserError(
             f"another run (process {parent}) is serving its policy from this output directory (server "
             f"process {pid}, port {port}, recorded in {file}): stop it first, or use another output directory"

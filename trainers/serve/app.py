@@ -420,8 +420,6 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, 
         p.error("--policy-version must be >= 0")
     if a.parent_pid is not None and (a.parent_pid < 1 or not _pid_alive(a.parent_pid)):
         p.error(f"--parent-pid {a.parent_pid}: no such process")
-    if not Path(a.model).is_dir():
-        p.error(f"--model {a.model}: not a checkpoint directory")
     adapters = dict(a.adapter)
     if len(adapters) != len(a.adapter):
         p.error("each --adapter NAME must be different")

@@ -5,8 +5,10 @@ a LlamaIndex or Strands agent, ``session(agent=...)``, the gateway's ``X-Tracerl
 role, the role's episodes are credited with :func:`sdk.episodes.role_reward` (the reward named after the
 role when the session recorded one, else the episode reward) and trained by the configured trainer into
 ``OUTPUT/<role>/`` (so ``OUTPUT/<role>/final`` is the role's adapter or model); GRPO groups are then per
-(task, role). A role without a task whose rewards differ (nothing GRPO can learn from) is reported and
-skipped. ``OUTPUT/roles.json`` summarises every role.
+(task, role). ``<role>`` is the role's name with every byte outside ``[A-Za-z0-9_-]`` percent-encoded
+(:func:`role_dir`; ``a b`` and ``a/b`` are ``a%20b`` and ``a%2Fb``), so no two roles share a directory and
+:func:`role_of_dir` reverses it. A role without a task whose rewards differ (nothing GRPO can learn from) is
+reported and skipped. ``OUTPUT/roles.json`` summarises every role with its directory.
 
 This is what ``python -m sdk.train --per-agent [--roles a,b]`` runs.
 
@@ -22,12 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from sdk.episodes import role_reward
 from trainers.base import TrainerConfig, TrainResult
@@ -41,6 +43,7 @@ __all__ = [
     "fresh_adapter",
     "role_dir",
     "role_episodes",
+    "role_of_dir",
     "train_per_agent",
 ]
 
@@ -74,6 +77,8 @@ class RoleResult:
             f"{self.role}: {self.episodes} episodes, {self.tasks} tasks ({self.tasks_with_spread} with "
             f"reward spread), {self.named_rewards} credited by the named reward {self.role!r}"
         )
+        if self.output_dir is not None and self.output_dir.name != self.role:
+            head += f" (directory {self.output_dir.name})"
         if self.result is not None:
             kind = "adapter" if self.result.adapter else "model"
             return f"{head}; trained {self.result.global_step} steps, {kind}: {self.result.checkpoint}"
@@ -131,14 +136,41 @@ class PerAgentResult:
         return {r.role: Path(r.result.checkpoint) for r in self.trained if r.result and r.result.checkpoint}
 
 
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_MAX_NAME = 200  # bytes: file systems allow 255 per name; leave room for temporary suffixes
+
+
 def role_dir(output_dir: str | Path, role: str) -> Path:
-    """The output directory of ``role``: its name with path-unsafe characters replaced.
+    """The output directory of ``role``: its name with every byte outside ``[A-Za-z0-9_-]`` percent-encoded.
+
+    Distinct roles get distinct directories (``a b`` -> ``a%20b``, ``a/b`` -> ``a%2Fb``; ``.``, ``..`` and
+    ``roles.json`` cannot name a directory or the summary file), and :func:`role_of_dir` gives the role back.
+
+    Raises:
+        ValueError: ``role`` is empty, or its escaped name is longer than a file name may be.
 
     Example:
         >>> role_dir("runs/x", "math/expert").as_posix()
-        'runs/x/math_expert'
+        'runs/x/math%2Fexpert'
+        >>> role_of_dir("math%2Fexpert")
+        'math/expert'
     """
-    return Path(output_dir) / (re.sub(r"[^A-Za-z0-9_.-]", "_", role).strip(".") or "_")
+    if not role:
+        raise ValueError("a role (agent name) must not be empty")
+    name = "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in role)
+    if len(name) > _MAX_NAME:
+        raise ValueError(f"role {role[:40]!r} is too long for a directory name ({len(name)} bytes escaped)")
+    return Path(output_dir) / name
+
+
+def role_of_dir(name: str) -> str:
+    """The role whose :func:`role_dir` is named ``name`` (percent-decoding).
+
+    Example:
+        >>> role_of_dir("%E8%B7%AF%E7%94%B1")
+        '路由'
+    """
+    return unquote(name, errors="strict")
 
 
 def role_episodes(episodes: Sequence[Mapping[str, Any]], role: str) -> list[dict[str, Any]]:
@@ -173,8 +205,12 @@ def _plan(rows: list[dict[str, Any]], role: str, output_dir: str | Path) -> Role
         tasks=len(rewards),
         tasks_with_spread=sum(len(v) > 1 for v in rewards.values()),
         named_rewards=named,
-        output_dir=role_dir(output_dir, role),
     )
+    try:
+        res.output_dir = role_dir(output_dir, role)
+    except ValueError as exc:  # an empty or over-long name: no directory can hold it
+        res.skipped = str(exc)
+        return res
     if not res.tasks_with_spread:
         res.skipped = "too little data: no task whose rewarded episodes differ in reward"
     return res
@@ -204,7 +240,8 @@ def train_per_agent(
 ) -> PerAgentResult:
     """Train one policy per role (agent name) on its own episodes and credit.
 
-    Each role runs ``trainer.train`` once with ``config`` whose ``output_dir`` is ``OUTPUT/<role>``. With
+    Each role runs ``trainer.train`` once with ``config`` whose ``output_dir`` is ``OUTPUT/<role>``
+    (:func:`role_dir`: the name percent-encoded outside ``[A-Za-z0-9_-]``). With
     ``lora: true`` every role gets a LoRA adapter on the same base model (serve them together with
     ``python -m sdk.serve --adapter ROLE=OUTPUT/ROLE/final ...``).
 

@@ -254,3 +254,52 @@ def test_per_agent_lora_adapters_are_served_side_by_side_by_model_name(tmp_path,
         server.reload_adapter("router", adapters["math"])  # one role reloaded; the other keeps its weights
         assert first_logprob(client, "router") == pytest.approx(math)
         assert first_logprob(client, "math") == pytest.approx(math)
+
+
+def test_roles_differing_only_in_escaped_characters_train_into_their_own_directories(
+    tmp_path, tiny_model_dir, capsys
+):
+    """Issue 38 item 17: 'a b', 'a/b' and 'roles.json' are three roles, three directories, one summary file."""
+    from trainers.per_agent import role_dir, role_of_dir
+
+    names = ["a b", "a/b", "roles.json"]
+    sdk.configure(store=tmp_path / "store")
+    try:
+        with ScriptedOpenAIServer() as server:
+            clients = {
+                n: wrap_openai(openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0), agent=n)
+                for n in names
+            }
+            for i in range(4):
+                with sdk.session(task_id="t", sample=i) as s:
+                    for n in names:
+                        _ask(clients[n], "Answer.", f"{n} #{i}")
+                    s.reward(float(i % 2))
+    finally:
+        sdk.shutdown()
+    out = tmp_path / "out"
+    args = ["--data", tmp_path / "store", "--model", tiny_model_dir, "--output", out, "--group-size", 4]
+    args += ["--max-steps", 1, "--per-device-train-batch-size", 4, "--grpo", "use_cpu=true"]
+    args += ["--grpo", "report_to=none", "--grpo", "disable_tqdm=true", "--per-agent"]
+    rc = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    summary = {r["role"]: r for r in json.loads((out / "roles.json").read_text())["roles"]}
+    assert sorted(summary) == sorted(names) and all(r["status"] == "trained" for r in summary.values())
+    dirs = {n: Path(summary[n]["output_dir"]) for n in names}
+    assert [d.name for d in dirs.values()] == ["a%20b", "a%2Fb", "roles%2Ejson"]
+    for n, d in dirs.items():
+        assert d.parent == out and role_of_dir(d.name) == n
+        assert (d / "final" / "model.safetensors").is_file()  # each role's own weights, none overwritten
+        assert Path(summary[n]["checkpoint"]).is_relative_to(d)
+        assert f"(directory {d.name})" in captured.out
+
+    # Names with no safe character at all: distinct, reversible, never '.', '..' or the summary file.
+    tricky = ["路由", "数学", ".", "..", "%", "%25", "a.b", "a_b", "A-b"]
+    escaped = [role_dir(out, n).name for n in tricky]
+    assert len(set(escaped)) == len(tricky) and [role_of_dir(e) for e in escaped] == tricky
+    assert not {".", "..", "roles.json"} & set(escaped) and all(
+        role_dir(out, n).parent == out for n in tricky
+    )
+    with pytest.raises(ValueError, match="must not be empty"):
+        role_dir(out, "")

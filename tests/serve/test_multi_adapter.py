@@ -133,7 +133,7 @@ def test_local_policy_adds_and_replaces_adapters_and_reloads_the_base_under_them
     weights: dict[str, str], tmp_path: Path
 ) -> None:
     """In-process (``trainers.serve.policy.LocalPolicy``): adapters added and replaced by name, each with its own
-    version; new base weights are loaded with the adapters applied on them again."""
+    version; new base weights are loaded with the adapters applied on them again (their versions move)."""
     from trainers import UserError
     from trainers._tiny import build_tiny_model
     from trainers.serve.policy import LocalPolicy
@@ -150,8 +150,8 @@ def test_local_policy_adds_and_replaces_adapters_and_reloads_the_base_under_them
         ref = reference_logprobs(weights["base"], weights["alpha2"], prompt, ids)
         assert max(abs(a - b) for a, b in zip(ref, lps, strict=True)) < 1e-3
         p.update(other, policy_version=1)
-        prompt, ids, lps, version, _ = _ask(root, "alpha")
-        assert version == 4 and _ask(root, "base")[3] == 1 and p.policy_version == 1
+        prompt, ids, lps, version, _ = _ask(root, "alpha")  # base + adapter changed: its version moves
+        assert version == 5 and _ask(root, "base")[3] == 1 and p.policy_version == 1
         ref = reference_logprobs(other, weights["alpha2"], prompt, ids)
         assert max(abs(a - b) for a, b in zip(ref, lps, strict=True)) < 1e-3
         with pytest.raises(UserError, match="adapter_config.json"):

@@ -1,8 +1,11 @@
 """The local policy server: an OpenAI-compatible endpoint with logprobs, token ids and policy versions.
 
 The package: :mod:`~trainers.serve.app` (the HTTP side, :class:`LocalPolicyServer`, ``python -m
-trainers.serve``), :mod:`~trainers.serve.engine` (the model sampling chat completions) and
-:mod:`~trainers.serve.policy` (the loop's policy handles: this server, vLLM, an external one).
+trainers.serve``), :mod:`~trainers.serve.engine` (the model sampling chat completions),
+:mod:`~trainers.serve.policy` (the loop's policy handles: this server, vLLM, an external one),
+:mod:`~trainers.serve.weights` (weights pushed as tensors, adapters loaded all or nothing),
+:mod:`~trainers.serve.versions` (versions only move forward) and :mod:`~trainers.serve.pidfile` (one server
+per output directory).
 
 Names are imported on first use, so ``trainers.serve.policy`` (imported by agents for the policy's address)
 loads neither torch nor FastAPI.

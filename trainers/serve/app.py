@@ -19,7 +19,17 @@ base, and each request's ``model`` picks one (the engine is :mod:`trainers.serve
 Policy versions: each set of weights has a ``policy_version`` (0 as started). Every chat response carries
 the version that produced it: a top-level ``"policy_version"`` in the body and in every streamed chunk,
 and the header ``X-Tracerl-Policy-Version``. A reload swaps weights between generation batches, so
-requests already generating finish on the old weights and report the old version.
+requests already generating finish on the old weights and report the old version. Versions only move
+forward (:mod:`trainers.serve.versions`): a reload or push naming a lower version than the one served is
+refused (409) and changes nothing, the same version again is accepted (a re-published version), and new
+base weights (base reload or push) move every adapter's version up by one, since an adapter serves base +
+adapter; the reply's ``"versions"`` lists every name's version after it.
+
+A reload is all or nothing: the new base and every adapter on it are loaded aside and swapped in only when
+all of them loaded. Every bad reload or push (no such directory, no ``adapter_config.json``, a corrupt or
+mis-shaped checkpoint or adapter, an adapter that does not load on new base weights, a version going back)
+is a JSON error with a 4xx status and leaves what is served as it was; anything else unexpected is a JSON
+500, never a plain-text one.
 
 Endpoints: ``POST /v1/chat/completions`` (non-streaming and SSE streaming), ``GET /v1/models`` (every
 served name with its version), ``GET /health``, ``POST /admin/reload`` (``{"checkpoint": PATH}`` swaps in
@@ -30,7 +40,11 @@ older spelling of ``"checkpoint"``). ``POST /admin/weights``
 or with ``?adapter=NAME`` one LoRA adapter's tensors, its peft config in the buffer's metadata when new;
 ``?policy_version=N``; all or nothing: a push that does not fit is a 400 and changes nothing).
 
-Run it as ``python -m sdk.serve --model PATH --port 8000`` (or ``python -m trainers.serve``) or in-process::
+Run it as ``python -m sdk.serve --model PATH --port 8000`` (or ``python -m trainers.serve``) or in-process
+(a bad argument, model or adapter at start is one ``error:`` line and exit status 2). ``--parent-pid PID``
+(what :class:`~trainers.serve.policy.LocalPolicy` passes) makes the server exit when that process is gone,
+even killed with ``kill -9``: a watchdog thread polls it every half second (portable, and unlike Linux's
+parent-death signal not tied to the thread that started the server)::
 
     server = LocalPolicyServer("path/to/model").start()      # uvicorn in a background thread
     client = openai.OpenAI(base_url=server.base_url, api_key="x")
@@ -45,6 +59,9 @@ This module imports torch, transformers and FastAPI at the top; ``sdk.serve`` ha
 from __future__ import annotations
 
 import argparse
+import os
+import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -59,13 +76,22 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from sdk._cli import KEEP_ALIVE_S
 from sdk.openai_wire import SSE_DONE, VERSION_HEADER, error_body, sse, stream_chunks
-from trainers.serve.engine import Engine, Generation, ModelNotFound, parse_tool_calls, render_prompt_ids
+from trainers.serve.engine import (
+    _VERSION_SUFFIX,
+    Engine,
+    Generation,
+    ModelNotFound,
+    parse_tool_calls,
+    render_prompt_ids,
+)
+from trainers.serve.versions import StaleVersion
 
 __all__ = [
     "Engine",
     "Generation",
     "LocalPolicyServer",
     "create_app",
+    "exit_with_parent",
     "main",
     "parse_tool_calls",
     "render_prompt_ids",
@@ -169,9 +195,20 @@ def create_app(engine: Engine) -> FastAPI:
                 new = await anyio.to_thread.run_sync(
                     lambda: engine.reload_adapter(adapter, path, policy_version=version)
                 )
+        except StaleVersion as exc:
+            return _error(409, str(exc), code="stale_version")
         except (ValueError, OSError) as exc:
             return _error(400, f"{type(exc).__name__}: {exc}")
-        return {"ok": True, "version": new, "policy_version": new, "adapter": adapter, "path": path}
+        except Exception as exc:  # a JSON answer whatever happened; the served weights are unchanged
+            return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
+        return {
+            "ok": True,
+            "version": new,
+            "policy_version": new,
+            "adapter": adapter,
+            "path": path,
+            "versions": engine.versions(),
+        }
 
     @app.post("/admin/weights")
     async def weights(request: Request) -> Any:
@@ -194,9 +231,19 @@ def create_app(engine: Engine) -> FastAPI:
                     policy_version=None if raw is None else int(raw),
                 )
             )
+        except StaleVersion as exc:
+            return _error(409, str(exc), code="stale_version")
         except (ValueError, RuntimeError) as exc:
             return _error(400, f"{type(exc).__name__}: {exc}")
-        return {"ok": True, "policy_version": new, "adapter": adapter, "bytes": len(body)}
+        except Exception as exc:
+            return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
+        return {
+            "ok": True,
+            "policy_version": new,
+            "adapter": adapter,
+            "bytes": len(body),
+            "versions": engine.versions(),
+        }
 
     return app
 
@@ -330,8 +377,79 @@ def _adapter_arg(text: str) -> tuple[str, str]:
     return name, path
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def exit_with_parent(parent: int, poll_s: float = 0.5) -> threading.Thread:
+    """End this process (``os._exit``) once the process ``parent`` is gone, even after ``kill -9``.
+
+    A daemon thread polls: when ``parent`` is this process's parent, until it is not (the orphan is
+    re-parented); otherwise until ``parent`` no longer exists. Nothing is left to shut down gracefully
+    for: whoever would read the answers is gone, and the port and (GPU) memory must be free for a re-run.
+
+    Example:
+        >>> exit_with_parent(os.getppid())  # doctest: +SKIP
+    """
+    direct = os.getppid() == parent
+
+    def watch() -> None:
+        while (os.getppid() == parent) if direct else _pid_alive(parent):
+            time.sleep(poll_s)
+        print(f"the parent process {parent} is gone: the policy server exits", flush=True)
+        os._exit(0)
+
+    thread = threading.Thread(target=watch, name="tracerl-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, str]:
+    """Every argument checked before the model loads; returns the adapters (``p.error`` exits 2)."""
+    if not 1 <= a.port <= 65535:
+        p.error(f"--port must be 1..65535, got {a.port}")
+    if a.threads is not None and a.threads < 1:
+        p.error(f"--threads must be >= 1, got {a.threads}")
+    if a.policy_version < 0:
+        p.error("--policy-version must be >= 0")
+    if a.parent_pid is not None and (a.parent_pid < 1 or not _pid_alive(a.parent_pid)):
+        p.error(f"--parent-pid {a.parent_pid}: no such process")
+    adapters = dict(a.adapter)
+    if len(adapters) != len(a.adapter):
+        p.error("each --adapter NAME must be different")
+    base = a.model_name or Path(a.model).name
+    for name, path in adapters.items():
+        if name == base:
+            p.error(
+                f"--adapter {name}: the base weights are served as {base!r}; give the adapter another name"
+            )
+        if _VERSION_SUFFIX.search(name):
+            p.error(f"--adapter {name}: a name must not end in @v<N> (that suffix names a version)")
+        if not (Path(path) / "adapter_config.json").exists():
+            p.error(f"--adapter {name}={path}: not a LoRA adapter directory (no adapter_config.json)")
+    try:  # the port is free now (uvicorn would report a busy one with a traceback)
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            sock.bind((a.host, a.port))
+    except OSError as exc:
+        p.error(f"cannot listen on {a.host}:{a.port}: {exc.strerror or exc}")
+    return adapters
+
+
 def main(argv: list[str] | None = None) -> None:
-    """CLI: ``python -m sdk.serve --model PATH [--adapter NAME=PATH ...] [--port N] [--model-name NAME]``."""
+    """CLI: ``python -m sdk.serve --model PATH [--adapter NAME=PATH ...] [--port N] [--model-name NAME]``.
+
+    Bad arguments, a model or adapter that does not load: one ``error:`` line on stderr, exit status 2.
+
+    Example:
+        >>> main(["--model", "runs/sft/final", "--port", "8000"])  # doctest: +SKIP
+    """
     from sdk._cli import OneLineParser
 
     p = OneLineParser(prog="python -m sdk.serve", description=__doc__.splitlines()[0])
@@ -351,18 +469,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--policy-version", type=int, default=0, metavar="N", help="version of the --model weights (0)"
     )
+    p.add_argument(
+        "--parent-pid", type=int, default=None, metavar="PID", help="exit when process PID is gone"
+    )
     a = p.parse_args(argv)
+    adapters = _check_args(p, a)
+    if a.parent_pid is not None:
+        exit_with_parent(a.parent_pid)
     if a.threads:
         torch.set_num_threads(a.threads)
-    adapters = dict(a.adapter)
-    if len(adapters) != len(a.adapter):
-        p.error("each --adapter NAME must be different")
-    for name, path in adapters.items():
-        if not (Path(path) / "adapter_config.json").exists():
-            p.error(f"--adapter {name}={path}: not a LoRA adapter directory (no adapter_config.json)")
-    if a.policy_version < 0:
-        p.error("--policy-version must be >= 0")
-    engine = Engine(a.model, model_name=a.model_name, adapters=adapters, policy_version=a.policy_version)
+    try:
+        engine = Engine(a.model, model_name=a.model_name, adapters=adapters, policy_version=a.policy_version)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(f"serving {', '.join(engine.model_names)} on http://{a.host}:{a.port}/v1", flush=True)
     uvicorn.run(
         create_app(engine), host=a.host, port=a.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S

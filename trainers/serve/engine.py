@@ -30,8 +30,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from sdk.messages import render_ids, template_messages
 from sdk.openai_wire import assistant_message, chat_choice, chat_completion, usage
+from trainers.serve.versions import StaleVersion, next_version
 
-__all__ = ["Engine", "Generation", "ModelNotFound", "parse_tool_calls", "render_prompt_ids"]
+__all__ = ["Engine", "Generation", "ModelNotFound", "StaleVersion", "parse_tool_calls", "render_prompt_ids"]
 
 _TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _VERSION_SUFFIX = re.compile(r"@v\d+$")
@@ -147,6 +148,16 @@ class _Slot:
     version: int = 0
 
 
+@dataclass
+class _Base:
+    """Loaded base weights, not yet served (a reload builds them aside, then swaps them in)."""
+
+    model: Any
+    tokenizer: PreTrainedTokenizerBase
+    path: str | None
+    stop: set[int]
+
+
 class Engine:
     """Holds a causal LM + tokenizer (and optional LoRA adapters on it) and samples chat completions.
 
@@ -226,20 +237,34 @@ class Engine:
         return {n: s.version for n, s in self.slots.items()}
 
     def _load(self, model: str | Path | PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None) -> None:
+        self._install(self._read(model, tokenizer))
+
+    def _read(self, model: str | Path | PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None) -> _Base:
+        """Load base weights without serving them; a checkpoint that cannot be loaded is a ``ValueError``."""
+        path = None
         if isinstance(model, (str, Path)):
-            self.model_path = str(model)
-            tok = tokenizer or AutoTokenizer.from_pretrained(str(model))
-            mdl = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32)
+            path = str(model)
+            try:
+                tok = tokenizer or AutoTokenizer.from_pretrained(path)
+                mdl = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            except Exception as exc:  # transformers, safetensors and torch each raise their own types
+                from trainers.serve.weights import first_line
+
+                raise ValueError(f"cannot load the checkpoint {path!r}: {first_line(exc)}") from None
         else:
             if tokenizer is None:
                 raise ValueError("tokenizer is required when model is an object")
             tok, mdl = tokenizer, model
         mdl.to(self.device).eval()
-        self.model, self.tokenizer = mdl, tok
         stop = {tok.eos_token_id, tok.pad_token_id}
         gen_eos = getattr(getattr(mdl, "generation_config", None), "eos_token_id", None)
         stop.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
-        self.stop_ids = {i for i in stop if i is not None}
+        return _Base(mdl, tok, path, {i for i in stop if i is not None})
+
+    def _install(self, new: _Base) -> None:
+        """Serve ``new`` from the next generation batch on (call with the lock held, or before serving)."""
+        self.model, self.tokenizer, self.model_path = new.model, new.tokenizer, new.path
+        self.stop_ids = new.stop
         self._last_logits_only = True  # until a model's forward refuses ``logits_to_keep``
 
     def reload(
@@ -251,31 +276,47 @@ class Engine:
     ) -> int:
         """Swap in new base weights (a checkpoint path or a model object); returns their version.
 
-        ``policy_version`` is the version to report from now on (default: the current one + 1). Requests
-        in flight finish on the old weights; later ones use the new ones. Adapters are loaded again on
-        the new base and keep their versions.
+        ``policy_version``: the version from now on (default: the current + 1; lower: :class:`StaleVersion`).
+        In-flight requests finish on the old weights. All or nothing: the new base is loaded and every
+        adapter attached to it aside (both bases in memory meanwhile) and swapped in only when all of it
+        loaded; else a ``ValueError`` and the old weights and versions keep serving. Each adapter's
+        version then moves up by one (base + adapter changed; see :mod:`trainers.serve.versions`).
 
         Example:
             >>> engine.reload("out/round-1/checkpoint")  # doctest: +SKIP
             1
         """
         with self.lock:
+            base = self.slots[self.model_name]
+            version = next_version(base.name, base.version, policy_version)
             if isinstance(model, (str, Path)) and tokenizer is None:
                 tokenizer = self.tokenizer if _same_tokenizer(self.tokenizer, str(model)) else None
-            self._load(model, tokenizer)
-            base = self.slots[self.model_name]
-            base.path = self.model_path
+            new = self._read(model, tokenizer)
+            ids: dict[str, str] = {}
             for slot in self.slots.values():
-                if slot.adapter is not None:
-                    slot.adapter = self._attach(str(slot.path))
-            base.version = base.version + 1 if policy_version is None else int(policy_version)
-            return base.version
+                if slot.adapter is None:
+                    continue
+                try:
+                    new.model, ids[slot.name] = self._attach(slot, new.model)
+                except ValueError as exc:
+                    raise ValueError(
+                        f"the new base weights were not swapped in: adapter {slot.name!r} does not load on "
+                        f"them ({exc}); still serving the previous weights as version {base.version}"
+                    ) from None
+            self._install(new)  # everything loaded: only now does anything served change
+            base.path, base.version = new.path, version
+            for name, adapter_id in ids.items():
+                self.slots[name].adapter = adapter_id
+                self.slots[name].version += 1
+            return version
 
     def reload_adapter(self, name: str, checkpoint: str | Path, *, policy_version: int | None = None) -> int:
         """Load (or replace) the LoRA adapter served as ``name``; the other weights keep serving.
 
         The new adapter is loaded beside the old one and swapped in between generation batches, so
-        requests already generating with ``name`` finish on the old adapter and its version.
+        requests already generating with ``name`` finish on the old adapter and its version. An adapter
+        that does not load (``ValueError``) or a version lower than the adapter's current one
+        (:class:`StaleVersion`) changes nothing.
 
         Example:
             >>> engine.reload_adapter("router", "runs/router/step-20", policy_version=2)  # doctest: +SKIP
@@ -289,16 +330,18 @@ class Engine:
             old = self.slots.get(name)
             if old is not None and old.adapter is None:
                 raise ValueError(f"{name!r} names the base weights, not an adapter")
-            new_id = self._attach(str(checkpoint))
             if old is None:
                 version = 0 if policy_version is None else int(policy_version)
+            else:
+                version = next_version(name, old.version, policy_version)
+            self.model, new_id = self._attach(str(checkpoint), self.model)
+            if old is None:
                 self.slots[name] = _Slot(name, new_id, str(checkpoint), version)
                 return version
             self.model.set_adapter(new_id)  # never delete the active adapter (peft warns, then picks one)
             self.model.delete_adapter(old.adapter)
-            old.adapter, old.path = new_id, str(checkpoint)
-            old.version = old.version + 1 if policy_version is None else int(policy_version)
-            return old.version
+            old.adapter, old.path, old.version = new_id, str(checkpoint), version
+            return version
 
     def push(
         self,
@@ -313,8 +356,10 @@ class Engine:
         Without ``adapter``: the base model's whole state (tied tensors once), copied into its parameters.
         With ``adapter``: that LoRA adapter's tensors (peft's names); ``adapter_config`` (the peft config's
         ``to_dict()``) is needed when the adapter is new. Everything is checked before anything is copied, so
-        a push that does not fit (``ValueError``) leaves the served weights as they were. The swap happens
-        between generation batches: requests already generating finish on the old weights and version.
+        a push that does not fit (``ValueError``) or a version below the current one (:class:`StaleVersion`)
+        leaves the served weights as they were. The swap happens between generation batches: requests
+        already generating finish on the old weights and version. A base push moves each adapter's version
+        up by one (as :meth:`reload` does).
 
         Example:
             >>> engine.push(trainer_state, policy_version=3)  # doctest: +SKIP
@@ -326,13 +371,17 @@ class Engine:
             raise ValueError(f"adapter name {adapter!r} must not end in @v<N> (that suffix names a version)")
         with self.lock:
             if adapter is None:
+                slot = self.slots[self.model_name]
+                version = next_version(slot.name, slot.version, policy_version)
                 base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
                 weights.copy_full_weights(base, {k: v.to(self.device) for k, v in tensors.items()})
-                slot = self.slots[self.model_name]
+                for other in self.slots.values():  # base + adapter changed: each adapter's version moves
+                    other.version += other.adapter is not None
             else:
                 slot = self.slots.get(adapter)
                 if slot is not None and slot.adapter is None:
                     raise ValueError(f"{adapter!r} names the base weights, not an adapter")
+                version = next_version(adapter, -1 if slot is None else slot.version, policy_version)
                 if slot is None:
                     if adapter_config is None:
                         raise ValueError(
@@ -350,8 +399,8 @@ class Engine:
                 else:
                     weights.copy_adapter_weights(self.model, str(slot.adapter), tensors)
             slot.path = None  # served from memory: no checkpoint on disk holds these weights
-            slot.version = slot.version + 1 if policy_version is None else int(policy_version)
-            return slot.version
+            slot.version = version
+            return version
 
     def _add_adapter(self, config: Any) -> str:
         """A new, empty adapter slot from a peft config (call with the lock held)."""
@@ -365,17 +414,22 @@ class Engine:
         self.model.to(self.device).eval()
         return adapter_id
 
-    def _attach(self, path: str) -> str:
-        """Load the adapter at ``path`` under a fresh internal name (call with the lock held)."""
-        from peft import PeftModel
+    def _attach(self, source: str | _Slot, model: Any) -> tuple[Any, str]:
+        """Put an adapter on ``model`` under a fresh internal name; returns (model, name). Lock held.
+
+        ``source``: an adapter directory, or a served slot (its checkpoint, or its tensors when it was
+        pushed from memory). A ``ValueError`` leaves ``model`` as it was.
+        """
+        from trainers.serve import weights
 
         adapter_id = f"slot{next(self._adapter_ids)}"
-        if isinstance(self.model, PeftModel):
-            self.model.load_adapter(path, adapter_name=adapter_id)
+        if isinstance(source, _Slot) and source.path is None:
+            model = weights.copy_served_adapter(self.model, str(source.adapter), model, adapter_id)
         else:
-            self.model = PeftModel.from_pretrained(self.model, path, adapter_name=adapter_id)
-        self.model.to(self.device).eval()
-        return adapter_id
+            path = source.path if isinstance(source, _Slot) else source
+            model = weights.attach_adapter(model, str(path), adapter_id)
+        model.to(self.device).eval()
+        return model, adapter_id
 
     def slot_for(self, model: str | None) -> str:
         """The served name a request's ``model`` routes to (raises ``ModelNotFound``).

@@ -193,6 +193,10 @@ class LocalPolicy:
         log: File for the subprocess's output.
         adapters: LoRA adapters served beside the base, ``{name: adapter directory}`` (agents send the
             name as ``model``); :meth:`update_adapter` replaces one while the others keep serving.
+        pid_file: Where the subprocess is recorded (``make_policy``: ``OUT/policy-server.pid``); a server
+            left there by an earlier run is stopped, one of a run still going is refused
+            (:mod:`trainers.serve.pidfile`). The subprocess exits with this process in any case
+            (``--parent-pid``), ``kill -9`` included.
 
     Example:
         >>> p = LocalPolicy("runs/sft", model_name="policy")  # doctest: +SKIP
@@ -208,8 +212,10 @@ class LocalPolicy:
         threads: int | None = None,
         log: str | os.PathLike[str] | None = None,
         adapters: dict[str, str] | None = None,
+        pid_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self.model, self.model_name = str(model), model_name
+        self.pid_file = Path(pid_file) if pid_file else None
         self.adapters = {name: str(path) for name, path in (adapters or {}).items()}
         self.use_subprocess, self.threads = subprocess, threads
         self.log = Path(log) if log else None
@@ -235,8 +241,13 @@ class LocalPolicy:
             ).start()
             self.base_url = self._server.base_url
             return
+        from trainers.serve import pidfile
+
+        if self.pid_file is not None:
+            pidfile.claim(self.pid_file)  # never a second server beside one an earlier run left
         self._port = _free_port()
         cmd = [sys.executable, "-m", "sdk.serve", "--model", self.model, "--port", str(self._port)]
+        cmd += ["--parent-pid", str(os.getpid())]  # it exits when this process is gone, even by kill -9
         cmd += ["--model-name", self.model_name, "--policy-version", str(self.policy_version)]
         for name, path in self.adapters.items():
             cmd += ["--adapter", f"{name}={path}"]
@@ -247,6 +258,8 @@ class LocalPolicy:
             self.log.parent.mkdir(parents=True, exist_ok=True)
             out = open(self.log, "ab")  # the child process writes to it
         self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        if self.pid_file is not None:
+            pidfile.record(self.pid_file, self._proc.pid, self._port)
         self.base_url = f"http://127.0.0.1:{self._port}/v1"
         _wait_healthy(f"http://127.0.0.1:{self._port}/health", self._proc, 300, self.log)
 
@@ -259,7 +272,10 @@ class LocalPolicy:
         """
         version = _next_version(self.policy_version, policy_version)
         if self._server is not None:
-            self._server.reload(str(checkpoint), policy_version=version)
+            try:
+                self._server.reload(str(checkpoint), policy_version=version)
+            except ValueError as exc:
+                raise UserError(f"policy reload failed: {exc}") from None
         elif self._proc is not None:
             body = {"path": str(checkpoint), "policy_version": version}
             status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body)
@@ -363,6 +379,10 @@ class LocalPolicy:
             self._server = None
         if self._proc is not None:
             _terminate(self._proc, 30)
+            if self.pid_file is not None:
+                from trainers.serve import pidfile
+
+                pidfile.release(self.pid_file, self._proc.pid)
             self._proc = None
 
     def exit_code(self) -> int | None:
@@ -616,7 +636,8 @@ def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | 
     log = str(Path(log_dir) / "policy-server.log") if log_dir else None
     try:
         if kind == "local":
-            return LocalPolicy(checkpoint, name, log=log, **spec)
+            pid_file = str(Path(log_dir) / "policy-server.pid") if log_dir else None
+            return LocalPolicy(checkpoint, name, log=log, pid_file=pid_file, **spec)
         if kind == "vllm":
             return VLLMPolicy(checkpoint, name, log=log, **spec)
         if kind == "external":

@@ -23,13 +23,29 @@ from typing import Any
 import torch
 
 __all__ = [
+    "attach_adapter",
     "check_full_weights",
     "copy_adapter_weights",
     "copy_full_weights",
+    "copy_served_adapter",
     "decode_push",
     "encode_push",
+    "first_line",
     "new_adapter_config",
 ]
+
+
+def _base_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s tensors by their names in a plain checkpoint.
+
+    LoRA layers peft wrapped around modules (adapters served on this base) are left out, and ``.base_layer.``
+    is dropped from the wrapped modules' names.
+    """
+    return {
+        name.replace(".base_layer.", "."): tensor
+        for name, tensor in model.state_dict().items()
+        if ".lora_" not in name
+    }
 
 
 def check_full_weights(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor]) -> int:
@@ -43,7 +59,7 @@ def check_full_weights(model: torch.nn.Module, tensors: Mapping[str, torch.Tenso
         Traceback (most recent call last):
         ValueError: the pushed weights lack 'bias' (1 of 2 tensors missing)
     """
-    target = model.state_dict()
+    target = _base_state(model)
     unknown = sorted(set(tensors) - set(target))
     if unknown:
         raise ValueError(f"the served model has no tensor {unknown[0]!r} ({len(unknown)} unknown names)")
@@ -73,7 +89,7 @@ def copy_full_weights(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor
         4.0
     """
     check_full_weights(model, tensors)
-    target = model.state_dict()
+    target = _base_state(model)
     moved = 0
     for name, tensor in tensors.items():
         target[name].copy_(tensor)
@@ -161,3 +177,84 @@ def decode_push(data: bytes) -> tuple[dict[str, torch.Tensor], dict[str, Any] | 
     meta = header.get("__metadata__") or {}
     config = json.loads(meta["adapter_config"]) if "adapter_config" in meta else None
     return tensors, config
+
+
+def first_line(exc: BaseException) -> str:
+    r"""``Type: message`` on one line (a heading line ending in ``:`` gets its first detail line).
+
+    Example:
+        >>> first_line(RuntimeError("Error(s) in loading:\n\tsize mismatch for w\n\tmore"))
+        'RuntimeError: Error(s) in loading: size mismatch for w'
+    """
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [""]
+    text = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    return f"{type(exc).__name__}: {text[:500]}"
+
+
+def attach_adapter(model: Any, path: str, adapter_id: str) -> Any:
+    """Load the LoRA adapter at ``path`` onto ``model`` as ``adapter_id``; returns the (peft) model.
+
+    All or nothing: an adapter that cannot be loaded (no or a bad ``adapter_config.json``, weights that are
+    not a readable file, tensors whose shapes do not fit the model, tensors missing) is a
+    :class:`ValueError` naming the cause, and ``model`` is left as it was (the half-added adapter removed,
+    or the LoRA layers peft injected into a plain model taken out again).
+
+    Example:
+        >>> model = attach_adapter(base_model, "runs/router/final", "slot0")  # doctest: +SKIP
+    """
+    from peft import PeftConfig, PeftModel, get_peft_model
+
+    wrapped = not isinstance(model, PeftModel)
+    peft_model = model
+    try:
+        if wrapped:
+            config = PeftConfig.from_pretrained(path)
+            config.inference_mode = True
+            peft_model = get_peft_model(model, config, adapter_name=adapter_id)
+        result = peft_model.load_adapter(path, adapter_name=adapter_id)  # the saved config, then weights
+        if result.missing_keys:  # peft loads leniently: a file of other tensors would leave these as made
+            raise ValueError(
+                f"its weights lack {result.missing_keys[0]!r} ({len(result.missing_keys)} missing)"
+            )
+    except Exception as exc:  # peft, safetensors and torch each raise their own types for a bad adapter
+        if isinstance(peft_model, PeftModel):
+            if wrapped:
+                peft_model.unload()  # the plain model's modules without the injected LoRA layers
+            elif adapter_id in peft_model.peft_config:
+                peft_model.delete_adapter(adapter_id)
+        raise ValueError(f"cannot load the LoRA adapter {path!r}: {first_line(exc)}") from None
+    return peft_model
+
+
+def copy_served_adapter(source: Any, source_id: str, target: Any, adapter_id: str) -> Any:
+    """Copy the adapter ``source_id`` of the peft model ``source`` onto ``target`` as ``adapter_id``.
+
+    For an adapter that was pushed from memory (no checkpoint on disk) when new base weights come in: its
+    config and tensors are put on the new base. Returns the (peft) target; :class:`ValueError` if they
+    do not fit it (``target`` is then left as it was).
+
+    Example:
+        >>> new = copy_served_adapter(old_model, "slot3", new_base, "slot7")  # doctest: +SKIP
+    """
+    import copy
+
+    from peft import PeftModel, get_peft_model, get_peft_model_state_dict
+
+    config = copy.deepcopy(source.peft_config[source_id])
+    tensors = {
+        k: v.detach().clone() for k, v in get_peft_model_state_dict(source, adapter_name=source_id).items()
+    }
+    wrapped = not isinstance(target, PeftModel)
+    if wrapped:
+        target = get_peft_model(target, config, adapter_name=adapter_id)
+    else:
+        target.add_adapter(adapter_id, config)
+    try:
+        copy_adapter_weights(target, adapter_id, tensors)
+    except ValueError:
+        if wrapped:
+            target.unload()
+        else:
+            target.delete_adapter(adapter_id)
+        raise
+    return target

@@ -1,0 +1,46 @@
+"""The policy server's version rule: versions only move forward.
+
+Each set of served weights (the base, each LoRA adapter) has a ``policy_version``. A reload or push sets it
+to the version it names, or to the current one + 1 when it names none; naming a lower version than the
+current one is refused (:class:`StaleVersion`, HTTP 409) and changes nothing. The same version again is
+accepted (a loop re-publishing a version after a restart or a retried request). New base weights (a base
+reload or a base push) move every adapter's version up by one, since what an adapter serves is base +
+adapter.
+
+Example:
+    >>> next_version("base", 3, None), next_version("base", 3, 5)
+    (4, 5)
+    >>> next_version("base", 3, 2)  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    trainers.serve.versions.StaleVersion: 'base' is served as version 3; version 2 would go back
+"""
+
+from __future__ import annotations
+
+__all__ = ["StaleVersion", "next_version"]
+
+
+class StaleVersion(ValueError):
+    """A reload or push names a version lower than the one the weights are served as (HTTP 409).
+
+    Example:
+        >>> isinstance(StaleVersion("version 2 would go back"), ValueError)
+        True
+    """
+
+
+def next_version(name: str, current: int, requested: int | None) -> int:
+    """The version new weights for ``name`` (served as ``current``) get: ``requested``, never lower.
+
+    Example:
+        >>> next_version("router", 0, None)
+        1
+    """
+    if requested is None:
+        return current + 1
+    if int(requested) < current:
+        raise StaleVersion(
+            f"{name!r} is served as version {current}; version {requested} would go back "
+            "(versions only move forward)"
+        )
+    return int(requested)

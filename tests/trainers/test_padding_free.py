@@ -48,7 +48,10 @@ def _row(batch, i):
     import torch
 
     rows = batch["prompt_ids"].size(0)
-    return {k: v[i : i + 1] if torch.is_tensor(v) and v.ndim and v.size(0) == rows else v for k, v in batch.items()}
+    return {
+        k: v[i : i + 1] if torch.is_tensor(v) and v.ndim and v.size(0) == rows else v
+        for k, v in batch.items()
+    }
 
 
 def _per_sequence(trainer, gen, loss_type):
@@ -57,7 +60,9 @@ def _per_sequence(trainer, gen, loss_type):
     rows = gen["prompt_ids"].size(0)
     # dapo divides by the batch's token count (a global), grpo averages sequences: 1/rows each.
     scale = 1.0 / rows if loss_type == "grpo" else 1.0
-    return sum(trainer._compute_loss(trainer.model, _strip_padding(_row(gen, i))) * scale for i in range(rows))
+    return sum(
+        trainer._compute_loss(trainer.model, _strip_padding(_row(gen, i))) * scale for i in range(rows)
+    )
 
 
 def _passes(trainer, gen, attention, tokens=None):
@@ -179,7 +184,9 @@ def test_micro_batch_tokens_is_checked(tmp_path, tokenizer_dir, tiny_tokenizer):
     from trainers.trl import TRLGRPOConfig, TRLGRPOTrainer, resolve_grpo_kwargs
 
     eps = make_episodes(2, 4, tokenizer=tiny_tokenizer)
-    cfg = TRLGRPOConfig(model=str(tokenizer_dir), output_dir=str(tmp_path), group_size=4, micro_batch_tokens=0)
+    cfg = TRLGRPOConfig(
+        model=str(tokenizer_dir), output_dir=str(tmp_path), group_size=4, micro_batch_tokens=0
+    )
     prepared = TRLGRPOTrainer().prepare(eps, cfg, tokenizer=tiny_tokenizer)
     with pytest.raises(UserError, match="micro_batch_tokens must be at least 1"):
         resolve_grpo_kwargs(cfg, prepared)

@@ -77,7 +77,12 @@ def _run_guarded(tmp_path, model_dir, tok, cuda: bool, tokens: int | None = 256)
     if cuda:
         grpo.update(bf16=True, use_cpu=False)
     cfg = TRLGRPOConfig(
-        model=str(model_dir), output_dir=str(tmp_path), group_size=4, seed=0, grpo=grpo, micro_batch_tokens=tokens
+        model=str(model_dir),
+        output_dir=str(tmp_path),
+        group_size=4,
+        seed=0,
+        grpo=grpo,
+        micro_batch_tokens=tokens,
     )
     trainer = TRLGRPOTrainer().build_trainer(make_episodes(2, 4, tokenizer=tok), cfg, tokenizer=tok).trainer
     guard = _Guard(cuda)

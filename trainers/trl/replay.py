@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather_object
-from transformers import PrinterCallback
+from transformers import PrinterCallback, TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
 
@@ -67,6 +67,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         super().__init__(*args, **kw)
         if self.args.disable_tqdm:  # metrics go to metrics.jsonl; transformers would print every log dict
             self.remove_callback(PrinterCallback)
+        self.add_callback(self._perf)
 
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
         if not ((self._length_grouped or self._padding_free) and self.model.training):
@@ -93,7 +94,6 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         if passes is None:
             self._fallback = self._fallback or "a mask that is not one run per sequence"
             return batch
-        self._perf.planned(passes, times=self.num_iterations)
         return {**batch, "_passes": passes, "_attention": kind}
 
     def compute_loss(
@@ -126,6 +126,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         logps, ent = _step.pass_logps(self, model, passes[-1], inputs["_attention"], width)
         loss, s = _step.pass_loss(self, inputs, passes[-1], logps, ent)
         _step.log_metrics(self, [*stats, s])
+        self._perf.trained(passes)
         return loss if done is None else loss + done
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
@@ -220,16 +221,24 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         return logps
 
 
-class _Perf:
-    """Tokens and FLOPs planned since the last log, and the wall time they took: the MFU metrics."""
+class _Perf(TrainerCallback):  # type: ignore[misc]
+    """Tokens trained since the last log and the wall time from the first of those steps' start: MFU metrics.
+
+    The clock starts at a step's beginning, so time between ``train()`` calls of a resident trainer (and
+    between runs) is not counted; replay preparation and the optimizer step are.
+    """
 
     def __init__(self) -> None:
-        self.tokens, self.lengths, self.t0 = 0, [], time.perf_counter()
+        self.tokens, self.lengths, self.t0 = 0, [], None
 
-    def planned(self, passes: list[Any], times: int) -> None:
+    def on_step_begin(self, *args: Any, **kw: Any) -> None:
+        if self.t0 is None:
+            self.t0 = time.perf_counter()
+
+    def trained(self, passes: list[Any]) -> None:
         for p in passes:
-            self.tokens += sum(p.lengths) * times
-            self.lengths.extend(list(p.lengths) * times)
+            self.tokens += sum(p.lengths)
+            self.lengths.extend(p.lengths)
 
     def read(self, trainer: Any) -> dict[str, float]:
         """``perf/tokens_per_s`` and, on a GPU with a known peak, ``perf/mfu_6n`` and ``perf/mfu_6n_attn``."""
@@ -237,7 +246,7 @@ class _Perf:
 
         now = time.perf_counter()
         out: dict[str, float] = {}
-        if self.tokens:
+        if self.tokens and self.t0 is not None:
             model = trainer.model
             wall = max(now - self.t0, 1e-9)
             out["perf/tokens_per_s"] = self.tokens / wall
@@ -250,7 +259,7 @@ class _Perf:
                     attn = attention_flops(self.lengths, model.config.get_text_config())
                     out["perf/mfu_6n"] = dense / wall / peak
                     out["perf/mfu_6n_attn"] = (dense + attn) / wall / peak
-        self.tokens, self.lengths, self.t0 = 0, [], now
+        self.tokens, self.lengths, self.t0 = 0, [], None
         return out
 
 

@@ -242,7 +242,7 @@ def _stats(trainer: Any, mask: Any, entropies: Any, coef_1: Any, adv: Any, kl: A
     low = ((coef_1 < 1 - trainer.epsilon_low) & (adv < 0)).float()
     high = ((coef_1 > 1 + trainer.epsilon_high) & (adv > 0)).float()
     per_seq = mask.sum(-1)
-    inf = torch.tensor(float("inf"), device=mask.device)
+    inf = entropies.new_full((), float("inf"))  # a fill on the device, not a copy from the host
     out = {
         "tokens": mask.sum().detach(),
         "sum/entropy": (entropies * mask).sum().detach(),

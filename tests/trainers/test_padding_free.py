@@ -177,6 +177,11 @@ def test_training_with_a_token_budget_gives_the_padded_update(tmp_path, tiny_mod
     step = rows[0]
     assert isinstance(step["entropy"], float) and isinstance(step["clip_ratio/low_min"], float)
     assert step["perf/tokens_per_s"] > 0 and "perf/mfu_6n" not in step  # no GPU peak on CPU
+    # Composes with micro_batch_size (TRL's gradient accumulation over length-sorted micro-batches).
+    trainer, both, _ = trained("both", micro_batch_size=4, micro_batch_tokens=64)
+    assert trainer.args.gradient_accumulation_steps == 2 and trainer._fallback is None
+    for name, p in padded.items():
+        torch.testing.assert_close(both[name], p, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_micro_batch_tokens_is_checked(tmp_path, tokenizer_dir, tiny_tokenizer):

@@ -58,7 +58,7 @@ else
 fi
 
 run_gpu_tests() {
-  "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/trainers/test_step_syncs.py \
+  "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/trainers/test_step_syncs.py tests/trainers/test_padding_free.py \
     tests/trainers/test_trl_speed.py > "$OUT/pytest_gpu.txt" 2>&1
 }
 

@@ -14,12 +14,13 @@ import pytest
 from _synth import cpu_grpo, make_episodes
 
 
-def _build(tmp_path, model_dir, tok, loss_type="dapo", lora=False, **kw):
+def _build(tmp_path, model_dir, tok, loss_type="dapo", lora=False, grpo_extra=None, **kw):
     from trainers.trl import TRLGRPOConfig, TRLGRPOTrainer
 
     grpo = cpu_grpo(
         max_steps=1, optim="sgd", learning_rate=1.0, loss_type=loss_type, per_device_train_batch_size=8
     )
+    grpo.update(grpo_extra or {})
     cfg = TRLGRPOConfig(
         model=str(model_dir), output_dir=str(tmp_path), group_size=4, seed=0, grpo=grpo, lora=lora, **kw
     )
@@ -195,3 +196,39 @@ def test_micro_batch_tokens_is_checked(tmp_path, tokenizer_dir, tiny_tokenizer):
     prepared = TRLGRPOTrainer().prepare(eps, cfg, tokenizer=tiny_tokenizer)
     with pytest.raises(UserError, match="micro_batch_tokens must be at least 1"):
         resolve_grpo_kwargs(cfg, prepared)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("attention", ["sdpa", "flash_attention_2"])
+def test_gpu_padding_free_passes_match_the_padded_batch_under_bf16(
+    tmp_path, tiny_model_dir, model_tokenizer, attention
+):
+    import torch
+
+    from trainers.trl import _step
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    if attention == "flash_attention_2":
+        pytest.importorskip("flash_attn")
+    trainer = _build(
+        tmp_path,
+        tiny_model_dir,
+        model_tokenizer,
+        padding_free=True,
+        grpo_extra={"bf16": True, "use_cpu": False, "model_init_kwargs": {"attn_implementation": attention}},
+    )
+    model = trainer.model
+    kind = _step.attention_kind(model)
+    assert kind == ("varlen" if attention == "flash_attention_2" else "single")
+    with pytest.raises(ValueError, match="dense block-diagonal"):
+        _step.attention_kind(model, "dense")
+    gen = _generation_batch(trainer)
+    with trainer.compute_loss_context_manager():
+        padded = _grads(trainer, lambda: trainer._compute_loss(model, gen))
+        batch = _passes(trainer, gen, None, tokens=10_000)
+        free = _grads(trainer, lambda: trainer.compute_loss(model, batch))
+    # bf16 autocast: the same sums in another order and other kernels, so a bf16-sized tolerance.
+    torch.testing.assert_close(free[0], padded[0], rtol=2e-2, atol=2e-3)
+    for name, g in padded[1].items():
+        torch.testing.assert_close(free[1][name], g, rtol=5e-2, atol=5e-3, msg=name)

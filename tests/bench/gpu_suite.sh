@@ -4,12 +4,12 @@
 #
 #   tests/bench/gpu_suite.sh [--cpu] [--out DIR] [--wheels DIR]
 #
-# GPU (about 6-8 minutes on one H100/H200, store and models built on the machine): the 1.5B full, 1.5B
-# LoRA and 0.5B shapes, each padded (today's default) and with padding-free token-budget passes
-# (--micro-batch-tokens; packed rows when flash-attn is installed, else one sequence per pass), a
-# torch.profiler split of the 1.5B padding-free step (kernel shares, host syncs per step), then
-# `pytest -m gpu` on the trainer's GPU tests. --cpu: the tiny shape, two variants, the same report, in
-# well under a minute (CI runs it). Results: DIR/suite.json (environment, every run, pytest's summary) and
+# GPU (estimated 6-8 minutes on one H100/H200, store and models built on the machine; not yet run): the
+# 1.5B full shape padded (today's default) and padding-free (--micro-batch-tokens: packed rows when
+# flash-attn is installed, else one sequence per pass) with and without activation checkpointing, the 1.5B
+# LoRA and 0.5B shapes padded and padding-free, a torch.profiler split of the 1.5B padding-free step
+# (kernel shares, host syncs per step), then `pytest -m gpu` on the trainer's GPU tests. --cpu: the tiny
+# shape, two variants, the same report, in well under a minute (CI runs it). Results: DIR/suite.json (environment, every run, pytest's summary) and
 # DIR/suite.md (the table); DIR defaults to /tmp/tracerl-gpu-suite.
 #
 # A bare machine needs, besides torch: trl 1.16.0, transformers 5.23.0, peft 0.21.2, accelerate 1.15.0,
@@ -45,16 +45,21 @@ if [ -n "$WHEELS" ]; then
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
+NOCKPT="--grpo activation_checkpointing=false"
 if [ "$MODE" = cpu ]; then
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
   TRAIN=(--shapes tiny --lengths tiny --tasks 2 --group-size 4 --batch 4 --steps 2 --warmup 1
          --variant padded= --variant "padding-free=--micro-batch-tokens 256 --profile")
 else
-  TRAIN=(--shapes 1.5b,1.5b-lora,0.5b --steps 6 --warmup 2 --variant padded=
-         --variant "padding-free=--micro-batch-tokens 16384")
+  # 1.5B: today's default, padding-free with and without activation checkpointing (one ~4k-token sequence
+  # per pass needs ~13 GB of activations), packed varlen when flash-attn is installed.
+  TRAIN=(--shapes 1.5b --steps 5 --warmup 2 --variant padded= --variant "padding-free=--micro-batch-tokens 16384"
+         --variant "padding-free-nockpt=--micro-batch-tokens 16384 $NOCKPT")
   if "$PY" -c "import flash_attn" 2>/dev/null; then
-    TRAIN+=(--variant "varlen=--attn flash_attention_2 --micro-batch-tokens 32768")
+    TRAIN+=(--variant "varlen-nockpt=--attn flash_attention_2 --micro-batch-tokens 16384 $NOCKPT")
   fi
+  MORE=(--shapes 1.5b-lora,0.5b --steps 5 --warmup 2 --variant padded=
+        --variant "padding-free-nockpt=--micro-batch-tokens 16384 $NOCKPT")
 fi
 
 run_gpu_tests() {
@@ -71,9 +76,13 @@ fi
 "$PY" tests/bench/gpu_train.py "${TRAIN[@]}" --workdir "$OUT/work" --json "$OUT/train.json" | tee "$OUT/train.log"
 train_rc=${PIPESTATUS[0]}
 if [ "$MODE" = gpu ]; then
+  "$PY" tests/bench/gpu_train.py "${MORE[@]}" --workdir "$OUT/work" --json "$OUT/train-more.json" \
+    | tee "$OUT/train-more.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || train_rc=1
   # The profiler split of the 1.5B padding-free step (a run of its own: profiling slows the steps it sees).
-  "$PY" tests/bench/gpu_train.py --shapes 1.5b --steps 4 --warmup 2 --micro-batch-tokens 16384 --profile \
-    --label profile --workdir "$OUT/work" --json "$OUT/profile.json" | tee "$OUT/profile.log"
+  # shellcheck disable=SC2086  # NOCKPT is two words on purpose
+  "$PY" tests/bench/gpu_train.py --shapes 1.5b --steps 4 --warmup 2 --micro-batch-tokens 16384 $NOCKPT \
+    --profile --label profile --workdir "$OUT/work" --json "$OUT/profile.json" | tee "$OUT/profile.log"
   run_gpu_tests
   pytest_rc=$?
 else
@@ -93,7 +102,7 @@ from _profile import split_line
 
 out, mode, train_rc, pytest_rc, start = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 runs = []
-for name in ("train.json", "profile.json"):
+for name in ("train.json", "train-more.json", "profile.json"):
     if (out / name).is_file():
         runs += json.loads((out / name).read_text())
 pytest_lines = (out / "pytest_gpu.txt").read_text().strip().splitlines()

@@ -21,6 +21,7 @@ its metrics are device tensors read when the trainer logs.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,17 +180,13 @@ def pass_logps(trainer: Any, model: Any, p: Pass, kind: str, width: int) -> tupl
         hidden = lm.base_model(input_ids=p.input_ids, use_cache=False, **kw).last_hidden_state[0]
         h = hidden.index_select(0, p.src)
         head = lm.get_output_embeddings()
-        if trainer.args.cast_lm_head_to_fp32:
-            with torch.autocast(h.device.type, enabled=False):
-                lp, ent, *_ = ChunkedLogProbFunction.apply(
-                    h.float(), head.weight, head.bias, p.targets, trainer.temperature, _CHUNK, None, 1.0,
-                    ("log_probs", "entropy"),
-                )  # fmt: skip
-        else:
+        fp32 = bool(trainer.args.cast_lm_head_to_fp32)  # as TRL's head: fp32 hidden states, no autocast
+        with torch.autocast(h.device.type, enabled=False) if fp32 else contextlib.nullcontext():
+            outputs = ("log_probs", "entropy")
+            x = h.float() if fp32 else h
             lp, ent, *_ = ChunkedLogProbFunction.apply(
-                h, head.weight, head.bias, p.targets, trainer.temperature, _CHUNK, None, 1.0,
-                ("log_probs", "entropy"),
-            )  # fmt: skip
+                x, head.weight, head.bias, p.targets, trainer.temperature, _CHUNK, None, 1.0, outputs
+            )
     rows = p.stop - p.start
     logps = lp.new_zeros(rows * width).index_copy(0, p.dst, lp).view(rows, width)
     entropies = ent.detach().new_zeros(rows * width).index_copy(0, p.dst, ent.detach()).view(rows, width)

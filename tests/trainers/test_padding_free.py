@@ -185,6 +185,16 @@ def test_training_with_a_token_budget_gives_the_padded_update(tmp_path, tiny_mod
         torch.testing.assert_close(both[name], p, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_settings_the_step_does_not_cover_run_the_padded_step_and_say_so(
+    tmp_path, tiny_model_dir, model_tokenizer, capsys
+):
+    trainer = _build(tmp_path, tiny_model_dir, model_tokenizer, loss_type="cispo", micro_batch_tokens=64)
+    trainer.train()
+    assert trainer._fallback == "loss_type 'cispo'" and trainer.state.global_step == 1
+    err = capsys.readouterr().err
+    assert err.count("tracerl: padding-free step not used (loss_type 'cispo'): TRL's padded step runs") == 1
+
+
 def test_micro_batch_tokens_is_checked(tmp_path, tokenizer_dir, tiny_tokenizer):
     from trainers.errors import UserError
     from trainers.trl import TRLGRPOConfig, TRLGRPOTrainer, resolve_grpo_kwargs

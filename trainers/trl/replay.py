@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +56,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self._micro_batch_tokens = micro_batch_tokens
         self._attention_request: str | None = None  # "dense": CPU tests of packing only
         self._fallback: str | None = None  # why the last micro-batch ran TRL's padded step
+        self._fallback_reported = False
         self._perf = _Perf()
         self._tis_cap = tis_cap
         self._tis_log = tis_log
@@ -93,6 +95,11 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         passes = None if self._fallback else _step.plan_passes(batch, kind, self._micro_batch_tokens)
         if passes is None:
             self._fallback = self._fallback or "a mask that is not one run per sequence"
+            if not self._fallback_reported and self.accelerator.is_main_process:
+                # Once per trainer: the run goes on with TRL's padded step (same update, host syncs).
+                self._fallback_reported = True
+                note = f"tracerl: padding-free step not used ({self._fallback}): TRL's padded step runs"
+                print(note, file=sys.stderr, flush=True)
             return batch
         return {**batch, "_passes": passes, "_attention": kind}
 

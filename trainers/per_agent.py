@@ -34,7 +34,15 @@ from trainers.base import TrainerConfig, TrainResult
 from trainers.data import DataReport, load_episodes
 from trainers.errors import UserError
 
-__all__ = ["PerAgentResult", "RoleResult", "role_dir", "role_episodes", "train_per_agent"]
+__all__ = [
+    "PerAgentResult",
+    "ResidentRoles",
+    "RoleResult",
+    "fresh_adapter",
+    "role_dir",
+    "role_episodes",
+    "train_per_agent",
+]
 
 
 @dataclass
@@ -276,3 +284,120 @@ def _write_summary(result: PerAgentResult) -> None:
         "unnamed_episodes": result.unnamed_episodes,
     }
     (result.output_dir / "roles.json").write_text(json.dumps(body, indent=2) + "\n")
+
+
+class ResidentRoles:
+    """Per-agent training across rounds: one resident trainer per role, each continuing its own adapter.
+
+    Each role has a :class:`~trainers.trl.resident.ResidentTrainer` (with ``lora: true``, a LoRA adapter on
+    the one base model) built at its first round and kept: a round trains every role that has groups with
+    reward spread on its own episodes and credit (:func:`role_episodes`), from where that role left off
+    (adapter, optimizer, schedule, RNG). :meth:`push` sends one role's weights to a multi-adapter policy
+    server, which swaps that adapter while the other roles keep serving.
+
+    Args:
+        config: The ``trl`` backend's config; ``output_dir`` gets one directory per role (:func:`role_dir`).
+        planned_steps: Optimizer steps each role is expected to take (its learning-rate schedule's span).
+
+    Example:
+        >>> roles = ResidentRoles(cfg, planned_steps=200)  # doctest: +SKIP
+        >>> roles.train_round(episodes)  # doctest: +SKIP
+        {'router': 6, 'math': 6}
+        >>> roles.push(server, "router", policy_version=1)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        config: TrainerConfig,
+        *,
+        planned_steps: int = 1000,
+        resume: Mapping[str, str] | None = None,
+    ) -> None:
+        from trainers.trl.resident import ResidentTrainer
+
+        self.config = config
+        self.planned_steps = planned_steps
+        self.trainers: dict[str, Any] = {}
+        self.skipped: dict[str, str] = {}
+        for role, checkpoint in (resume or {}).items():  # each role continues from its checkpoint
+            self.trainers[role] = ResidentTrainer(
+                self._config(role), planned_steps=planned_steps, resume=checkpoint
+            )
+
+    def _config(self, role: str) -> TrainerConfig:
+        return dataclasses.replace(self.config, output_dir=str(role_dir(self.config.output_dir, role)))
+
+    def train_round(self, data: Any, *, passes: int = 1) -> dict[str, int]:
+        """Train each role with signal in ``data`` (episodes); returns ``{role: optimizer steps}``.
+
+        Roles without a task whose rewards differ are left as they are (their reason in :attr:`skipped`).
+        """
+        from trainers.trl.resident import ResidentTrainer
+
+        episodes = load_episodes(
+            data, report=DataReport(), strict=bool(getattr(self.config, "strict", False))
+        )
+        found = sorted({str(ep["agent"]) for ep in episodes if ep.get("agent") is not None})
+        steps: dict[str, int] = {}
+        self.skipped = {}
+        for role in found:
+            rows = role_episodes(episodes, role)
+            plan = _plan(rows, role, self.config.output_dir)
+            if plan.skipped:
+                self.skipped[role] = plan.skipped
+                continue
+            if role not in self.trainers:
+                self.trainers[role] = ResidentTrainer(self._config(role), planned_steps=self.planned_steps)
+            try:
+                steps[role] = self.trainers[role].train_version(rows, passes=passes).steps
+            except UserError as exc:  # this role cannot train this round; the others still can
+                self.skipped[role] = str(exc)
+        return steps
+
+    def checkpoint(self) -> dict[str, str]:
+        """Write each trained role's recovery checkpoint; ``{role: checkpoint}`` (``resume=`` takes it).
+
+        Example:
+            >>> roles.checkpoint()  # doctest: +SKIP
+            {'math': 'runs/agents/math/checkpoint-12', 'router': 'runs/agents/router/checkpoint-9'}
+        """
+        out = {}
+        for role, trainer in sorted(self.trainers.items()):
+            if trainer.trainer is not None:
+                out[role] = str(trainer.save_checkpoint())
+            elif trainer.resume is not None:  # resumed, not trained since: its checkpoint still holds
+                out[role] = str(trainer.resume)
+        return out
+
+    def push(self, server: Any, role: str, *, policy_version: int | None = None) -> int:
+        """Serve ``role``'s current weights on ``server`` (``push(tensors, adapter=..., ...)``); its version.
+
+        With LoRA the role's adapter (served under the role's name) is replaced while the other roles
+        keep serving; without, the role's own server gets full weights.
+        """
+        tensors, adapter_config = self.trainers[role].weights()
+        if adapter_config is None:
+            return int(server.push(tensors, policy_version=policy_version))
+        return int(
+            server.push(tensors, adapter=role, adapter_config=adapter_config, policy_version=policy_version)
+        )
+
+
+def fresh_adapter(base: str | Path, config: TrainerConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A new LoRA adapter for ``base`` as ``config`` sets it up (``B = 0``: it serves the base's outputs).
+
+    Serve one per role before the first round (``server.push(tensors, adapter=role, adapter_config=...)``)
+    so every role's name routes to its own adapter from the start.
+
+    Example:
+        >>> tensors, adapter_config = fresh_adapter("./tiny", cfg)  # doctest: +SKIP
+    """
+    from peft import get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    from trainers.trl._args import _lora_config
+    from trainers.trl.resident import adapter_config_dict
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(base)), _lora_config(config))
+    tensors = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+    return tensors, adapter_config_dict(model)

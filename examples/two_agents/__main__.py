@@ -10,18 +10,19 @@ One command, CPU only::
    demonstrations: the router routes to the wrong operation a fraction ``1 - p_router`` of the time, the
    math agent answers without the tool or passes a wrong argument a fraction ``1 - p_math`` of the time.
    Each role starts weak in its own way.
-2. **Serving**: per-agent, each role gets its own policy server (``trainers.serve.LocalPolicyServer``, model
-   names ``router`` and ``math``); ``--shared`` serves one model to both.
+2. **Serving**: per-agent, one policy server (``trainers.serve.LocalPolicyServer``) serves the SFT base with
+   one LoRA adapter per role (model names ``router`` and ``math``); ``--shared`` serves one model to both.
 3. **Rounds**: the workflow (``examples.two_agents.workflow``) runs ``G`` samples of ``--tasks-per-round``
    fresh tasks, each in an ``sdk.session`` recorded into the round's store, with named rewards ``router``,
-   ``math`` and the session reward; then per-agent training (``trainers.per_agent.train_per_agent``: each
-   role on its own episodes and named reward, from its own current weights) or, with ``--shared``, one
-   training of the shared model on both roles' episodes (groups per (task, role), the same credit); the
-   servers reload.
+   ``math`` and the session reward; then per-agent training (``trainers.per_agent.ResidentRoles``: one
+   resident trainer per role, each continuing its own adapter on its own episodes and named reward) or,
+   with ``--shared``, one resident trainer of the shared model's full weights on both roles' episodes
+   (groups per (task, role), the same credit). The new weights are pushed to the server as tensors (per
+   role: that role's adapter, while the other keeps serving); each round ends with a checkpoint.
 4. **Held-out**: ``--n-eval`` unseen tasks before and after, at the collection temperature: router
    accuracy, math success (right for the question it was given) and end-to-end success.
 
-Outputs in ``--out``: ``results.json``, ``state.json``, ``sft/``, ``store/``, ``train/round-N/<role>/``.
+Outputs in ``--out``: ``results.json``, ``state.json``, ``sft/``, ``store/``, ``train/<role>/`` (checkpoints).
 Running the same command again (after a crash or ``kill -9``) continues after the last finished round;
 other settings start afresh. The last line printed is
 ``held-out success: router X% -> Y%, math ..., end to end ...``.
@@ -46,7 +47,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROLES = ("router", "math")
 
-# The main job's GRPO settings (examples/arithmetic/loop.yaml), for both modes.
+# The main job's GRPO settings (examples/arithmetic/loop.yaml); per-agent: a LoRA adapter per role.
+LORA: dict[str, Any] = {
+    "lora": True,
+    "lora_r": 16,
+    "lora_alpha": 32,
+    "lora_dropout": 0.0,
+    "learning_rate": 5e-3,
+}
 TRAIN: dict[str, Any] = {
     "lora": False,
     "eval_fraction": 0,
@@ -110,16 +118,15 @@ def _sft(args: argparse.Namespace, out: Path, splits: dict[str, Any]) -> str:
 
 
 class _Servers:
-    """One policy server per role (per-agent), or one for both (shared)."""
+    """One policy server: the base with one LoRA adapter per role (per-agent), or one model (shared)."""
 
-    def __init__(self, current: dict[str, str], shared: bool) -> None:
+    def __init__(self, base: str, shared: bool, adapters: dict[str, Any] | None = None) -> None:
         from trainers.serve import LocalPolicyServer
 
-        self.servers = {n: LocalPolicyServer(ckpt, model_name=n).start() for n, ckpt in current.items()}
         self.shared = shared
-
-    def of(self, role: str) -> Any:
-        return self.servers["shared" if self.shared else role]
+        self.server = LocalPolicyServer(base, model_name="shared" if shared else "base").start()
+        for role, (tensors, config) in (adapters or {}).items():
+            self.server.push(tensors, adapter=role, adapter_config=config, policy_version=0)
 
     def clients(self) -> tuple[Any, Any]:
         import openai
@@ -127,13 +134,12 @@ class _Servers:
         from integrations.openai import wrap_openai
 
         return tuple(  # type: ignore[return-value]
-            wrap_openai(openai.OpenAI(base_url=self.of(r).base_url, api_key="x", max_retries=0), agent=r)
+            wrap_openai(openai.OpenAI(base_url=self.server.base_url, api_key="x", max_retries=0), agent=r)
             for r in ROLES
         )
 
     def stop(self) -> None:
-        for s in self.servers.values():
-            s.stop()
+        self.server.stop()
 
 
 def _collect(
@@ -172,31 +178,71 @@ def _success(scores: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def _train(args: argparse.Namespace, store: Path, out: Path, current: dict[str, str]) -> dict[str, Any]:
-    """One training round; returns ``{"checkpoints": {...}, "steps": {...}}``."""
+def _trainer(args: argparse.Namespace, out: Path, base: str, resume: dict[str, str]) -> Any:
+    """The resident trainer(s): one per role (LoRA adapters on ``base``) or one shared (full weights)."""
+    from trainers.per_agent import ResidentRoles
+    from trainers.settings import make_config
+    from trainers.trl.resident import ResidentTrainer
+
+    grpo = {**TRAIN["grpo"], "per_device_train_batch_size": 2 * args.group_size}
+    settings = {**TRAIN, "group_size": args.group_size, "seed": args.seed, "model": base}
+    settings["output_dir"] = str(out / "train")
+    if not args.shared:
+        settings.update({k: v for k, v in LORA.items() if k != "learning_rate"})
+        grpo["learning_rate"] = LORA["learning_rate"]
+    settings["grpo"] = grpo
+    _, config, _ = make_config(settings)
+    planned = args.rounds * grpo["num_train_epochs"] * math.ceil(args.tasks_per_round / 2)
+    if args.shared:
+        return ResidentTrainer(config, planned_steps=planned, resume=resume.get("shared"))
+    return ResidentRoles(config, planned_steps=planned, resume=resume)
+
+
+def _train(
+    args: argparse.Namespace, trainer: Any, store: Path, servers: _Servers, rnd: int
+) -> dict[str, int]:
+    """One training round on the resident trainer(s), the new weights pushed; returns steps per policy."""
     from trainers.data import load_episodes
     from trainers.errors import UserError
-    from trainers.per_agent import role_episodes, train_per_agent
-    from trainers.settings import make_config
+    from trainers.per_agent import role_episodes
 
     rows = load_episodes(store)
-    settings = {**TRAIN, "group_size": args.group_size, "seed": args.seed, "output_dir": str(out)}
-    settings["grpo"] = {**TRAIN["grpo"], "per_device_train_batch_size": 2 * args.group_size}
-    trainer, config, _ = make_config({**settings, "model": current.get("shared", current.get("router"))})
+    passes = int(TRAIN["grpo"]["num_train_epochs"])
     try:
         if not args.shared:
-            result = train_per_agent(rows, config, trainer=trainer, models=current)
-            return {
-                "checkpoints": {r.role: str(r.result.checkpoint) for r in result.trained if r.result},
-                "steps": {r.role: r.result.global_step if r.result else 0 for r in result.roles},
-            }
+            steps = trainer.train_round(rows, passes=passes)
+            for role in steps:  # that role's adapter is swapped; the other keeps serving
+                trainer.push(servers.server, role, policy_version=rnd)
+            return steps
         # The same per-role credit; groups are per (task, role) because the episodes carry their agent.
         data = [ep for role in ROLES for ep in role_episodes(rows, role)]
-        res = trainer.train(data, config)
+        done = trainer.train_version(data, passes=passes)
     except UserError as exc:  # e.g. no group with reward spread this round: keep the weights
         print(f"  nothing trained this round: {exc}", flush=True)
-        return {"checkpoints": {}, "steps": {}}
-    return {"checkpoints": {"shared": str(res.checkpoint)}, "steps": {"shared": res.global_step}}
+        return {}
+    servers.server.push(trainer.weights()[0], policy_version=rnd)
+    return {"shared": done.steps}
+
+
+def _checkpoint(args: argparse.Namespace, trainer: Any) -> dict[str, str]:
+    if not args.shared:
+        return trainer.checkpoint()
+    if trainer.trainer is None:
+        return {"shared": str(trainer.resume)} if trainer.resume is not None else {}
+    return {"shared": str(trainer.save_checkpoint())}
+
+
+def _serve(args: argparse.Namespace, base: str, trainer: Any, current: dict[str, str]) -> _Servers:
+    """The server of a round: the base (or the shared checkpoint) with each role's adapter on it."""
+    if args.shared:
+        return _Servers(current.get("shared", base), True)
+    from trainers.per_agent import fresh_adapter
+
+    adapters = {}
+    for role in ROLES:
+        resumed = trainer.trainers.get(role)
+        adapters[role] = resumed.weights() if resumed is not None else fresh_adapter(base, trainer.config)
+    return _Servers(base, False, adapters)
 
 
 def _state(out: Path, args: argparse.Namespace) -> dict[str, Any] | None:
@@ -225,14 +271,13 @@ def _start(args: argparse.Namespace, out: Path, splits: dict[str, Any], t0: floa
     out.mkdir(parents=True)
     base = _sft(args, out, splits)
     print(f"SFT done ({time.time() - t0:.0f}s)", flush=True)
-    current = {"shared": base} if args.shared else dict.fromkeys(ROLES, base)
-    servers = _Servers(current, args.shared)
+    servers = _Servers(base, args.shared)  # one model: every role's name is served by the SFT base
     try:
         pre = _success(_collect(servers, splits["eval"], 1, out / "store" / "eval-0", args))
     finally:
         servers.stop()
     print(f"round 0: held-out {pre} ({time.time() - t0:.0f}s)", flush=True)
-    state = {"settings": vars(args), "round": 0, "current": current, "rows": [], "pre": pre}
+    state = {"settings": vars(args), "round": 0, "base": base, "current": {}, "rows": [], "pre": pre}
     _save_state(out, state)
     return state
 
@@ -255,23 +300,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     state = _start(args, out, splits, t0)
     mode = "shared" if args.shared else "per-agent"
     current, rows = state["current"], state["rows"]
-    servers = _Servers(current, args.shared)
+    trainer = _trainer(args, out, state["base"], current)
+    servers = _serve(args, state["base"], trainer, current)
     try:
         for rnd in range(state["round"] + 1, args.rounds + 1):
             tasks = splits["train"][(rnd - 1) * args.tasks_per_round : rnd * args.tasks_per_round]
-            store, train_dir = out / "store" / f"train-{rnd}", out / "train" / f"round-{rnd}"
-            for partial in (store, train_dir):  # a round cut short runs again from its start
-                shutil.rmtree(partial, ignore_errors=True)
+            store = out / "store" / f"train-{rnd}"
+            shutil.rmtree(store, ignore_errors=True)  # a round cut short runs again from its start
             train = _success(_collect(servers, tasks, args.group_size, store, args))
-            trained = _train(args, store, train_dir, current)
-            for name, ckpt in trained["checkpoints"].items():
-                current[name] = ckpt
-                servers.servers[name].reload(ckpt)
-            rows.append({"round": rnd, "train": train, "steps": trained["steps"]})
+            steps = _train(args, trainer, store, servers, rnd)
+            current = {**current, **_checkpoint(args, trainer)}
+            rows.append({"round": rnd, "train": train, "steps": steps})
             _save_state(out, {**state, "round": rnd, "current": current, "rows": rows})
-            print(
-                f"round {rnd}: train {train}, steps {trained['steps']} ({time.time() - t0:.0f}s)", flush=True
-            )
+            print(f"round {rnd}: train {train}, steps {steps} ({time.time() - t0:.0f}s)", flush=True)
         post = _success(_collect(servers, splits["eval"], 1, out / "store" / "eval-final", args))
     finally:
         servers.stop()

@@ -17,13 +17,22 @@ pytest.importorskip("openai")
 
 
 def async_config(tmp_path: Path, model: str, **over) -> dict:
-    """The lock-step loop test's config, run asynchronously for 3 versions of one optimizer step each."""
+    """The lock-step loop test's config, run asynchronously for 3 versions of one optimizer step each, a
+    checkpoint after every version (the default is every 10)."""
     cfg = _config(tmp_path, model)
     for key in ("rounds", "tasks_per_round", "curriculum"):
         del cfg[key]
     cfg["train"]["grpo"]["learning_rate"] = 1.0e-2
     cfg.update(
-        {"mode": "async", "max_versions": 3, "max_staleness": 1, "sync_every": 1, "eval_every": 2, **over}
+        {
+            "mode": "async",
+            "max_versions": 3,
+            "max_staleness": 1,
+            "sync_every": 1,
+            "eval_every": 2,
+            "checkpoint_every": 1,
+            **over,
+        }
     )
     return cfg
 
@@ -87,10 +96,11 @@ def check_run(out: Path, max_staleness: int, model: str) -> dict:
     return {"sessions": sessions, "trained": trained, "dropped": dropped, "state": state}
 
 
-def check_tis_batch(out: Path, version: int, model: str) -> None:
-    """The last version's first batch: TIS weights equal min(exp(π_prox − π_behaviour), cap) by a forward pass."""
-    start = model if version == 1 else str(out / "train" / f"v-{version - 1}" / "merged")
-    rows = _jsonl(out / "train" / f"v-{version}" / "tis_batch.jsonl")
+def check_tis_batch(out: Path, model: str) -> None:
+    """The resident trainer's first batch: TIS weights equal min(exp(π_prox − π_behaviour), cap) by a forward
+    pass of the starting model (π_prox: the policy at the start of the batch)."""
+    start = model
+    rows = _jsonl(out / "train" / "tis_batch.jsonl")
     assert rows
     for r in rows:
         policy = _logps(start, r["prompt_ids"], r["completion_ids"])
@@ -107,11 +117,28 @@ def test_async_loop_bounds_staleness_and_versions_every_trained_turn(tmp_path, t
     assert result["version"] == 3
     got = check_run(out, 1, str(tiny_model_dir))
     assert {t["policy_version"] for t in got["trained"]} == {1, 2, 3}
-    check_tis_batch(out, 3, str(tiny_model_dir))
+    check_tis_batch(out, str(tiny_model_dir))
+    rows = [r for r in _jsonl(out / "metrics.jsonl") if r["kind"] == "train"]
+    # The trainer was built once; every version's weights were pushed (the full model: tens of kB here).
+    assert [r["build_s"] > 0 for r in rows] == [True] + [False] * (len(rows) - 1)
+    assert all(r["push_bytes"] > 0 and r["push_s"] >= 0 and r["checkpoint_s"] > 0 for r in rows)
+    assert result["checkpoint"] == str(out / "train" / "final-merged")
     evals = [r for r in _jsonl(out / "metrics.jsonl") if r["kind"] == "eval"]
     assert {0, 3} <= {r["policy_version"] for r in evals} and all(r["val_success"] is not None for r in evals)
     assert (out / "progress.png").stat().st_size > 0
     assert run_loop(cfg, quiet=True)["version"] == 3  # finished: the same command changes nothing
+    # Killed after the last commit, before its validation (issue 38 item 12): the same command validates
+    # the final weights and draws the plot, and trains nothing more.
+    metrics = _jsonl(out / "metrics.jsonl")
+    kept = [r for r in metrics if not (r["kind"] == "eval" and r["policy_version"] == 3)]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    (out / "progress.png").unlink()
+    again = run_loop(cfg, quiet=True)
+    assert again["version"] == 3
+    finals = [r for r in _jsonl(out / "metrics.jsonl") if r["kind"] == "eval" and r["policy_version"] == 3]
+    assert len(finals) == 1 and finals[0]["val_success"] is not None
+    assert (out / "progress.png").stat().st_size > 0
+    assert [r for r in _jsonl(out / "metrics.jsonl") if r["kind"] == "train"] == rows
 
 
 def test_async_settings_are_checked_before_anything_loads():

@@ -1,4 +1,5 @@
-"""The loop on the tiny model: 2 rounds (LoRA, merged and reloaded), interrupted between rounds, resumed."""
+"""The loop on the tiny model: 2 rounds (LoRA on the resident trainer, the adapter pushed to the server),
+interrupted between rounds, resumed from the round's checkpoint."""
 
 from __future__ import annotations
 
@@ -67,7 +68,11 @@ def test_two_rounds_interrupted_between_rounds_then_resumed(tmp_path, tiny_model
     with pytest.raises(KeyboardInterrupt):
         run_loop(cfg, on_round_end=stop_after_round_1)
     state = json.loads((out / "state.json").read_text())
-    assert state["round"] == 1 and state["checkpoint"] == str(out / "train" / "round-1" / "merged")
+    # A LoRA run's server starts on the base and gets the checkpoint's adapter pushed on it.
+    assert state["round"] == 1 and state["checkpoint"] == str(tiny_model_dir)
+    assert (
+        state["resident_checkpoint"] == str(out / "train" / "checkpoint-1") and state["policy_version"] == 1
+    )
     first_round = (out / "rollouts" / "round-1.jsonl").read_text()
 
     result = run_loop(cfg)
@@ -75,19 +80,31 @@ def test_two_rounds_interrupted_between_rounds_then_resumed(tmp_path, tiny_model
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [0, 1, 2]  # each round once: round 0 and 1 were not run again
     assert (out / "rollouts" / "round-1.jsonl").read_text() == first_round
-    for r in rows[1:]:
+    for rnd, r in enumerate(rows[1:], start=1):
         assert r["samples"] == 8 and r["exported"] == 8 and r["groups"] > 0 and r["steps"] == 1
-        assert r["adapter"].endswith("final") and r["val_success"] is not None
+        assert r["val_success"] is not None and r["policy_version"] == rnd
         assert r["val_pass_at_1"] == pytest.approx(r["val_success"]) and "val_pass_at_1_se" in r
+        # The adapter's tensors went to the server (tens of kB, not the model), and a checkpoint was written.
+        assert 0 < r["push_bytes"] < 200_000 and r["push_s"] >= 0 and r["checkpoint_s"] > 0
     assert rows[1]["curriculum_share"] == 0.5 and rows[2]["curriculum_share"] == 1.0
-    # The policy served each round's merged weights: round 2 trained on round 1's checkpoint.
-    assert rows[2]["checkpoint"] == result["checkpoint"] == str(out / "train" / "round-2" / "merged")
-    assert (out / "train" / "round-2" / "final" / "adapter_config.json").is_file()
+    # The trainer was built in round 1 and, after the interruption, again from round 1's checkpoint.
+    assert rows[1]["build_s"] > 0 and rows[2]["build_s"] > 0
+    assert rows[2]["checkpoint"] == result["checkpoint"] == str(out / "train" / "final-merged")
+    assert (out / "train" / "final" / "adapter_config.json").is_file()
+    assert not list((out / "train").glob("round-*"))  # no per-round model on disk
     assert (out / "progress.png").stat().st_size > 0
     # Validation ran on the eval split, and nothing trained on it.
     assert {
         json.loads(x)["split"] for x in (out / "rollouts" / "eval-round-2.jsonl").read_text().splitlines()
     } == {"eval-round-2"}
+
+
+def test_the_loop_drops_a_short_group_instead_of_resampling_it():
+    """Issue 38 item 11: the loop's trainer settings drop (and count) a group short of samples."""
+    from trainers.loop.config import train_settings
+
+    cfg = LoopConfig(agent="a:f", tasks="t", model="m")
+    assert train_settings(cfg, "m", Path("o"))["group_underflow"] == "drop"
 
 
 def test_select_tasks_curriculum_ranks_by_earlier_rewards():
@@ -110,6 +127,10 @@ def test_bad_config_is_one_error_line(tmp_path, capsys):
         ("agent: a:f\ntasks: t.jsonl\n", "needs model"),
         ("agent: a:f\ntasks: t.jsonl\nmodel: m\ngroup_size: 1\n", "group_size must be >= 2"),
         ("agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {model: x}\n", "train.model is set by the loop"),
+        (
+            "agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {group_underflow: resample}\n",
+            "never filled by training one sample twice",
+        ),
         (
             "agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {backend: openai}\n",
             "leaves no weights on this machine",

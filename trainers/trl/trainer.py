@@ -66,13 +66,20 @@ def _keep_rows(path: Path, keep: Any) -> None:
     os.replace(tmp, path)
 
 
-def _replay_inputs(prepared: PreparedData, config: TRLGRPOConfig, args: Any, tok: Any) -> tuple[Any, ...]:
-    """``(units, eval_units, curriculum, dataset)``: what the replay trainer replays; TRL's prompt dataset."""
+def _replay_inputs(
+    prepared: PreparedData, config: TRLGRPOConfig, args: Any, tok: Any, *, check_batch: bool = True
+) -> tuple[Any, ...]:
+    """``(units, eval_units, curriculum, dataset)``: what the replay trainer replays; TRL's prompt dataset.
+
+    ``check_batch=False``: fewer groups than a generation batch are allowed (the resident trainer fits its
+    batch to each version's groups).
+    """
     G = config.group_size
     eos = tok.eos_token_id if isinstance(tok.eos_token_id, int) else 0
     units = build_units(prepared.groups, G, scale_rewards=str(args.scale_rewards), eos_token_id=eos)
     eval_units = build_units(prepared.eval_groups, G, scale_rewards="group", eos_token_id=eos)
-    _check_generation_batch(args.generation_batch_size, G, len(units))
+    if check_batch:
+        _check_generation_batch(args.generation_batch_size, G, len(units))
     curriculum = _make_curriculum(units, config)
 
     from datasets import Dataset
@@ -216,6 +223,7 @@ class TRLGRPOTrainer:
         prepared: PreparedData | None = None,
         callbacks: list[Any] | None = None,
         extra_config: dict[str, Any] | None = None,
+        check_batch: bool = True,
     ) -> BuiltTrainer:
         """Prepare the data and build the ``ReplayGRPOTrainer`` without training (used by tests and benches).
 
@@ -239,7 +247,9 @@ class TRLGRPOTrainer:
         out_dir = Path(config.output_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         kw, args = _grpo_args(config, prepared)
-        units, eval_units, curriculum, dataset = _replay_inputs(prepared, config, args, tok)
+        units, eval_units, curriculum, dataset = _replay_inputs(
+            prepared, config, args, tok, check_batch=check_batch
+        )
         metrics_path = out_dir / "metrics.jsonl"
         resume = self._resume_arg(config, out_dir)
         cbs, writer = _callbacks(metrics_path, curriculum, eval_units, config.eval_steps, resume is not None)

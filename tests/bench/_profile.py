@@ -3,7 +3,8 @@
 Used by ``gpu_train.py --profile``. The split sorts kernels (device time on CUDA; operators' own CPU time
 on CPU) into matrix products, attention, log-prob head, optimizer, copies and casts, other elementwise
 kernels and the rest; ``syncs_per_step`` counts the CUDA runtime calls that block the host
-(``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, synchronous ``cudaMemcpy``) per profiled step.
+(``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, synchronous ``cudaMemcpy``)
+per profiled step.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ CATEGORIES = (
     ("liger/triton", r"triton|liger|rms_norm|swiglu|rope"),
     ("elementwise", r"elementwise|vectorized|reduce|unrolled|mul|add|silu|exp"),
 )
-SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy")
+# Exact names: cudaMemcpyAsync (a pinned, non-blocking copy) does not block; .item() shows up as a
+# cudaMemcpyAsync followed by a cudaStreamSynchronize.
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 
 
 class StepProfiler:
@@ -67,7 +70,7 @@ class StepProfiler:
         for key, t in rows:
             name = next((n for n, rx in CATEGORIES if re.search(rx, key, re.I)), "other")
             split[name] += t
-        syncs = sum(e.count for e in events if any(e.key.startswith(c) for c in SYNC_CALLS))
+        syncs = sum(e.count for e in events if e.key in SYNC_CALLS)
         top = sorted(rows, key=lambda r: -r[1])[:8]
         return {
             "profiled_steps": steps,

@@ -4,7 +4,9 @@ Used by ``gpu_train.py --profile``. The split sorts kernels (device time on CUDA
 on CPU) into matrix products, attention, log-prob head, optimizer, copies and casts, other elementwise
 kernels and the rest; ``syncs_per_step`` counts the CUDA runtime calls that block the host
 (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, synchronous ``cudaMemcpy``)
-per profiled step.
+per profiled step. That count includes the bench's own timing (a ``torch.cuda.synchronize`` at each step's
+start and end) and replay preparation (which reads the batch on the host once per generation batch); the
+``gpu`` test ``test_padding_free_step_has_no_cuda_syncs_outside_logging`` checks the step itself.
 """
 
 from __future__ import annotations

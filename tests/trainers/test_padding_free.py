@@ -5,7 +5,9 @@ not 1) is run through TRL's padded loss, through TRL's loss one sequence at a ti
 replay trainer's padding-free passes: packed (one row, position ids restarting per sequence; on CPU the
 block-diagonal mask transformers builds from them stands in for a varlen flash kernel), one sequence per
 pass (causal attention, no mask: what runs without a varlen kernel), and token-budget passes. A negative
-control packs the sequences with positions that do not restart: that must not match.
+control packs the sequences with positions that do not restart: that must not match. The varlen path (the
+cumulative lengths handed to the kernel) runs with a plain-torch varlen attention registered in place of
+flash-attn, which is not installed on CPU.
 """
 
 from __future__ import annotations
@@ -142,6 +144,57 @@ def test_token_budget_passes_give_the_whole_batch_and_unrestarted_positions_do_n
         p.position_ids = torch.arange(p.input_ids.size(1)).unsqueeze(0)
     with pytest.raises(AssertionError):
         _assert_same(padded, _grads(trainer, lambda: trainer.compute_loss(model, wrong)))
+
+
+def _reference_varlen_attention(seen):
+    """A varlen attention in plain torch (causal SDPA per packed sequence), standing in for flash-attn."""
+    import torch
+
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
+        assert attention_mask is None and query.size(0) == 1
+        cu = kw["cu_seq_lens_q"].tolist()  # the test reads them back; the real kernel does not
+        assert kw["max_length_q"] == max(b - a for a, b in zip(cu, cu[1:], strict=False))
+        seen.append(len(cu) - 1)
+        out = [
+            torch.nn.functional.scaled_dot_product_attention(
+                query[:, :, a:b],
+                key[:, :, a:b],
+                value[:, :, a:b],
+                is_causal=True,
+                scale=scaling,
+                enable_gqa=True,
+            )
+            for a, b in zip(cu, cu[1:], strict=False)
+        ]
+        return torch.cat(out, dim=2).transpose(1, 2).contiguous(), None
+
+    return attention
+
+
+def test_varlen_passes_hand_the_kernel_cumulative_lengths_and_match(
+    tmp_path, tiny_model_dir, model_tokenizer
+):
+    from transformers import AttentionInterface
+
+    from trainers.trl import _step
+
+    trainer = _build(tmp_path, tiny_model_dir, model_tokenizer, padding_free=True)
+    gen = _generation_batch(trainer)
+    model = trainer.model
+    padded = _grads(trainer, lambda: trainer._compute_loss(model, gen))  # SDPA with the padded mask
+    seen: list[int] = []
+    AttentionInterface.register("test_flash_varlen", _reference_varlen_attention(seen))
+    model.config._attn_implementation = "test_flash_varlen"
+    try:
+        assert _step.attention_kind(model) == "varlen"
+        longest = int((gen["prompt_mask"].sum(1) + gen["completion_mask"].sum(1)).max())
+        batch = _passes(trainer, gen, None, tokens=3 * longest)
+        assert batch["_attention"] == "varlen" and len(batch["_passes"]) < 8
+        _assert_same(padded, _grads(trainer, lambda: trainer.compute_loss(model, batch)))
+    finally:
+        model.config._attn_implementation = "sdpa"
+    layers = model.config.num_hidden_layers
+    assert sum(seen) == 8 * layers and max(seen) > 1  # every layer got the packed rows' boundaries
 
 
 def test_lora_fast_path_equals_peft_reference_at_dropout_zero(tmp_path, tiny_model_dir, model_tokenizer):

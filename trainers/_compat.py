@@ -78,6 +78,33 @@ PRIVATE_API: tuple[PrivateMethod, ...] = (
         "trl:GRPOTrainer.__init__", ("self", "model", "reward_funcs", "args"), "called with rollout_func="
     ),
     PrivateMethod(
+        "trl:GRPOTrainer.compute_loss",
+        ("self", "model", "inputs", "return_outputs", "num_items_in_batch"),
+        "overridden: the padding-free passes, each backpropagated; TRL's loss otherwise",
+    ),
+    PrivateMethod(
+        "trl:GRPOTrainer._compute_loss",
+        ("self", "model", "inputs"),
+        "reproduced without host reads for grpo/bnpo/dr_grpo/dapo losses (trainers.trl._step; tested equal)",
+    ),
+    PrivateMethod(
+        "trl:GRPOTrainer.log", ("self", "logs", "start_time"), "overridden: device metrics read here"
+    ),
+    PrivateMethod(
+        "trl.kernels:ChunkedLogProbFunction.forward",
+        (
+            "ctx",
+            "hidden",
+            "weight",
+            "bias",
+            "targets",
+            "temperature",
+            "chunk_size",
+            "final_logit_softcapping",
+        ),
+        "called: the padding-free step's log-prob head over the completion positions only",
+    ),
+    PrivateMethod(
         "trl:GRPOTrainer._init_training_state",
         ("self", "max_steps", "num_update_steps_per_epoch", "num_train_epochs", "resume_from_checkpoint"),
         "overridden: the resident trainer's step counter and callbacks' state go on across train() calls",
@@ -118,6 +145,19 @@ PRIVATE_NAMES: tuple[str, ...] = (
     "self.num_iterations =",
     "self.num_generations =",
     "self.shuffle_dataset =",
+    # What the padding-free step reads to reproduce TRL's loss (trainers.trl._step).
+    "self.loss_type =",
+    "self.importance_sampling_level =",
+    "self.off_policy_mask_threshold =",
+    "self.top_entropy_quantile =",
+    "self._entropy_bonus_enabled =",
+    "self.aux_loss_enabled =",
+    "self.epsilon_low =",
+    "self.epsilon_high =",
+    "self.temperature =",
+    "self.beta =",
+    "self.max_completion_length =",
+    "self.use_vllm =",
     "rollout_func",
     # Batch keys: what the rollout function returns and what the overrides read or replace.
     '"env_mask"',

@@ -27,7 +27,9 @@ GPUs: on a CUDA machine ``bf16`` mixed precision is on by default when the GPU s
 checkpointing stays on, liger's kernels are used when ``liger-kernel`` is installed (``pip install
 'tracerl[gpu]'``), and ``--lora`` loads the frozen base in bf16. ``--micro-batch-size N`` splits each
 device's batch into length-sorted micro-batches without padding (then try
-``--grpo activation_checkpointing=false``); ``--bf16-weights`` loads all weights in bf16. For several GPUs
+``--grpo activation_checkpointing=false``); ``--micro-batch-tokens N`` runs padding-free passes of at most
+N tokens (packed with a varlen flash attention, else one sequence each) without host syncs in a step;
+``--bf16-weights`` loads all weights in bf16. For several GPUs
 run the same command under Accelerate: ``accelerate launch --num_processes 4 -m sdk.train --data ...
 --model ...`` or with a config file from ``examples/accelerate/`` (DDP, FSDP, DeepSpeed ZeRO-3); each process
 trains whole groups of every batch (``trained_episodes.jsonl`` lists the shares) and only the main process

@@ -12,15 +12,20 @@ What it does, per shape, in a fresh subprocess (so each shape starts with empty 
    not matter for speed.
 3. Trains ``--steps`` optimizer steps through ``TRLGRPOTrainer`` (what ``python -m sdk.train`` runs) with the
    backend's defaults for the device plus the shape's and the command line's settings, and reports, over
-   the steps after ``--warmup``: tokens/s (prompt + completion tokens per step / step time), MFU
-   (6 * N * tokens/s / the GPU's dense bf16 peak, N = all parameters, LoRA included, as in the issue's
-   table), peak memory (CUDA max allocated; process peak RSS on CPU), and the step split into replay
+   the steps after ``--warmup``: tokens/s (prompt + completion tokens per step / step time), MFU two ways
+   over the GPU's dense bf16 peak (``mfu_6n``: 6 * N * tokens/s, N = all parameters, LoRA counted without
+   the base's weight gradients, i.e. 4 * N + 2 * N_adapter; ``mfu_6n_attn``: plus the attention products,
+   12 * sum(n^2) * heads * head_dim * layers, see ``trainers.trl._flops``), peak memory (CUDA max
+   allocated; process peak RSS on CPU), and the step split into replay
    preparation (``_generate_and_score_completions``: rollout replay, padding, rewards, behaviour logprobs)
    and the training step (forward, backward, optimizer).
 
 Run on a GPU (the issue's table):
     python tests/bench/gpu_train.py --shapes 1.5b,1.5b-lora,0.5b,7b-lora
     python tests/bench/gpu_train.py --shapes 1.5b --micro-batch-size 2 --grpo activation_checkpointing=false
+    python tests/bench/gpu_train.py --shapes 1.5b --micro-batch-tokens 16384      # padding-free passes
+    python tests/bench/gpu_train.py --shapes 1.5b --attn flash_attention_2 --micro-batch-tokens 32768
+All the variants and the profile in one command: ``tests/bench/gpu_suite.sh`` (``--cpu``: the tiny shape).
 On CPU (what the tests run): ``python tests/bench/gpu_train.py --shapes tiny --lengths tiny --steps 3``.
 """
 
@@ -31,6 +36,7 @@ import json
 import os
 import random
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -41,6 +47,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _profile
+from trainers.trl._flops import attention_flops, dense_flops, peak_flops  # noqa: E402 (no torch import)
+
+__all__ = ["attention_flops", "dense_flops", "peak_flops"]
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TRL_EXPERIMENTAL_SILENCE"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -59,19 +69,6 @@ LENGTHS = {
     "realistic": dict(system=900, user=60, turn=(60, 200), final=(150, 350), tool=120, tasks=64),
     "tiny": dict(system=12, user=6, turn=(4, 10), final=(6, 12), tool=6, tasks=2),
 }
-# Dense bf16 peak FLOP/s by GPU name (vendor datasheets, no sparsity); the first matching key wins.
-PEAK_BF16 = (
-    ("H200", 989e12),
-    ("H100 PCIe", 756e12),
-    ("H100", 989e12),  # SXM / "H100 80GB HBM3"
-    ("GH200", 989e12),
-    ("B200", 2250e12),
-    ("A100", 312e12),
-    ("L40S", 362e12),
-    ("L4", 121e12),
-    ("A10G", 125e12),
-    ("RTX 4090", 165e12),
-)
 WORDS = (
     "the a of to in is was and or not yes no ok done search lookup answer final result weather city "
     "temperature degrees sunny rain wind Paris Rome Oslo good bad correct wrong quick brown fox"
@@ -84,11 +81,6 @@ TOOL = {
         "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
     },
 }
-
-
-def peak_flops(device_name: str) -> float | None:
-    """The dense bf16 peak of a GPU by name, or ``None`` when unknown (and on CPU)."""
-    return next((peak for key, peak in PEAK_BF16 if key in device_name), None)
 
 
 def _text(rng: random.Random, n: int) -> str:
@@ -241,6 +233,8 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
         "dataloader_num_workers": 0,
     }
     grpo.update(a.grpo_kv)
+    if a.attn:
+        grpo["model_init_kwargs"] = {**(grpo.get("model_init_kwargs") or {}), "attn_implementation": a.attn}
     cfg = TRLGRPOConfig(
         model=str(model_dir),
         output_dir=str(work / f"run-{a.shape}"),
@@ -249,9 +243,12 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
         seed=0,
         lora=lora,
         micro_batch_size=a.micro_batch_size,
+        micro_batch_tokens=a.micro_batch_tokens,
+        padding_free=a.padding_free,
         bf16_weights=a.bf16_weights,
         grpo=grpo,
     )
+
     t_load = time.perf_counter()
     trainer = TRLGRPOTrainer().build_trainer(str(store), cfg, tokenizer=tok).trainer
     load_s = time.perf_counter() - t_load
@@ -262,6 +259,7 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
 
     prep: list[float] = []
     tokens: list[int] = []
+    lengths: list[list[int]] = []
     original = trainer._generate_and_score_completions
 
     def timed(inputs: Any) -> Any:
@@ -270,7 +268,9 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
         out = original(inputs)
         sync()
         prep.append(time.perf_counter() - t0)
-        tokens.append(int(out["prompt_mask"].sum() + out["completion_mask"].sum()))
+        per_seq = out["prompt_mask"].sum(1) + out["completion_mask"].sum(1)
+        tokens.append(int(per_seq.sum()))
+        lengths.append([int(n) for n in per_seq.tolist()])
         return out
 
     trainer._generate_and_score_completions = timed
@@ -286,6 +286,21 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
             steps.append(time.perf_counter() - self.t0)
 
     trainer.add_callback(StepTimer())
+    profiler = None
+    if a.profile:
+        from _profile import StepProfiler
+
+        # Two steps after the warm-up (the first step compiles kernels and fills caches).
+        profiler = StepProfiler(a.warmup + 1, min(a.warmup + 2, a.steps), cuda)
+
+        class Profile(TrainerCallback):
+            def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                profiler.begin(state.global_step + 1, sync)
+
+            def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                profiler.end(state.global_step, sync)
+
+        trainer.add_callback(Profile())
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
@@ -298,8 +313,16 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
     device = torch.cuda.get_device_name() if cuda else f"cpu ({torch.get_num_threads()} threads)"
     peak = peak_flops(device) if cuda else None
     args = trainer.args
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    dense = dense_flops(int(tok_step), params, trainable) / step_s
+    # Attention FLOPs of the median-length step's sequences (the steps have the same episodes' shapes).
+    attn = statistics.median(
+        attention_flops(x, trainer.model.config.get_text_config()) for x in lengths[keep]
+    )
+    attn /= step_s
     return {
         "shape": a.shape,
+        "label": f"{a.shape} {a.label}" if a.label else a.shape,
         "device": device,
         "params": params,
         "lora": lora,
@@ -309,7 +332,11 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
         "replay_prep_s": prep_s,
         "train_step_s": step_s - prep_s,
         "tokens_per_s": tps,
-        "mfu_6n": 6 * params * tps / peak if peak else None,
+        "trainable_params": trainable,
+        "mfu_6n": dense / peak if peak else None,
+        "mfu_6n_attn": (dense + attn) / peak if peak else None,
+        "model_tflops": dense / 1e12,
+        "attention_tflops": attn / 1e12,
         "peak_tflops": peak / 1e12 if peak else None,
         "peak_mem_gib": (
             torch.cuda.max_memory_allocated() / 2**30
@@ -323,10 +350,15 @@ def run_shape(a: argparse.Namespace) -> dict[str, Any]:
             "activation_checkpointing": bool(args.gradient_checkpointing),
             "use_liger_kernel": bool(args.use_liger_kernel),
             "micro_batch": int(args.per_device_train_batch_size),
+            "micro_batch_tokens": a.micro_batch_tokens,
+            "padding_free": bool(trainer._padding_free),
+            "fallback": trainer._fallback,
+            "attention": str(getattr(trainer.model.config, "_attn_implementation", "?")),
             "accumulation": int(args.gradient_accumulation_steps),
             "weights_dtype": str(next(trainer.model.parameters()).dtype).replace("torch.", ""),
         },
         "store": store_stats,
+        "profile": profiler.summary() if profiler is not None else None,
         "versions": {m: __import__(m).__version__ for m in ("torch", "transformers", "trl", "peft")},
     }
 
@@ -336,19 +368,26 @@ def _count(n: int) -> str:
 
 
 def _table(results: list[dict[str, Any]]) -> str:
-    head = "| shape | N | tokens/step | step s | replay prep s | train s | tokens/s | MFU (6N) | peak GiB | settings |"
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    head = (
+        "| run | N | tokens/step | step s | replay prep s | train s | tokens/s | MFU (6N) | MFU (6N+attn) "
+        "| peak GiB | settings |"
+    )
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         mfu = f"{r['mfu_6n']:.1%}" if r["mfu_6n"] is not None else "n/a"
+        mfu_attn = f"{r['mfu_6n_attn']:.1%}" if r.get("mfu_6n_attn") is not None else "n/a"
         s = r["settings"]
         flags = (
             f"bf16={s['bf16']} ckpt={s['activation_checkpointing']} liger={s['use_liger_kernel']} "
-            f"micro={s['micro_batch']}x{s['accumulation']} weights={s['weights_dtype']}"
+            f"micro={s['micro_batch']}x{s['accumulation']} weights={s['weights_dtype']} "
+            f"attn={s.get('attention')} padding_free={s.get('padding_free')} tokens={s.get('micro_batch_tokens')}"
         )
+        if s.get("fallback"):
+            flags += f" (padded step: {s['fallback']})"
         lines.append(
-            f"| {r['shape']} | {_count(r['params'])} | {r['tokens_per_step']:.0f} | {r['step_s']:.3f} | "
-            f"{r['replay_prep_s']:.3f} | {r['train_step_s']:.3f} | {r['tokens_per_s']:,.0f} | {mfu} | "
-            f"{r['peak_mem_gib']:.1f} | {flags} |"
+            f"| {r.get('label', r['shape'])} | {_count(r['params'])} | {r['tokens_per_step']:.0f} | "
+            f"{r['step_s']:.3f} | {r['replay_prep_s']:.3f} | {r['train_step_s']:.3f} | {r['tokens_per_s']:,.0f} | "
+            f"{mfu} | {mfu_attn} | {r['peak_mem_gib']:.1f} | {flags} |"
         )
     return "\n".join(lines)
 
@@ -367,6 +406,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--max-length", type=int, default=8192)
     p.add_argument("--micro-batch-size", type=int)
+    p.add_argument("--micro-batch-tokens", type=int, help="Padding-free passes of at most this many tokens.")
+    p.add_argument("--padding-free", action="store_true", help="Padding-free passes without a token budget.")
+    p.add_argument("--attn", help="attn_implementation (e.g. flash_attention_2, sdpa).")
+    p.add_argument("--label", help="Name of this run in the table (default: the shape).")
+    p.add_argument("--profile", action="store_true", help="torch.profiler over two steps after the warm-up.")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=FLAGS",
+        help="Run every shape once per variant with these extra flags (repeatable), e.g. "
+        "--variant 'tokens=--micro-batch-tokens 16384'.",
+    )
     p.add_argument("--bf16-weights", action="store_true")
     p.add_argument("--lora", action="store_true", help="LoRA on every shape.")
     p.add_argument(
@@ -375,6 +427,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", help="Where stores, models and runs go (default: a temp dir).")
     p.add_argument("--json", help="Also write the results here.")
     return p
+
+
+def _without_variants(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x == "--variant":
+            skip = True
+        elif not x.startswith("--variant="):
+            out.append(x)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -401,16 +465,19 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     results = []
-    base = list(argv if argv is not None else sys.argv[1:])
-    for shape in shapes:
-        cmd = [sys.executable, __file__, *base, "--shape", shape, "--lengths", lengths, "--workdir", workdir]
+    base = _without_variants(list(argv if argv is not None else sys.argv[1:]))
+    variants = [(label, shlex.split(flags)) for label, _, flags in (v.partition("=") for v in a.variant)]
+    runs = [(shape, label, flags) for shape in shapes for label, flags in variants or [("", [])]]
+    for shape, label, flags in runs:
+        cmd = [sys.executable, __file__, *base, *flags, "--shape", shape, "--lengths", lengths]
+        cmd += ["--workdir", workdir] + (["--label", label] if label else [])
         proc = subprocess.run(cmd, capture_output=True, text=True)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if proc.returncode or line is None:
             tail = (proc.stdout + proc.stderr)[-2500:]
             oom = "OutOfMemoryError" in tail or "out of memory" in tail
             print(
-                f"{shape}: {'OOM' if oom else 'FAILED'} (rc {proc.returncode})\n{tail if not oom else ''}",
+                f"{shape} {label}: {'OOM' if oom else 'FAILED'} (rc {proc.returncode})\n{tail if not oom else ''}",
                 flush=True,
             )
             continue
@@ -427,9 +494,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{r0['peak_tflops'] or 'n/a'} TFLOP/s; memory = {r0['peak_mem_kind']}"
     )
     print(_table(results))
+    for r in results:
+        if r.get("profile"):
+            from _profile import split_line
+
+            print(f"profile of {r['label']}: {split_line(r['profile'])}")
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2))
-    return 0 if len(results) == len(shapes) else 1
+    return 0 if len(results) == len(runs) else 1
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def test_gpu_bench_runs_on_cpu_with_tiny_settings(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.startswith("device: cpu")
-    assert "| shape | N | tokens/step |" in proc.stdout
+    assert "| run | N | tokens/step |" in proc.stdout
     (r,) = json.loads(out.read_text())
     assert r["shape"] == "tiny" and r["device"].startswith("cpu") and r["mfu_6n"] is None
     assert r["steps"] == 2 and r["tokens_per_s"] > 0 and r["peak_mem_gib"] > 0

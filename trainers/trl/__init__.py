@@ -29,9 +29,13 @@ activation checkpointing on, liger's layer kernels when ``liger-kernel`` is inst
 frozen base with LoRA inputs kept in bf16 (see ``trainers.trl._args._lora_inputs_in_autocast_dtype``). On
 CPU none of these apply. ``micro_batch_size`` splits each device's batch into length-sorted micro-batches
 without padding columns (same update; less activation memory, so checkpointing can be turned off).
+``padding_free`` / ``micro_batch_tokens`` run each micro-batch as padding-free passes (packed rows with a
+varlen flash attention, else one sequence per pass) with a loss that reads nothing back to the host
+(``replay`` and ``_step``).
 
 Modules: ``config`` (:class:`TRLGRPOConfig`, importable without torch), ``trainer`` (:class:`TRLGRPOTrainer`),
-``replay`` (``ReplayGRPOTrainer``, imports torch and TRL: only imported when training), ``_units`` (groups
+``replay`` (``ReplayGRPOTrainer``, imports torch and TRL: only imported when training), ``_step`` (its
+padding-free passes and loss), ``_flops`` (MFU counts), ``_units`` (groups
 → dataset rows and the rollout function), ``_sampler``, ``_callbacks``, ``_args`` (``GRPOConfig`` kwargs).
 This package imports neither torch nor TRL until a trainer is built.
 """

@@ -101,6 +101,10 @@ def resolve_grpo_kwargs(config: TRLGRPOConfig, prepared: PreparedData) -> dict[s
     kw.update(user)
     if user.get("fp16") and "bf16" not in user:
         kw["bf16"] = False  # the user asked for fp16 mixed precision: don't also default bf16 on
+    padding_free = config.padding_free or config.micro_batch_tokens is not None
+    if padding_free and "logging_nan_inf_filter" not in user:
+        # The Trainer's NaN/inf check of every step's loss reads it back to the host (a sync per step).
+        kw["logging_nan_inf_filter"] = False
     _weights_dtype(kw, config, user, cuda)
     _micro_batches(kw, config)
     return kw
@@ -143,6 +147,8 @@ def _micro_batches(kw: dict[str, Any], config: TRLGRPOConfig) -> None:
     same size, so it still holds whole groups; only the forward/backward passes get smaller. Applying it to
     already-split settings (a rerun of a resolved ``config.yaml``) changes nothing.
     """
+    if config.micro_batch_tokens is not None and config.micro_batch_tokens < 1:
+        raise UserError(f"micro_batch_tokens must be at least 1, got {config.micro_batch_tokens}")
     m = config.micro_batch_size
     if m is None:
         return

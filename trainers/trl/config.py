@@ -30,6 +30,8 @@ class TRLGRPOConfig(TrainerConfig):
     Parameters that control speed and memory (results stay the same within tolerance):
         micro_batch_size: split each device's batch into micro-batches of this many sequences, sorted by
             length and stripped of padding columns (gradient accumulation inside a GRPO group).
+        micro_batch_tokens: padding-free passes of at most this many tokens (see the field's help).
+        padding_free: padding-free passes without a token budget.
         bf16_weights: load the weights in bf16 (halves weight, gradient and optimizer memory).
 
     Parameters that control LoRA (peft):
@@ -75,6 +77,27 @@ class TRLGRPOConfig(TrainerConfig):
             "None: one pass."
         },
     )
+    micro_batch_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Token budget of a padding-free pass (implies padding_free): with a varlen flash "
+            "attention (attn_implementation flash_attention_2/3 or a kernels flash-attn) a micro-batch's "
+            "sequences are packed into rows of at most this many tokens, position ids restarting per "
+            "sequence, so long and short groups fill the GPU alike; without one, every pass is one sequence "
+            "(a sequence longer than the budget gets a pass of its own). The optimizer step still covers "
+            "the whole batch."
+        },
+    )
+    padding_free: bool = field(
+        default=False,
+        metadata={
+            "help": "Run each micro-batch as padding-free passes (packed rows with a varlen flash attention, "
+            "else one sequence per pass, causal attention without a mask) with a loss and metrics that read "
+            "nothing back to the host until a logging step. Settings it does not cover (several processes, "
+            "loss types other than grpo/bnpo/dr_grpo/dapo, entropy bonus or masks, sequence-level importance "
+            "sampling, soft-capped logits, sliding windows) run TRL's padded step."
+        },
+    )
     bf16_weights: bool = field(
         default=False,
         metadata={
@@ -89,7 +112,14 @@ class TRLGRPOConfig(TrainerConfig):
     )
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
-    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
+    lora_dropout: float = field(
+        default=0.0,
+        metadata={
+            "help": "LoRA dropout. 0 by default (TRL and peft use 0.05): a change of regularisation, made "
+            "because dropout adds a kernel and an activation copy to every adapted projection; set 0.05 for "
+            "the old behaviour."
+        },
+    )
     lora_target_modules: str = field(
         default="all-linear",
         metadata={

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
-from transformers import PrinterCallback
+from transformers import PrinterCallback, TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
 
@@ -25,9 +27,11 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
     It (1) exposes the dataset rows of the current batch to the rollout function, (2) replaces TRL's
     advantages by precomputed ones where the rollout supplies them (per-turn units), (3) uses the stored
     behaviour logprobs as ``old_per_token_logps`` so the clipped ratio is ``π_θ / π_behaviour``, and (4)
-    uses :func:`~trainers.trl.replay_sampler` (epoch-seeded, exact resume; curriculum when configured). It
-    overrides private TRL methods (``_prepare_inputs``, ``_get_train_sampler``,
-    ``_generate_and_score_completions``, ``_get_per_token_logps_and_entropies``): keep the versions pinned.
+    uses :func:`~trainers.trl.replay_sampler` (epoch-seeded, exact resume; curriculum when configured), and
+    (5) with ``padding_free``, runs each micro-batch as padding-free passes with a loss that reads nothing
+    back to the host (``trainers.trl._step``; metrics are device tensors until :meth:`log`). It overrides
+    private TRL methods (``_prepare_inputs``, ``_get_train_sampler``, ``_generate_and_score_completions``)
+    and calls others (see ``trainers._compat.PRIVATE_API``): keep the versions pinned.
 
     Example:
         >>> ReplayGRPOTrainer.__mro__[1].__name__
@@ -44,8 +48,16 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         episodes_log: Path | None = None,
         tis_cap: float | None = None,
         tis_log: Path | None = None,
+        padding_free: bool = False,
+        micro_batch_tokens: int | None = None,
         **kw: Any,
     ):
+        self._padding_free = padding_free or micro_batch_tokens is not None
+        self._micro_batch_tokens = micro_batch_tokens
+        self._attention_request: str | None = None  # "dense": CPU tests of packing only
+        self._fallback: str | None = None  # why the last micro-batch ran TRL's padded step
+        self._fallback_reported = False
+        self._perf = _Perf()
         self._tis_cap = tis_cap
         self._tis_log = tis_log
         self._replay_behaviour = replay_behaviour
@@ -58,6 +70,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         super().__init__(*args, **kw)
         if self.args.disable_tqdm:  # metrics go to metrics.jsonl; transformers would print every log dict
             self.remove_callback(PrinterCallback)
+        self.add_callback(self._perf)
 
     def _init_training_state(
         self, max_steps: int, num_update_steps_per_epoch: int, num_train_epochs: int, resume: Any, trial: Any
@@ -76,15 +89,82 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         return 0, 0
 
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
-        if not (self._length_grouped and self.model.training):
+        if not ((self._length_grouped or self._padding_free) and self.model.training):
             return super()._prepare_inputs(generation_batch)
         # TRL's loop, with its row shuffle replaced by a length sort and each micro-batch stripped of the
         # padding columns it does not need: similar lengths share a pass, so almost no compute is padding.
+        # Padding-free: the passes of every micro-batch are planned here, once per generation batch (the
+        # host reads the masks now so that the steps read nothing back).
         spg = self.args.steps_per_generation
         if self._step % (spg * self.num_iterations) == 0 or self._buffered_inputs is None:
             batch = _sort_by_length(self._generate_and_score_completions(generation_batch))
-            self._buffered_inputs = [_strip_padding(b) for b in split_tensor_dict(batch, spg)]
+            split = split_tensor_dict(batch, spg)
+            self._buffered_inputs = [self._with_passes(_strip_padding(b)) for b in split]
         return self._buffered_inputs[self._step % spg]
+
+    def _with_passes(self, batch: dict[str, Any]) -> dict[str, Any]:
+        if not self._padding_free:
+            return batch
+        from trainers.trl import _step
+
+        self._fallback = _step.supported(self, self.model)
+        kind = _step.attention_kind(self.model, self._attention_request)
+        passes = None if self._fallback else _step.plan_passes(batch, kind, self._micro_batch_tokens)
+        if passes is None:
+            self._fallback = self._fallback or "a mask that is not one run per sequence"
+            if not self._fallback_reported and self.accelerator.is_main_process:
+                # Once per trainer: the run goes on with TRL's padded step (same update, host syncs).
+                self._fallback_reported = True
+                note = f"tracerl: padding-free step not used ({self._fallback}): TRL's padded step runs"
+                print(note, file=sys.stderr, flush=True)
+            return batch
+        return {**batch, "_passes": passes, "_attention": kind}
+
+    def compute_loss(
+        self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
+        """TRL's loss, or with planned passes the padding-free step's (each pass but the last backpropagated).
+
+        Example:
+            >>> ReplayGRPOTrainer.compute_loss.__name__
+            'compute_loss'
+        """
+        passes = inputs.get("_passes")
+        if not passes or return_outputs or not model.training:
+            plain = {k: v for k, v in inputs.items() if k not in ("_passes", "_attention")}
+            return super().compute_loss(model, plain, return_outputs, num_items_in_batch)
+        from trainers.trl import _step
+
+        # Every pass but the last is backpropagated here (its activations freed at once); the Trainer
+        # backpropagates the last. The passes' losses share the micro-batch's denominators, so their
+        # gradients add up to the micro-batch's.
+        width = inputs["completion_ids"].size(1)
+        done, stats = None, []
+        for p in passes[:-1]:
+            with self.accelerator.no_sync(model):
+                logps, ent = _step.pass_logps(self, model, p, inputs["_attention"], width)
+                loss, s = _step.pass_loss(self, inputs, p, logps, ent)
+                self.accelerator.backward(loss)
+            done = loss.detach() if done is None else done + loss.detach()
+            stats.append(s)
+        logps, ent = _step.pass_logps(self, model, passes[-1], inputs["_attention"], width)
+        loss, s = _step.pass_loss(self, inputs, passes[-1], logps, ent)
+        _step.log_metrics(self, [*stats, s])
+        self._perf.trained(passes)
+        return loss if done is None else loss + done
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Read the device metrics of the steps since the last log (one transfer), then TRL's ``log``."""
+        mode = "train" if self.model.training else "eval"
+        store = self._metrics[mode]
+        pending = [(k, i, v) for k, vals in store.items() for i, v in enumerate(vals) if torch.is_tensor(v)]
+        if pending:
+            values = torch.stack([v.detach().float().reshape(()) for _, _, v in pending]).tolist()
+            for (k, i, _), value in zip(pending, values, strict=True):
+                store[k][i] = value if math.isfinite(value) else math.nan
+        if mode == "train":
+            logs.update(self._perf.read(self))
+        super().log(logs, start_time)
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         return replay_sampler(
@@ -163,6 +243,48 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 batch_size=self.args.per_device_train_batch_size,
             )
         return logps
+
+
+class _Perf(TrainerCallback):  # type: ignore[misc]
+    """Tokens trained since the last log and the wall time from the first of those steps' start: MFU metrics.
+
+    The clock starts at a step's beginning, so time between ``train()`` calls of a resident trainer (and
+    between runs) is not counted; replay preparation and the optimizer step are.
+    """
+
+    def __init__(self) -> None:
+        self.tokens, self.lengths, self.t0 = 0, [], None
+
+    def on_step_begin(self, *args: Any, **kw: Any) -> None:
+        if self.t0 is None:
+            self.t0 = time.perf_counter()
+
+    def trained(self, passes: list[Any]) -> None:
+        for p in passes:
+            self.tokens += sum(p.lengths)
+            self.lengths.extend(p.lengths)
+
+    def read(self, trainer: Any) -> dict[str, float]:
+        """``perf/tokens_per_s`` and, on a GPU with a known peak, ``perf/mfu_6n`` and ``perf/mfu_6n_attn``."""
+        from trainers.trl._flops import attention_flops, dense_flops, peak_flops
+
+        now = time.perf_counter()
+        out: dict[str, float] = {}
+        if self.tokens and self.t0 is not None:
+            model = trainer.model
+            wall = max(now - self.t0, 1e-9)
+            out["perf/tokens_per_s"] = self.tokens / wall
+            if next(model.parameters()).is_cuda:
+                peak = peak_flops(torch.cuda.get_device_name())
+                if peak:
+                    n = sum(p.numel() for p in model.parameters())
+                    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+                    dense = dense_flops(self.tokens, n, trainable)
+                    attn = attention_flops(self.lengths, model.config.get_text_config())
+                    out["perf/mfu_6n"] = dense / wall / peak
+                    out["perf/mfu_6n_attn"] = (dense + attn) / wall / peak
+        self.tokens, self.lengths, self.t0 = 0, [], None
+        return out
 
 
 def _sort_by_length(batch: dict[str, Any]) -> dict[str, Any]:

@@ -279,6 +279,8 @@ class TRLGRPOTrainer:
                     curriculum=curriculum,
                     min_advantage=config.min_advantage,
                     length_grouped=config.micro_batch_size is not None,
+                    padding_free=config.padding_free,
+                    micro_batch_tokens=config.micro_batch_tokens,
                     episodes_log=episodes_log,
                     tis_cap=config.tis_cap,
                     tis_log=out_dir / "tis_batch.jsonl" if config.tis_cap is not None else None,

@@ -124,6 +124,11 @@ def test_resume_from_checkpoint_continues_exactly(tmp_path, tiny_model_dir, mode
     assert b.global_step == 2
     result = b.train_version(versions[1])
     assert result.global_step == 4
+    # The run's log goes on: steps 1-2 from before the checkpoint, 3-4 after it, each once.
+    import json
+
+    rows = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
     got = _state(b.trainer)
     for x, y in zip(got, want, strict=True):
         assert _max_diff(x, y) < 1e-7

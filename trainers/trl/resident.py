@@ -220,7 +220,9 @@ class ResidentTrainer:
         grpo["max_steps"] = 1  # set per version
         grpo.setdefault("save_steps", 10**9)  # checkpoints are the caller's (save_checkpoint)
         model = str(self.resume) if self.resume is not None and not config.lora else config.model
-        cfg = dataclasses.replace(config, grpo=grpo, model=model, resume=None)
+        # A resumed run keeps its logs up to the checkpoint's step (rows logged after it were cut short).
+        resume = None if self.resume is None else str(self.resume)
+        cfg = dataclasses.replace(config, grpo=grpo, model=model, resume=resume)
         self._built = TRLGRPOTrainer().build_trainer(
             data, cfg, tokenizer=self._tokenizer, prepared=prepared, check_batch=False
         )

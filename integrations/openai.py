@@ -74,7 +74,7 @@ class _Exchange:
 
     __slots__ = (
         "endpoint", "body", "session", "started_at", "status", "headers", "chunks", "done", "sink",
-        "read_all", "left_open", "untrack", "lock",
+        "read_all", "left_open", "untrack", "lock", "call_id", "attempt",
     )  # fmt: skip
 
     def __init__(
@@ -92,6 +92,10 @@ class _Exchange:
         self.read_all = False  # the body was read to its end
         self.left_open: str | None = None  # why it was recorded while still open (see finish_open)
         self.lock = threading.Lock()  # the reading thread and a session's end may finish it at once
+        # This request's identity: a framework hook's record of the call it belongs to joins it by this,
+        # never by content alone (two sub-agents may send the same thing at once).
+        self.call_id = capture.new_id()
+        self.attempt = capture.start_attempt(self.call_id)
         # An agent may stop reading a stream without closing it: its session's end (or the SDK's shutdown)
         # then records it, in that session, instead of a garbage collection after the session ended.
         self.untrack = capture.track_open_call(session, self.finish_open)
@@ -164,6 +168,7 @@ class _Exchange:
                 and record.error.get("type") == "incomplete_stream"
             ):
                 record.error["message"] = f"still open when {self.left_open}: {record.error['message']}"
+        record.call_id, record.attempt = self.call_id, self.attempt
         self.sink(record, self.session)
 
 

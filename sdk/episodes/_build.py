@@ -244,12 +244,13 @@ _last_tools: list[Any] = [None, "[]"]
 
 
 def _tools_json(tools: Any) -> str:
-    # Agents offer the same tools on every call of every session: reuse the last encoding when equal
-    # (a dict comparison is several times cheaper than json.dumps).
+    # A session's calls share one tools object (the reader hands a call its base's list): reuse the last
+    # encoding for that very object only. Tools that are merely == may differ in key order or in true vs 1,
+    # and their text is what the episode's prompts are rendered from.
     if not isinstance(tools, list):
         return "[]"
     cached, text = _last_tools
-    if tools is cached or tools == cached:
+    if tools is cached:
         return text
     text = dumps(tools)
     _last_tools[:] = [tools, text]

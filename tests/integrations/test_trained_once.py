@@ -1,0 +1,299 @@
+"""Every generation trained exactly once, on the prompt ids the server received; what is left out, counted.
+
+Real frameworks and clients against a loopback server that returns prompt and completion token ids (the
+tiny tokenizer's rendering, as a vLLM server would), then the trainer's own conversion (``load_episodes``
+→ ``convert_episodes``): the loss-carrying spans of the training sequences are compared with what the
+server generated, prompt and completion, one for one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("polars")
+openai = pytest.importorskip("openai")
+
+import sdk  # noqa: E402
+from sdk.messages import render_ids, template_messages  # noqa: E402
+from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
+from trainers.data import convert_episodes, load_episodes  # noqa: E402
+
+
+class ServerIds:
+    """The server's token ids (the tiny tokenizer's rendering), and every generation it answered."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tok = tokenizer
+        self.generations: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        self._lock = threading.Lock()
+
+    def render(self, msgs: list[dict[str, Any]], tools: Any, gen: bool) -> list[int]:
+        return render_ids(self.tok, template_messages(msgs), tools=tools, add_generation_prompt=gen)
+
+    def __call__(self, req: dict[str, Any], resp: ScriptedResponse) -> tuple[list[int], list[int]]:
+        msgs, tools = req["messages"], req.get("tools")
+        message: dict[str, Any] = {"role": "assistant", "content": resp.content}
+        if resp.calls:
+            message["tool_calls"] = [
+                {
+                    "id": "c",
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
+                }
+                for c in resp.calls
+            ]
+        prompt = self.render(msgs, tools, True)
+        completion = self.render([*msgs, message], tools, False)[len(prompt) :]
+        completion = completion[: completion.index(self.tok.eos_token_id) + 1]
+        with self._lock:
+            self.generations.append((tuple(prompt), tuple(completion)))
+        return prompt, completion
+
+
+def trained_spans(convs: list[Any]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Each run of loss-carrying tokens as (the ids before it, the run): what the trainer learns from."""
+    out = []
+    for conv in convs:
+        for s in conv.sequences:
+            ids, mask, i = s.completion_ids, s.loss_mask, 0
+            while i < len(mask):
+                if not mask[i]:
+                    i += 1
+                    continue
+                j = i
+                while j < len(mask) and mask[j]:
+                    j += 1
+                out.append((tuple(s.prompt_ids + ids[:i]), tuple(ids[i:j])))
+                i = j
+    return out
+
+
+def assert_trained_once(convs: list[Any], generations: list[Any]) -> None:
+    """Every generation trained exactly once on its exact prompt, and nothing else trained."""
+    spans = Counter(trained_spans(convs))
+    wanted = Counter(generations)
+    assert spans == wanted, (
+        f"{sum((spans - wanted).values())} span(s) trained that the server did not generate (or twice), "
+        f"{sum((wanted - spans).values())} generation(s) not trained"
+    )
+
+
+def convert(store: Path, tokenizer: Any) -> tuple[list[Any], Any]:
+    sdk.flush()
+    return convert_episodes(load_episodes(store), tokenizer)
+
+
+@pytest.fixture
+def ids(tiny_tokenizer: Any) -> ServerIds:
+    return ServerIds(tiny_tokenizer)
+
+
+# --------------------------------------------------------------------------- 1: parallel sub-agents
+
+
+def _sub_agent_policy(req: dict[str, Any], endpoint: str) -> ScriptedResponse:
+    names = {t["function"]["name"] for t in req.get("tools") or ()}
+    last = req["messages"][-1]
+    if "delegate" in names:  # the parent agent
+        if last["role"] == "tool":
+            return ScriptedResponse.text("All three are done.")
+        return ScriptedResponse.tool_calls([{"name": "delegate", "arguments": {"n": 3}}])
+    if last["role"] == "tool":
+        return ScriptedResponse.text("done")  # every sub-agent ends with the same short answer
+    return ScriptedResponse.tool_calls([{"name": "lookup", "arguments": {"q": "x"}}])
+
+
+@pytest.mark.parametrize("mode", ["async", "threads"])
+def test_parallel_sub_agents_are_each_trained_once(
+    store: Path, ids: ServerIds, tiny_tokenizer: Any, mode: str
+) -> None:
+    """Three sub-agents at once, identical last turns (the same tool result, the same answer), 5 rounds."""
+    pytest.importorskip("langgraph")
+    from concurrent.futures import ThreadPoolExecutor
+    from contextvars import copy_context
+
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    from integrations.langchain import instrument_langchain, uninstrument_langchain
+    from integrations.openai import recording_http_client
+
+    with ScriptedOpenAIServer(policy=_sub_agent_policy, token_ids=ids, latency_s=0.02) as server:
+
+        def llm() -> Any:
+            return ChatOpenAI(
+                model="m", base_url=server.base_url, api_key="x", max_retries=0,
+                extra_body={"return_token_ids": True}, logprobs=True,
+                http_client=recording_http_client(), http_async_client=recording_http_client(async_=True),
+            )  # fmt: skip
+
+        @tool
+        def lookup(q: str) -> str:
+            """Look something up."""
+            return "ok"
+
+        sub = create_agent(llm(), tools=[lookup], system_prompt="You are a helper.")
+
+        @tool
+        async def delegate(n: int) -> str:
+            """Run n helpers at once."""
+            tasks = [{"messages": [("user", f"task {k}")]} for k in range(n)]
+            if mode == "async":
+                outs = await asyncio.gather(*(sub.ainvoke(t) for t in tasks))
+            else:
+                with ThreadPoolExecutor(n) as pool:  # each thread in a copy of this context: the session
+                    outs = [
+                        f.result() for f in [pool.submit(copy_context().run, sub.invoke, t) for t in tasks]
+                    ]
+            return " ".join(o["messages"][-1].content for o in outs)
+
+        parent = create_agent(llm(), tools=[delegate], system_prompt="You delegate.")
+
+        async def rounds() -> None:  # one event loop: the async http client belongs to it
+            for k in range(5):
+                with sdk.session(task_id="t", sample=k) as s:
+                    await parent.ainvoke({"messages": [("user", "do three things")]})
+                    s.reward(float(k % 2))
+
+        instrument_langchain()
+        try:
+            asyncio.run(rounds())
+        finally:
+            uninstrument_langchain()
+        assert len(server.requests) == 5 * 8  # parent 2 + 3 sub-agents x 2
+    convs, rep = convert(store, tiny_tokenizer)
+    assert_trained_once(convs, ids.generations)
+    assert rep.exact_ids == len(convs) and rep.template_no_ids == rep.rerender_differs == 0
+    assert sdk.stats()["calls_recorded"] >= 40
+
+
+def test_concurrent_identical_calls_stress(store: Path, ids: ServerIds, tiny_tokenizer: Any) -> None:
+    """40 identical requests in flight at once in one session (async tasks and threads): 40 calls, each the
+    join of its own handler record and its own HTTP request."""
+    from concurrent.futures import ThreadPoolExecutor
+    from contextvars import copy_context
+
+    from langchain_openai import ChatOpenAI
+
+    from integrations.langchain import TracerlCallbackHandler
+    from integrations.openai import recording_http_client
+
+    ask = [("system", "Be brief."), ("user", "same question")]
+    with ScriptedOpenAIServer(token_ids=ids, latency_s=0.05) as server:
+        server.policy = lambda req, endpoint: ScriptedResponse.text("same answer")
+        llm = ChatOpenAI(
+            model="m", base_url=server.base_url, api_key="x", max_retries=0,
+            extra_body={"return_token_ids": True}, callbacks=[TracerlCallbackHandler()],
+            http_client=recording_http_client(), http_async_client=recording_http_client(async_=True),
+        )  # fmt: skip
+
+        async def burst() -> None:
+            await asyncio.gather(*(llm.ainvoke(ask) for _ in range(20)))
+
+        with sdk.session(task_id="t", sample=0) as s:
+            asyncio.run(burst())
+            with ThreadPoolExecutor(20) as pool:
+                for f in [pool.submit(copy_context().run, llm.invoke, ask) for _ in range(20)]:
+                    f.result()
+            s.reward(1.0)
+        assert server.max_in_flight > 1
+    from sdk.store import StoreReader
+
+    sdk.flush()
+    (stored,) = [x for x in StoreReader(store).sessions() if x.task_id == "t"]
+    assert s.num_calls == 40 and len(stored.calls) == 40
+    assert all(c["framework"] == "langchain" and len(c["merged_call_ids"]) == 1 for c in stored.calls)
+    run_ids = {c["extra"]["run_id"] for c in stored.calls}
+    assert len(run_ids) == 40  # each handler record joined its own request, none left over
+    convs, rep = convert(store, tiny_tokenizer)
+    assert_trained_once(convs, ids.generations)
+
+
+def test_a_hook_record_ending_first_waits_for_its_request(store: Path) -> None:
+    """The hook's record before the transport's (a framework that ends its run first): joined all the same;
+    one whose request is never recorded is written on its own at the session's end."""
+    from sdk.capture import CallRecord, new_id, open_call_link, record_call, start_attempt
+    from sdk.store import StoreReader
+
+    ask = [{"role": "user", "content": "hi"}]
+    answer = {"role": "assistant", "content": "yo"}
+    with sdk.session(task_id="t") as s:
+        link = open_call_link()
+        call_id = new_id()
+        attempt = start_attempt(call_id)
+        link.close()
+        record_call(CallRecord(framework="hook", messages=ask, response_message=answer, link=link))
+        transport = CallRecord(framework="openai", messages=ask, response_message=answer, source="transport")
+        transport.call_id, transport.attempt = call_id, attempt
+        record_call(transport)
+        lone = open_call_link()
+        start_attempt(new_id())  # its request never comes back
+        lone.close()
+        record_call(CallRecord(framework="hook", messages=ask, response_message=answer, link=lone))
+    sdk.flush()
+    (stored,) = StoreReader(store).sessions()
+    assert s.num_calls == 2 and [c["framework"] for c in stored.calls] == ["hook", "hook"]
+    assert stored.calls[0]["merged_call_ids"] and stored.calls[0]["call_id"] == call_id
+    assert not stored.calls[1].get("merged_call_ids")
+
+
+# --------------------------------------------------------------------------- 4: tools by their bytes
+
+
+def _tools(order: str, strict: Any) -> list[dict[str, Any]]:
+    params = {"type": "object", "properties": {"q": {"type": "string"}}}
+    fn = {"name": "find", "description": "Find it.", "parameters": params, "strict": strict}
+    if order == "reversed":
+        fn = dict(reversed(fn.items()))
+    return [{"type": "function", "function": fn}]
+
+
+def test_each_episode_keeps_the_tools_text_its_server_received(
+    store: Path, ids: ServerIds, tiny_tokenizer: Any
+) -> None:
+    """Tools equal in Python (key order; true vs 1) but not in bytes: each episode renders its own."""
+    from integrations.openai import wrap_openai
+    from sdk.store import StoreReader
+
+    variants = [_tools("natural", True), _tools("reversed", True), _tools("natural", 1)]
+    assert variants[0] == variants[1] == variants[2]  # what Python's == sees
+    with ScriptedOpenAIServer(token_ids=ids) as server:
+        server.policy = lambda req, endpoint: ScriptedResponse.text("found")
+        client = wrap_openai(openai.OpenAI(base_url=server.base_url, api_key="x"), token_data=True)
+        for k, tools in enumerate(variants):
+            with sdk.session(task_id="t", sample=k) as s:
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "find q"}], tools=tools
+                )
+                s.reward(float(k))
+        sent = [json.dumps(r.json["tools"]) for r in server.requests]
+        # One session, its second call offering the first variant: stored as sent, not as its base's.
+        server.token_ids = None
+        with sdk.session(task_id="store only"):
+            msgs = [{"role": "user", "content": "find q"}]
+            client.chat.completions.create(model="m", messages=msgs, tools=variants[2])
+            msgs += [{"role": "assistant", "content": "found"}, {"role": "user", "content": "again"}]
+            client.chat.completions.create(model="m", messages=msgs, tools=variants[0])
+        sent_all = [json.dumps(r.json["tools"]) for r in server.requests]
+    sdk.flush()
+    stored = [json.dumps(c["request"]["tools"]) for x in StoreReader(store).sessions() for c in x.calls]
+    assert sorted(stored) == sorted(sent_all) and len(set(sent)) == 3
+    episodes = [e for e in load_episodes(store) if e["task_id"] == "t"]
+    assert sorted(json.dumps(json.loads(e["tools"])) for e in episodes) == sorted(sent)
+    convs, rep = convert_episodes(episodes, tiny_tokenizer)
+    assert_trained_once(convs, ids.generations)
+    for e in episodes:  # the re-render path: prompts rendered from each episode's own tools text
+        for t in e["turns"]:
+            t["prompt_token_ids"] = None
+    convs, rep = convert_episodes(episodes, tiny_tokenizer)
+    assert rep.rerender_differs == 0, rep.rerender_differs_why
+    assert_trained_once(convs, ids.generations)

@@ -297,3 +297,85 @@ def test_each_episode_keeps_the_tools_text_its_server_received(
     convs, rep = convert_episodes(episodes, tiny_tokenizer)
     assert rep.rerender_differs == 0, rep.rerender_differs_why
     assert_trained_once(convs, ids.generations)
+
+
+# --------------------------------------------------------------------------- 5: every HTTP attempt stored
+
+
+class _CutFirstReply:
+    """A loopback proxy in front of the scripted server: its first reply stops mid-JSON and stalls."""
+
+    def __init__(self, upstream: str) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        owner = self
+        self.upstream, self.n, self.release = upstream, 0, threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                import urllib.request
+
+                body = self.rfile.read(int(self.headers["content-length"]))
+                req = urllib.request.Request(owner.upstream + self.path, data=body, method="POST")
+                req.add_header("content-type", "application/json")
+                with urllib.request.urlopen(req) as r:
+                    reply = r.read()
+                owner.n += 1
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                if owner.n == 1:  # half the JSON, then nothing: the client's read timeout fires
+                    self.wfile.write(reply[: len(reply) // 2])
+                    self.wfile.flush()
+                    owner.release.wait(10)
+                    return
+                self.wfile.write(reply)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_reply_cut_off_mid_json_is_a_failed_call_and_the_retry_is_trained_once(
+    store: Path, ids: ServerIds, tiny_tokenizer: Any
+) -> None:
+    from integrations.openai import wrap_openai
+    from sdk.episodes import ExportSummary, build_episodes
+    from sdk.store import StoreReader
+
+    with ScriptedOpenAIServer(token_ids=ids) as server:
+        server.policy = lambda req, endpoint: ScriptedResponse.text("the answer")
+        proxy = _CutFirstReply(server.url)
+        try:
+            client = wrap_openai(
+                openai.OpenAI(base_url=proxy.base_url, api_key="x", timeout=0.5, max_retries=1),
+                token_data=True,
+            )
+            with sdk.session(task_id="t", sample=0) as s:
+                reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+                s.reward(1.0)
+        finally:
+            proxy.close()
+    assert reply.choices[0].message.content == "the answer" and proxy.n == 2
+    sdk.flush()
+    (stored,) = StoreReader(store).sessions()
+    cut, ok = stored.calls
+    assert cut["error"]["type"] == "truncated_body" and "cut off after" in cut["error"]["message"]
+    assert cut["error"]["status"] == 200 and ok["error"] is None
+    assert sdk.stats()["internal_errors"] == 0
+    summary = ExportSummary()
+    (episode,) = build_episodes(store, summary=summary)
+    meta = json.loads(episode["metadata"])["tracerl"]
+    assert meta["failed_calls"] == 1 and meta["errors"] == ["truncated_body"] and episode["num_calls"] == 2
+    convs, rep = convert_episodes(load_episodes(store), tiny_tokenizer)
+    assert_trained_once(convs, ids.generations[1:])  # the cut reply never reached the agent: not trained

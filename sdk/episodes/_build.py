@@ -157,6 +157,24 @@ def _turn(index: int, call: dict[str, Any] | None, stats: Counter[str]) -> dict[
     }
 
 
+def tool_choice_of(call: dict[str, Any]) -> Any:
+    """The ``tool_choice`` a call's request set (``None`` when it set none)."""
+    params = (call.get("request") or {}).get("params")
+    return params.get("tool_choice") if isinstance(params, dict) else None
+
+
+def forced_untokenized(call: dict[str, Any]) -> bool:
+    """Whether a call forced a tool call (a named function, or ``"required"``) and has no completion ids.
+
+    A server forces the call with guided decoding: it generates the arguments JSON (and the tool's name),
+    not the template's tool-call markup. A turn re-rendered from the message would train on markup the
+    model never produced; without the ids of what it did produce, the turn is context, never trained.
+    """
+    choice = tool_choice_of(call)
+    forced = choice == "required" or isinstance(choice, dict)
+    return forced and call.get("completion_token_ids") is None
+
+
 def incomplete_call(call: dict[str, Any]) -> bool:
     """Whether a call's response was cut short: it has a message but its stream never finished.
 
@@ -274,7 +292,8 @@ def session_episodes(
     for th in threads:
         named, call_reward_meta = _thread_rewards(th, session_rewards, call_rewards.get(th.index, ()))
         incomplete = [i for i, call in th.generated.items() if incomplete_call(call)]
-        ep = _episode(s, th, source, len(threads), call_reward_meta, task_id, sample, incomplete)
+        forced = [i for i, call in th.generated.items() if forced_untokenized(call)]
+        ep = _episode(s, th, source, len(threads), call_reward_meta, task_id, sample, incomplete, forced)
         set_rewards(ep, named, opts.reward_name)
         problems: list[Problem] = [
             Problem(
@@ -284,6 +303,16 @@ def session_episodes(
                 "warning",
             )
             for i in incomplete
+        ]
+        problems += [
+            Problem(
+                "forced_tool_turn",
+                f"message {i} comes from a call that forced a tool call and has no token ids: context, not "
+                "trained",
+                i,
+                "warning",
+            )
+            for i in forced
         ]
         if th.incomplete:
             problems.append(
@@ -439,16 +468,20 @@ def _episode(
     task_id: str | None,
     sample: int | None,
     incomplete: list[int],
+    forced: list[int],
 ) -> dict[str, Any]:
     """The episode row of one thread, rewards not set yet."""
     stats = th.stats
     turns = []
     context_turns = []
+    tool_choices = []
     for i, m in enumerate(th.messages):
         if m["role"] == "assistant":
             call = th.generated.get(i)
             if call is None:
                 context_turns.append(i)
+            elif (choice := tool_choice_of(call)) is not None:
+                tool_choices.append({"message_index": i, "tool_choice": choice})
             turns.append(_turn(i, call, stats))
     sums = _CallSums(th.calls)
     tracerl: dict[str, Any] = {
@@ -476,6 +509,11 @@ def _episode(
     if incomplete:
         # Turns of calls cut short (abandoned streams): context for what follows, never trained as complete.
         tracerl["incomplete_turns"] = incomplete
+    if tool_choices:
+        tracerl["tool_choice"] = tool_choices  # per call (turn) that set one
+    if forced:
+        # Turns under a forced tool call without token ids: context, never trained (forced_untokenized).
+        tracerl["forced_tool_turns"] = forced
     if stats:
         tracerl["normalization"] = dict(stats)
     started, ended = sums.started, sums.ended

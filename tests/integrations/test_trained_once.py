@@ -315,3 +315,61 @@ def test_a_reply_cut_off_mid_json_is_a_failed_call_and_the_retry_is_trained_once
     assert meta["failed_calls"] == 1 and meta["errors"] == ["truncated_body"] and episode["num_calls"] == 2
     convs, rep = convert_episodes(load_episodes(store), tiny_tokenizer)
     assert_trained_once(convs, ids.generations[1:])  # the cut reply never reached the agent: not trained
+
+
+# --------------------------------------------------------------------------- 7: forced tool calls
+
+
+def _add_policy(req: dict[str, Any], endpoint: str) -> ScriptedResponse:
+    if req["messages"][-1]["role"] == "user":
+        return ScriptedResponse.tool_calls([{"name": "add", "arguments": {"a": 2, "b": 3}}])
+    return ScriptedResponse.text("It is 5.")
+
+
+@pytest.mark.parametrize("token_ids", [False, True], ids=["handler-only", "recording-client"])
+def test_forced_tool_calls_without_token_ids_are_left_out_and_counted(
+    store: Path, ids: ServerIds, tiny_tokenizer: Any, token_ids: bool
+) -> None:
+    """tool_choice named or "required": recorded per turn; without token ids the forced turn is context."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    from integrations.langchain import TracerlCallbackHandler
+    from integrations.openai import recording_http_client
+    from sdk.episodes import ExportSummary, build_episodes
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    with ScriptedOpenAIServer(policy=_add_policy, token_ids=ids) as server:
+        kw: dict[str, Any] = {"http_client": recording_http_client()} if token_ids else {}
+        llm = ChatOpenAI(
+            model="m", base_url=server.base_url, api_key="x", max_retries=0,
+            extra_body={"return_token_ids": True}, logprobs=True, **kw,
+        )  # fmt: skip
+        config: Any = {"callbacks": [TracerlCallbackHandler()]}
+        for k, choice in enumerate(["required", "add"]):
+            with sdk.session(task_id="t", sample=k) as s:
+                msgs: list[Any] = [HumanMessage("add 2 and 3")]
+                ai = llm.bind_tools([add], tool_choice=choice).invoke(msgs, config=config)
+                msgs += [ai, ToolMessage(content="5", tool_call_id=ai.tool_calls[0]["id"])]
+                llm.bind_tools([add]).invoke(msgs, config=config)
+                s.reward(float(k))
+    summary = ExportSummary()
+    episodes = build_episodes(store, summary=summary)
+    sent = [r.json.get("tool_choice") for r in server.requests]
+    assert sent == ["required", None, {"type": "function", "function": {"name": "add"}}, None]
+    for ep, choice in zip(sorted(episodes, key=lambda e: e["sample"]), (sent[0], sent[2]), strict=True):
+        meta = json.loads(ep["metadata"])["tracerl"]
+        assert meta["tool_choice"] == [{"message_index": 1, "tool_choice": choice}]  # recorded per call
+        assert meta.get("forced_tool_turns", []) == ([] if token_ids else [1])
+    convs, rep = convert(store, tiny_tokenizer)
+    if token_ids:  # the ids of what the server generated: every turn trained, exactly
+        assert summary.warnings.get("forced_tool_turn", 0) == 0 and rep.exact_ids == 2
+        assert_trained_once(convs, ids.generations)
+    else:  # the forced turn is left out and counted; the free turn trained on the prompt the server saw
+        assert summary.warnings["forced_tool_turn"] == 2 and rep.context_turns == 2
+        assert_trained_once(convs, [ids.generations[1], ids.generations[3]])

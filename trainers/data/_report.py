@@ -83,7 +83,8 @@ class DataReport:
             "rerender_match": "episodes re-rendered with the chat template, matching the stored ids",
             "rerender_differs": "episodes re-rendered with the chat template, differing from the stored ids",
             "template_no_ids": "episodes re-rendered with the chat template (no stored token ids)",
-            "context_turns": "assistant turns kept as context, not trained (hand-offs, few-shot, cut off)",
+            "context_turns": "assistant turns kept as context, not trained (hand-offs, few-shot, cut off, "
+            "forced tool calls without token ids)",
             "truncated": "episodes truncated to max length",
             "cut_at_length": "episodes cut before a message that starts past max length (not tokenized)",
             "skipped_too_long": "episodes skipped: longer than max length",

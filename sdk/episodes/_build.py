@@ -232,6 +232,8 @@ def _assign(s: StoredSession, opts: EpisodeOptions, counts: Counter[str]) -> lis
                     continue
                 if _extends(messages, th.raw):
                     best = th
+        if best is None and not call.get("request_incomplete"):
+            best = _continued_choice(messages, threads)
         if best is None:
             best = _Thread(len(threads), agent, model)
             threads.append(best)
@@ -256,6 +258,46 @@ def _assign(s: StoredSession, opts: EpisodeOptions, counts: Counter[str]) -> lis
             th.raw = messages
         th.calls.append(call)
     return threads
+
+
+def other_choices(call: dict[str, Any]) -> list[Any]:
+    """The choices of an ``n > 1`` call besides the one recorded as its response (``[]`` when ``n == 1``)."""
+    extra = call.get("extra")
+    others = extra.get("other_choices") if isinstance(extra, dict) else None
+    return others if isinstance(others, list) else []
+
+
+def _continued_choice(messages: list[Any], threads: list[_Thread]) -> _Thread | None:
+    """The thread whose last call (``n > 1``) this request continues with another choice than the first.
+
+    That choice becomes the call's generated turn, with its own token ids and logprobs: the agent went on
+    with it, so it is what the thread trains on. The choices not continued are left out (counted).
+    """
+    for th in reversed(threads):
+        if not th.calls or not th.raw:
+            continue
+        last, n = th.calls[-1], len(th.raw)
+        at = len(th.messages) - 1
+        if th.generated.get(at) is not last or len(messages) < n or not _extends(messages, th.raw[:-1]):
+            continue
+        for k, choice in enumerate(other_choices(last), 1):
+            if not isinstance(choice, dict):
+                continue
+            message = choice.get("message") if "message" in choice else choice  # transport / framework
+            if isinstance(message, dict) and same_message(messages[n - 1], message):
+                lps = choice.get("logprobs")
+                call = {
+                    **last,
+                    "response": {"message": message, "finish_reason": choice.get("finish_reason")},
+                    "logprobs": lps.get("content") if isinstance(lps, dict) else lps,
+                    "completion_token_ids": choice.get("token_ids"),
+                    "continued_choice": k,
+                }
+                th.calls[-1] = th.generated[at] = call
+                th.messages[at] = normalize_message(message, th.stats)
+                th.raw = [*th.raw[:-1], message]
+                return th
+    return None
 
 
 _last_tools: list[Any] = [None, "[]"]
@@ -293,6 +335,9 @@ def session_episodes(
         named, call_reward_meta = _thread_rewards(th, session_rewards, call_rewards.get(th.index, ()))
         incomplete = [i for i, call in th.generated.items() if incomplete_call(call)]
         forced = [i for i, call in th.generated.items() if forced_untokenized(call)]
+        left_out = sum(len(other_choices(c)) for c in th.calls)
+        if left_out:
+            counts["other_choices_left_out"] += left_out
         ep = _episode(s, th, source, len(threads), call_reward_meta, task_id, sample, incomplete, forced)
         set_rewards(ep, named, opts.reward_name)
         problems: list[Problem] = [
@@ -511,6 +556,14 @@ def _episode(
         tracerl["incomplete_turns"] = incomplete
     if tool_choices:
         tracerl["tool_choice"] = tool_choices  # per call (turn) that set one
+    continued = [i for i, c in th.generated.items() if c.get("continued_choice")]
+    if continued:
+        tracerl["continued_choices"] = {str(i): th.generated[i]["continued_choice"] for i in continued}
+    left_out = sum(len(other_choices(c)) for c in th.calls)
+    if left_out:
+        # n > 1: only the choice the agent continued is trained; the others are left out, counted here
+        # and in the export summary (skipped: other_choices_left_out) and the trainer's data report.
+        tracerl["other_choices_left_out"] = left_out
     if forced:
         # Turns under a forced tool call without token ids: context, never trained (forced_untokenized).
         tracerl["forced_tool_turns"] = forced

@@ -373,3 +373,86 @@ def test_forced_tool_calls_without_token_ids_are_left_out_and_counted(
     else:  # the forced turn is left out and counted; the free turn trained on the prompt the server saw
         assert summary.warnings["forced_tool_turn"] == 2 and rep.context_turns == 2
         assert_trained_once(convs, [ids.generations[1], ids.generations[3]])
+
+
+# --------------------------------------------------------------------------- 2: n > 1 choices
+
+
+class _ChoicesServer:
+    """A vLLM-like loopback server answering ``n`` different choices, each with its own token ids."""
+
+    def __init__(self, ids: ServerIds) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        def reply(req: dict[str, Any]) -> dict[str, Any]:
+            n, msgs = req.get("n") or 1, req["messages"]
+            texts = ["done now"] if len(msgs) > 1 else ["alpha one", "beta two", "gamma three"][:n]
+            prompt = ids.render(msgs, None, True)
+            choices = []
+            for k, text in enumerate(texts):
+                message = {"role": "assistant", "content": text}
+                completion = ids.render([*msgs, message], None, False)[len(prompt) :]
+                completion = completion[: completion.index(ids.tok.eos_token_id) + 1]
+                ids.generations.append((tuple(prompt), tuple(completion)))
+                lps = [{"token": f"token_id:{t}", "logprob": -0.5, "top_logprobs": []} for t in completion]
+                choices.append(
+                    {"index": k, "message": message, "finish_reason": "stop", "logprobs": {"content": lps},
+                     "token_ids": completion}
+                )  # fmt: skip
+            usage = {"prompt_tokens": len(prompt), "completion_tokens": 1, "total_tokens": len(prompt) + 1}
+            return {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": choices,
+                    "usage": usage, "prompt_token_ids": prompt}  # fmt: skip
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                data = json.dumps(
+                    reply(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+                ).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("continued", [0, 1, 2])
+def test_n_choices_train_the_continued_one_and_count_the_others(
+    store: Path, ids: ServerIds, tiny_tokenizer: Any, continued: int
+) -> None:
+    from integrations.openai import wrap_openai
+    from sdk.episodes import ExportSummary, build_episodes
+
+    server = _ChoicesServer(ids)
+    try:
+        client = wrap_openai(openai.OpenAI(base_url=server.base_url, api_key="x"), token_data=True)
+        with sdk.session(task_id="t", sample=0) as s:
+            msgs: list[dict[str, Any]] = [{"role": "user", "content": "pick"}]
+            first = client.chat.completions.create(model="m", messages=msgs, n=3)
+            picked = first.choices[continued].message  # the agent goes on with this choice
+            msgs += [{"role": "assistant", "content": picked.content}, {"role": "user", "content": "go on"}]
+            client.chat.completions.create(model="m", messages=msgs)
+            s.reward(1.0)
+    finally:
+        server.close()
+    summary = ExportSummary()
+    (episode,) = build_episodes(store, summary=summary)
+    assert summary.skipped["other_choices_left_out"] == 2
+    meta = json.loads(episode["metadata"])["tracerl"]
+    assert meta["other_choices_left_out"] == 2 and "context_assistant_messages" not in meta
+    assert meta.get("continued_choices", {}) == ({"1": continued} if continued else {})
+    assert episode["messages"][1]["content"] == picked.content
+    convs, rep = convert(store, tiny_tokenizer)
+    assert rep.other_choices_left_out == 2 and rep.context_turns == 0
+    first_turn, second_turn = ids.generations[continued], ids.generations[3]
+    assert_trained_once(convs, [first_turn, second_turn])  # the continued choice, in its thread; no other

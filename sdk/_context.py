@@ -169,28 +169,37 @@ class Session:
 
         A transport's record is noted; a framework hook's is joined to one of the HTTP requests its own
         call sent (sdk/_link.py): the latest with the same content, else the latest not yet joined. A hook
-        without a link (integrations that open none) falls back to content: the oldest transport record
-        with the same fingerprint.
+        whose link saw no request (integrations that open none, a request sent from another context)
+        falls back to content: the oldest transport record, sent under no link, with the same fingerprint.
         """
-        fp = record.fingerprint()
         if record.source == "transport":
             att = record.attempt
+            fp = record.fingerprint()
             if att is not None:
                 att.fingerprint, att.session, att.recorded = fp, self, True
             elif fp is not None:
-                self._transport_calls.setdefault(fp, []).append(record.call_id)
+                ids = self._transport_calls.setdefault(fp, [])
+                ids.append(record.call_id)
+                if len(ids) > 16:  # the same exchange over and over with no hook to join it
+                    del ids[0]
                 if len(self._transport_calls) > 16:
                     del self._transport_calls[next(iter(self._transport_calls))]
             return None, None
         link = record.link
-        if link is None:
-            ids = self._transport_calls.get(fp) if self._transport_calls else None
+        if link is None or not link.attempts:
+            # No request was sent under this call's identity (no link, or the framework sent it from
+            # another context): the transport's records of such requests are joined by content.
+            if not self._transport_calls:
+                return None, None
+            fp = record.fingerprint()
+            ids = self._transport_calls.get(fp)
             if not ids:
                 return None, None
             same = ids.pop(0)
             if not ids:
                 del self._transport_calls[fp]
             return same, None
+        fp = record.fingerprint()
         mine = [a for a in link.attempts if a.recorded and a.session is self and not a.claimed]
         pick = next((a for a in reversed(mine) if a.fingerprint == fp), None)
         if pick is None:

@@ -19,6 +19,9 @@ __all__ = ["Attempt", "CallLink", "start_attempt", "open_link"]
 _MAX_CHAIN = 8
 """Open links, in one context, that one HTTP request is added to (runs started together, e.g. a batch)."""
 
+_MAX_ATTEMPTS = 64
+"""Requests one framework call may send (retries); a link reaching it is closed (its end was lost)."""
+
 _current: contextvars.ContextVar[CallLink | None] = contextvars.ContextVar("tracerl_call_link", default=None)
 
 
@@ -58,6 +61,13 @@ def open_link() -> CallLink:
     cur = _current.get()
     link = CallLink(cur if cur is not None and cur.open else None)
     _current.set(link)
+    tail = link
+    for _ in range(_MAX_CHAIN):  # calls that never ended must not chain up without bound
+        if tail.prev is None:
+            break
+        tail = tail.prev
+    else:
+        tail.prev = None
     return link
 
 
@@ -68,9 +78,12 @@ def start_attempt(call_id: str) -> Attempt | None:
         return None
     attempt = Attempt(call_id)
     for _ in range(_MAX_CHAIN):
+        older = link.prev
         if link.open:
             link.attempts.append(attempt)
-        link = link.prev  # type: ignore[assignment]
-        if link is None:
+            if len(link.attempts) >= _MAX_ATTEMPTS:  # a call whose end never came: stop growing it
+                link.close()
+        if older is None:
             break
+        link = older
     return attempt

@@ -131,8 +131,8 @@ class Session:
         self.last_call_id: str | None = None
         self._lock = threading.Lock()
         # Recent threads for prefix deduplication: (call_id, request messages + response, tools,
-        # (prompt token ids, completion token ids)).
-        self._threads: list[tuple[str, list[Any], Any, tuple[Any, Any]]] = []
+        # (prompt token ids, completion token ids), [the tools' JSON once computed]).
+        self._threads: list[tuple[str, list[Any], Any, tuple[Any, Any], list[str | None]]] = []
         self._token: contextvars.Token[Session | None] | None = None
         self._scope: object | None = None  # the sdk._session.SessionScope that opened it
         # Recent calls seen by a recording transport, by fingerprint, so that a framework hook's view of
@@ -228,23 +228,27 @@ class Session:
                     best_n, best = n, cand
                     if n == len(cand[1]):
                         break
+            tools_json: list[str | None] = [None]
             if best is None:
                 event = record.to_event(self.session_id, self.parent_session_ids, same_call_as=same_call_as)
             else:
                 # The usual base is the session's previous call: then its id is implied.
                 base = {"n": best_n} if best is self._threads[-1] else {"call_id": best[0], "n": best_n}
+                same = same_tools(record.tools, best[2], best[4])
+                if same:
+                    tools_json = best[4]  # the same bytes: one cached encoding for both
                 event = record.to_event(
                     self.session_id,
                     self.parent_session_ids,
                     messages=messages[best_n:],
                     base=base,
-                    tools_from_base=same_tools(record.tools, best[2]),
+                    tools_from_base=same,
                     same_call_as=same_call_as,
                     base_token_ids=best[3],
                 )
             thread = messages if record.response_message is None else [*messages, record.response_message]
             tokens = (record.prompt_token_ids, record.completion_token_ids)
-            self._threads.append((record.call_id, thread, record.tools, tokens))
+            self._threads.append((record.call_id, thread, record.tools, tokens, tools_json))
             if len(self._threads) > _MAX_THREADS_PER_SESSION:
                 del self._threads[0]
             # Written under the session lock so a call is never on disk before the call it builds on.

@@ -30,11 +30,13 @@ def _norm_args(arguments: Any) -> str:
     return json.dumps(arguments, sort_keys=True, default=str)
 
 
-def same_tools(a: Any, b: Any) -> bool:
+def same_tools(a: Any, b: Any, b_json: list[str | None] | None = None) -> bool:
     """Whether two tool lists serialise to the same JSON, byte for byte (key order, ``true`` vs ``1``).
 
     Python's ``==`` ignores key order and equates ``True`` with ``1``: a call would then be stored with
-    another call's tools text, and rendered differently from what was served.
+    another call's tools text, and rendered differently from what was served. Cheap in the common cases
+    (the same objects; tools that differ); else one ``json.dumps`` each, ``b``'s cached in ``b_json``
+    (a one-item list) when given.
 
     Example:
         >>> same_tools([{"a": True}], [{"a": 1}]), same_tools([{"a": 1}], [{"a": 1}])
@@ -44,8 +46,17 @@ def same_tools(a: Any, b: Any) -> bool:
         return True
     if a is None or b is None:
         return False
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        if all(x is y for x, y in zip(a, b, strict=True)):
+            return True  # a framework's tool dicts, handed again in a new list
     try:
-        return json.dumps(a, default=str) == json.dumps(b, default=str)
+        if a != b:
+            return False
+        if b_json is None:
+            return json.dumps(a, default=str) == json.dumps(b, default=str)
+        if b_json[0] is None:
+            b_json[0] = json.dumps(b, default=str)
+        return json.dumps(a, default=str) == b_json[0]
     except (TypeError, ValueError, RecursionError):
         return False
 

@@ -282,8 +282,9 @@ class _CutFirstReply:
         self.httpd.server_close()
 
 
+@pytest.mark.parametrize("client_kind", ["sync", "async"])
 def test_a_reply_cut_off_mid_json_is_a_failed_call_and_the_retry_is_trained_once(
-    store: Path, ids: ServerIds, tiny_tokenizer: Any
+    store: Path, ids: ServerIds, tiny_tokenizer: Any, client_kind: str
 ) -> None:
     from integrations.openai import wrap_openai
     from sdk.episodes import ExportSummary, build_episodes
@@ -294,12 +295,16 @@ def test_a_reply_cut_off_mid_json_is_a_failed_call_and_the_retry_is_trained_once
         proxy = _CutFirstReply(server.url)
         errors_before = sdk.stats()["internal_errors"]
         try:
+            make = openai.OpenAI if client_kind == "sync" else openai.AsyncOpenAI
             client = wrap_openai(
-                openai.OpenAI(base_url=proxy.base_url, api_key="x", timeout=2.0, max_retries=1),
-                token_data=True,
+                make(base_url=proxy.base_url, api_key="x", timeout=2.0, max_retries=1), token_data=True
             )
+            ask = [{"role": "user", "content": "q"}]
             with sdk.session(task_id="t", sample=0) as s:
-                reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+                if client_kind == "sync":
+                    reply = client.chat.completions.create(model="m", messages=ask)
+                else:
+                    reply = asyncio.run(client.chat.completions.create(model="m", messages=ask))
                 s.reward(1.0)
         finally:
             proxy.close()

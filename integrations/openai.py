@@ -243,7 +243,8 @@ def _teed(hx: ModuleType, resp: Any, stream: Any, ex: _Exchange) -> Any:
 
 
 @functools.cache
-def _transport_classes(module_name: str) -> tuple[type, type]:
+def _tee_classes(module_name: str) -> tuple[type, type]:
+    """Response body streams that keep what they pass on, and what stopped them, for the exchange."""
     hx = importlib.import_module(module_name)
 
     class _TeeStream(hx.SyncByteStream):  # type: ignore[misc,name-defined]
@@ -285,6 +286,14 @@ def _transport_classes(module_name: str) -> tuple[type, type]:
                 await self._inner.aclose()
             finally:
                 self._ex.finish()
+
+    return _TeeStream, _AsyncTeeStream
+
+
+@functools.cache
+def _transport_classes(module_name: str) -> tuple[type, type]:
+    hx = importlib.import_module(module_name)
+    _TeeStream, _AsyncTeeStream = _tee_classes(module_name)
 
     class _RecordingTransport(hx.BaseTransport):  # type: ignore[misc,name-defined]
         """An httpx transport that records model calls, then behaves exactly like the one it wraps."""

@@ -519,14 +519,11 @@ def _episode(
     stats = th.stats
     turns = []
     context_turns = []
-    tool_choices = []
     for i, m in enumerate(th.messages):
         if m["role"] == "assistant":
             call = th.generated.get(i)
             if call is None:
                 context_turns.append(i)
-            elif (choice := tool_choice_of(call)) is not None:
-                tool_choices.append({"message_index": i, "tool_choice": choice})
             turns.append(_turn(i, call, stats))
     sums = _CallSums(th.calls)
     tracerl: dict[str, Any] = {
@@ -554,19 +551,7 @@ def _episode(
     if incomplete:
         # Turns of calls cut short (abandoned streams): context for what follows, never trained as complete.
         tracerl["incomplete_turns"] = incomplete
-    if tool_choices:
-        tracerl["tool_choice"] = tool_choices  # per call (turn) that set one
-    continued = [i for i, c in th.generated.items() if c.get("continued_choice")]
-    if continued:
-        tracerl["continued_choices"] = {str(i): th.generated[i]["continued_choice"] for i in continued}
-    left_out = sum(len(other_choices(c)) for c in th.calls)
-    if left_out:
-        # n > 1: only the choice the agent continued is trained; the others are left out, counted here
-        # and in the export summary (skipped: other_choices_left_out) and the trainer's data report.
-        tracerl["other_choices_left_out"] = left_out
-    if forced:
-        # Turns under a forced tool call without token ids: context, never trained (forced_untokenized).
-        tracerl["forced_tool_turns"] = forced
+    tracerl.update(_choices(th, forced))
     if stats:
         tracerl["normalization"] = dict(stats)
     started, ended = sums.started, sums.ended
@@ -595,6 +580,33 @@ def _episode(
         # The reader reports an implicit session that was closed at exit as "ok": say what it is.
         "status": "implicit" if s.implicit else (_str(s.status) or "ok"),
     }
+
+
+def _choices(th: _Thread, forced: list[int]) -> dict[str, Any]:
+    """What the thread's calls chose, for ``metadata.tracerl``.
+
+    ``tool_choice`` per turn, ``n > 1`` choices continued and left out, and the turns under a forced tool
+    call without token ids (context, never trained).
+    """
+    out: dict[str, Any] = {}
+    tool_choices = [
+        {"message_index": i, "tool_choice": choice}
+        for i, call in sorted(th.generated.items())
+        if (choice := tool_choice_of(call)) is not None
+    ]
+    if tool_choices:
+        out["tool_choice"] = tool_choices
+    continued = {str(i): c["continued_choice"] for i, c in th.generated.items() if c.get("continued_choice")}
+    if continued:
+        out["continued_choices"] = continued
+    left_out = sum(len(other_choices(c)) for c in th.calls)
+    if left_out:
+        # n > 1: only the choice the agent continued is trained; the others are left out, counted here
+        # and in the export summary (skipped: other_choices_left_out) and the trainer's data report.
+        out["other_choices_left_out"] = left_out
+    if forced:
+        out["forced_tool_turns"] = forced  # see forced_untokenized
+    return out
 
 
 def set_rewards(ep: dict[str, Any], named: dict[str, float], reward_name: str) -> None:

@@ -3,6 +3,9 @@
 - **Recording.** Build a :class:`CallRecord`, hand it to :func:`record_call`. Resolve the owning session
   when the call *starts* (:func:`capture_target`) and pass it to :func:`record_call` when it ends:
   framework callbacks may fire in another context than the call.
+- **Joining.** When a recording transport may see the same call, open a link as the call starts
+  (:func:`open_call_link`, in the context the call sends its requests from), put it on the record and
+  close it when the call ends: the two records become one call, joined by the request's identity.
 - **Installing.** An :class:`Integration` says how to hook into its framework (``setup_once``) and how
   to let go (``teardown``); ``install()`` / ``uninstall()`` run them once, under one lock.
 - **Firewall.** Every framework hook is decorated with :func:`firewall`: a tracerl failure inside it

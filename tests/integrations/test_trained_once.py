@@ -94,11 +94,14 @@ def test_parallel_sub_agents_are_each_trained_once(
 
         parent = create_agent(llm(), tools=[delegate], system_prompt="You delegate.")
 
+        calls: list[int] = []
+
         async def rounds() -> None:  # one event loop: the async http client belongs to it
             for k in range(5):
                 with sdk.session(task_id="t", sample=k) as s:
                     await parent.ainvoke({"messages": [("user", "do three things")]})
                     s.reward(float(k % 2))
+                calls.append(s.num_calls)
 
         instrument_langchain()
         try:
@@ -106,6 +109,7 @@ def test_parallel_sub_agents_are_each_trained_once(
         finally:
             uninstrument_langchain()
         assert len(server.requests) == 5 * 8  # parent 2 + 3 sub-agents x 2
+    assert calls == [8] * 5  # 8 requests, 8 calls: each handler record joined its own request
     convs, rep = convert(store, tiny_tokenizer)
     assert_trained_once(convs, ids.generations)
     assert rep.exact_ids == len(convs) and rep.template_no_ids == rep.rerender_differs == 0

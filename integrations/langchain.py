@@ -100,7 +100,7 @@ class _Run:
 
     __slots__ = (
         "session", "started_at", "messages", "tools", "params", "model", "agent", "extra", "stream",
-        "endpoint", "first_token_at",
+        "endpoint", "first_token_at", "link",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -115,6 +115,7 @@ class _Run:
         self.stream = False
         self.endpoint = "chat.completions"
         self.first_token_at: float | None = None
+        self.link: Any = None
 
 
 # Per-run state is process-wide, not per handler instance: when two tracerl handlers see the same run
@@ -428,6 +429,8 @@ class TracerlCallbackHandler(BaseCallbackHandler):
         run = _Run()
         run.started_at = time.time()
         run.session = self._session if self._session is not None else capture_target()
+        # The HTTP requests this run sends (from this same context) are joined to its record by identity.
+        run.link = capture.open_call_link()
         # A shallow copy: the agent may append to its message list while the call is in flight.
         run.messages = list(messages[0]) if messages else []
         meta = metadata or {}
@@ -504,6 +507,8 @@ class TracerlCallbackHandler(BaseCallbackHandler):
         record_call(record, run.session)
 
     def _record(self, run: _Run, ended: float) -> CallRecord:
+        if run.link is not None:
+            run.link.close()
         extra = run.extra
         if run.first_token_at is not None:
             extra["ttft_s"] = max(0.0, run.first_token_at - run.started_at)
@@ -519,6 +524,7 @@ class TracerlCallbackHandler(BaseCallbackHandler):
             stream=run.stream,
             agent=run.agent,
             extra=extra or None,
+            link=run.link,
         )
 
     # -- tool runs: timings only ---------------------------------------------------------------

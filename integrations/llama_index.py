@@ -435,6 +435,8 @@ class _Recorder:
             endpoint="chat.completions" if chat else "completions",
             stream=stream,
             agent=info[1] if info is not None else None,
+            # The HTTP requests this call sends (from this context) join its record by identity.
+            link=capture.open_call_link(),
         )
         p = _Pending(record, session, chat, llm, method, request)
         with self.lock:
@@ -499,6 +501,7 @@ class _Recorder:
             self.finish(p, None, err)
 
     def finish(self, p: _Pending, response: Any, err: BaseException | None) -> None:
+        p.record.link.close()
         if p.suppressed:
             capture.count("llama_index_nested_calls_merged")
             return

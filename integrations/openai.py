@@ -75,7 +75,7 @@ class _Exchange:
 
     __slots__ = (
         "endpoint", "body", "session", "started_at", "status", "headers", "chunks", "done", "sink",
-        "read_all", "left_open", "untrack", "lock",
+        "read_all", "left_open", "untrack", "lock", "call_id", "attempt", "cut_by",
     )  # fmt: skip
 
     def __init__(
@@ -91,8 +91,13 @@ class _Exchange:
         self.chunks: list[bytes] = []
         self.done = False
         self.read_all = False  # the body was read to its end
+        self.cut_by: BaseException | None = None  # what stopped the body's reading (a read timeout...)
         self.left_open: str | None = None  # why it was recorded while still open (see finish_open)
         self.lock = threading.Lock()  # the reading thread and a session's end may finish it at once
+        # This request's identity: a framework hook's record of the call it belongs to joins it by this,
+        # never by content alone (two sub-agents may send the same thing at once).
+        self.call_id = capture.new_id()
+        self.attempt = capture.start_attempt(self.call_id)
         # An agent may stop reading a stream without closing it: its session's end (or the SDK's shutdown)
         # then records it, in that session, instead of a garbage collection after the session ended.
         self.untrack = capture.track_open_call(session, self.finish_open)
@@ -121,11 +126,19 @@ class _Exchange:
         self._record(None)
 
     def _unread(self) -> dict[str, Any] | None:
-        """The error of a call recorded while open whose body cannot be parsed as it stands, else ``None``."""
-        if self.left_open is None or self.read_all:
+        """The error of a call whose body was not read to its end and cannot be parsed, else ``None``."""
+        if self.read_all or (self.left_open is None and self.cut_by is None):
             return None
         if "text/event-stream" in (self.headers.get("content-type", "") if self.headers is not None else ""):
             return None  # a stream's events so far are parsed; it is marked incomplete_stream
+        size = sum(len(c) for c in self.chunks)
+        if self.cut_by is not None:  # e.g. the client's read timeout: this attempt failed (it may retry)
+            cut = self.cut_by
+            return {
+                "type": "truncated_body",
+                "message": f"the response body was cut off after {size} bytes: {type(cut).__name__}: {cut}",
+                "status": self.status or None,
+            }
         return {
             "type": "incomplete_stream",
             "message": f"response still unread when {self.left_open}",
@@ -171,6 +184,7 @@ class _Exchange:
                 and record.error.get("type") == "incomplete_stream"
             ):
                 record.error["message"] = f"still open when {self.left_open}: {record.error['message']}"
+        record.call_id, record.attempt = self.call_id, self.attempt
         self.sink(record, self.session)
 
 
@@ -242,7 +256,8 @@ def _teed(hx: ModuleType, resp: Any, stream: Any, ex: _Exchange) -> Any:
 
 
 @functools.cache
-def _transport_classes(module_name: str) -> tuple[type, type]:
+def _tee_classes(module_name: str) -> tuple[type, type]:
+    """Response body streams that keep what they pass on, and what stopped them, for the exchange."""
     hx = importlib.import_module(module_name)
 
     class _TeeStream(hx.SyncByteStream):  # type: ignore[misc,name-defined]
@@ -250,9 +265,13 @@ def _transport_classes(module_name: str) -> tuple[type, type]:
             self._inner, self._ex = inner, exchange
 
         def __iter__(self) -> Any:
-            for chunk in self._inner:
-                self._ex.chunks.append(chunk)
-                yield chunk
+            try:
+                for chunk in self._inner:
+                    self._ex.chunks.append(chunk)
+                    yield chunk
+            except Exception as exc:
+                self._ex.cut_by = exc
+                raise
             self._ex.read_all = True
 
         def close(self) -> None:
@@ -266,9 +285,13 @@ def _transport_classes(module_name: str) -> tuple[type, type]:
             self._inner, self._ex = inner, exchange
 
         async def __aiter__(self) -> Any:
-            async for chunk in self._inner:
-                self._ex.chunks.append(chunk)
-                yield chunk
+            try:
+                async for chunk in self._inner:
+                    self._ex.chunks.append(chunk)
+                    yield chunk
+            except Exception as exc:
+                self._ex.cut_by = exc
+                raise
             self._ex.read_all = True
 
         async def aclose(self) -> None:
@@ -276,6 +299,14 @@ def _transport_classes(module_name: str) -> tuple[type, type]:
                 await self._inner.aclose()
             finally:
                 self._ex.finish()
+
+    return _TeeStream, _AsyncTeeStream
+
+
+@functools.cache
+def _transport_classes(module_name: str) -> tuple[type, type]:
+    hx = importlib.import_module(module_name)
+    _TeeStream, _AsyncTeeStream = _tee_classes(module_name)
 
     class _RecordingTransport(hx.BaseTransport):  # type: ignore[misc,name-defined]
         """An httpx transport that records model calls, then behaves exactly like the one it wraps."""

@@ -438,11 +438,14 @@ class _Call:
         "stream",
         "tool_runs",
         "agent",
+        "link",
     )
 
     def __init__(self, session: capture.Session | None, agent: str | None) -> None:
         self.session = session
         self.agent = agent
+        # The HTTP requests this call sends (from this context) join its record by identity (sdk/_link.py).
+        self.link = capture.open_call_link()
         self.started_at = time.time()
         self.messages: list[dict[str, Any]] | None = None
         self.tools: list[dict[str, Any]] | None = None
@@ -474,6 +477,7 @@ class _Call:
 
     def to_record(self, ended: float) -> CallRecord:
         """The call's record, before its response."""
+        self.link.close()
         return CallRecord(
             framework="strands",
             model=self.model,
@@ -484,6 +488,7 @@ class _Call:
             ended_at=ended,
             stream=self.stream,
             agent=self.agent,
+            link=self.link,
         )
 
 

@@ -13,7 +13,7 @@ from sdk.messages import flatten_content
 from sdk.store import _events as events
 from sdk.store._events import CALL_DEFAULTS
 
-__all__ = ["CALL_DEFAULTS", "CallRecord", "new_id"]
+__all__ = ["CALL_DEFAULTS", "CallRecord", "new_id", "same_tools"]
 
 
 def _text(content: Any) -> str:
@@ -28,6 +28,37 @@ def _norm_args(arguments: Any) -> str:
         except ValueError:
             return arguments
     return json.dumps(arguments, sort_keys=True, default=str)
+
+
+def same_tools(a: Any, b: Any, b_json: list[str | None] | None = None) -> bool:
+    """Whether two tool lists serialise to the same JSON, byte for byte (key order, ``true`` vs ``1``).
+
+    Python's ``==`` ignores key order and equates ``True`` with ``1``: a call would then be stored with
+    another call's tools text, and rendered differently from what was served. Cheap in the common cases
+    (the same objects; tools that differ); else one ``json.dumps`` each, ``b``'s cached in ``b_json``
+    (a one-item list) when given.
+
+    Example:
+        >>> same_tools([{"a": True}], [{"a": 1}]), same_tools([{"a": 1}], [{"a": 1}])
+        (False, True)
+    """
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        if all(x is y for x, y in zip(a, b, strict=True)):
+            return True  # a framework's tool dicts, handed again in a new list
+    try:
+        if a != b:
+            return False
+        if b_json is None:
+            return json.dumps(a, default=str) == json.dumps(b, default=str)
+        if b_json[0] is None:
+            b_json[0] = json.dumps(b, default=str)
+        return json.dumps(a, default=str) == b_json[0]
+    except (TypeError, ValueError, RecursionError):
+        return False
 
 
 def new_id() -> str:
@@ -76,6 +107,10 @@ class CallRecord:
     source: str = "framework"
     policy_version: int | None = None
     call_id: str = dataclasses.field(default_factory=new_id)
+    # How the two views of one call find each other (sdk/_link.py); never stored. A transport's record
+    # carries its HTTP request (``attempt``), a framework hook's the requests its call sent (``link``).
+    attempt: Any = dataclasses.field(default=None, repr=False, compare=False)
+    link: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def fingerprint(self) -> tuple[Any, ...] | None:
         """What identifies this call across two observers of it (a framework hook and the transport).

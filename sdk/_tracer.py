@@ -164,6 +164,8 @@ class Tracer:
     def session_ended(self, s: Session, error: BaseException | None) -> None:
         """Write the ``session_end`` event of ``s`` (after the calls still open in it)."""
         self._finish_open_calls(s, "its session ended")
+        with capture_internal_exceptions("session_end"):
+            s._release_waiting()  # hook records whose transport record never came: written on their own
         if not self.config.enabled:
             return
         with capture_internal_exceptions("session_end"):

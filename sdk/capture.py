@@ -3,6 +3,9 @@
 - **Recording.** Build a :class:`CallRecord`, hand it to :func:`record_call`. Resolve the owning session
   when the call *starts* (:func:`capture_target`) and pass it to :func:`record_call` when it ends:
   framework callbacks may fire in another context than the call.
+- **Joining.** When a recording transport may see the same call, open a link as the call starts
+  (:func:`open_call_link`, in the context the call sends its requests from), put it on the record and
+  close it when the call ends: the two records become one call, joined by the request's identity.
 - **Installing.** An :class:`Integration` says how to hook into its framework (``setup_once``) and how
   to let go (``teardown``); ``install()`` / ``uninstall()`` run them once, under one lock.
 - **Firewall.** Every framework hook is decorated with :func:`firewall`: a tracerl failure inside it
@@ -32,6 +35,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
+from sdk import _link
 from sdk._internal import MissingDependency, capture_internal_exceptions, count, logger, warn_once
 from sdk._records import CallRecord, new_id
 from sdk._redact import is_secret_name, redact
@@ -54,10 +58,12 @@ __all__ = [
     "json_arguments",
     "logger",
     "new_id",
+    "open_call_link",
     "openai_logprobs",
     "openai_usage",
     "record_call",
     "redact",
+    "start_attempt",
     "tool_call",
     "track_open_call",
     "warn_once",
@@ -113,6 +119,36 @@ def track_open_call(session: Session | None, finish: Callable[[str], None]) -> C
         recorded: its session ended
     """
     return tracer.track_open_call(session, finish)
+
+
+def open_call_link() -> _link.CallLink:
+    """From a framework hook, when its model call starts: join the transport's records of it by identity.
+
+    Opens a link in the current context (the one the call's HTTP requests are sent from); a recording
+    transport adds each request it sends there to it. Put the link on the hook's record
+    (``CallRecord(link=...)``) and ``close()`` it when the call ends: the record is then joined to one of
+    those requests (the latest with the same content, else the latest), never to a request another
+    sub-agent sent at the same moment. Calls that opened no link fall back to joining by content.
+
+    Example:
+        >>> link = open_call_link()
+        >>> record = CallRecord(framework="custom", messages=[{"role": "user", "content": "hi"}], link=link)
+        >>> link.close()
+    """
+    return _link.open_link()
+
+
+def start_attempt(call_id: str) -> _link.Attempt | None:
+    """From a recording transport, when it sends a request: add it to the framework calls open here.
+
+    Returns the attempt to put on the transport's record (``record.attempt``, with ``record.call_id``
+    set to ``call_id``), or ``None`` when no framework call is open in this context.
+
+    Example:
+        >>> start_attempt(new_id()) is None  # no framework call open here
+        True
+    """
+    return _link.start_attempt(call_id)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -157,6 +157,24 @@ def _turn(index: int, call: dict[str, Any] | None, stats: Counter[str]) -> dict[
     }
 
 
+def tool_choice_of(call: dict[str, Any]) -> Any:
+    """The ``tool_choice`` a call's request set (``None`` when it set none)."""
+    params = (call.get("request") or {}).get("params")
+    return params.get("tool_choice") if isinstance(params, dict) else None
+
+
+def forced_untokenized(call: dict[str, Any]) -> bool:
+    """Whether a call forced a tool call (a named function, or ``"required"``) and has no completion ids.
+
+    A server forces the call with guided decoding: it generates the arguments JSON (and the tool's name),
+    not the template's tool-call markup. A turn re-rendered from the message would train on markup the
+    model never produced; without the ids of what it did produce, the turn is context, never trained.
+    """
+    choice = tool_choice_of(call)
+    forced = choice == "required" or isinstance(choice, dict)
+    return forced and call.get("completion_token_ids") is None
+
+
 def incomplete_call(call: dict[str, Any]) -> bool:
     """Whether a call's response was cut short: it has a message but its stream never finished.
 
@@ -214,6 +232,8 @@ def _assign(s: StoredSession, opts: EpisodeOptions, counts: Counter[str]) -> lis
                     continue
                 if _extends(messages, th.raw):
                     best = th
+        if best is None and not call.get("request_incomplete"):
+            best = _continued_choice(messages, threads)
         if best is None:
             best = _Thread(len(threads), agent, model)
             threads.append(best)
@@ -240,16 +260,57 @@ def _assign(s: StoredSession, opts: EpisodeOptions, counts: Counter[str]) -> lis
     return threads
 
 
+def other_choices(call: dict[str, Any]) -> list[Any]:
+    """The choices of an ``n > 1`` call besides the one recorded as its response (``[]`` when ``n == 1``)."""
+    extra = call.get("extra")
+    others = extra.get("other_choices") if isinstance(extra, dict) else None
+    return others if isinstance(others, list) else []
+
+
+def _continued_choice(messages: list[Any], threads: list[_Thread]) -> _Thread | None:
+    """The thread whose last call (``n > 1``) this request continues with another choice than the first.
+
+    That choice becomes the call's generated turn, with its own token ids and logprobs: the agent went on
+    with it, so it is what the thread trains on. The choices not continued are left out (counted).
+    """
+    for th in reversed(threads):
+        if not th.calls or not th.raw:
+            continue
+        last, n = th.calls[-1], len(th.raw)
+        at = len(th.messages) - 1
+        if th.generated.get(at) is not last or len(messages) < n or not _extends(messages, th.raw[:-1]):
+            continue
+        for k, choice in enumerate(other_choices(last), 1):
+            if not isinstance(choice, dict):
+                continue
+            message = choice.get("message") if "message" in choice else choice  # transport / framework
+            if isinstance(message, dict) and same_message(messages[n - 1], message):
+                lps = choice.get("logprobs")
+                call = {
+                    **last,
+                    "response": {"message": message, "finish_reason": choice.get("finish_reason")},
+                    "logprobs": lps.get("content") if isinstance(lps, dict) else lps,
+                    "completion_token_ids": choice.get("token_ids"),
+                    "continued_choice": k,
+                }
+                th.calls[-1] = th.generated[at] = call
+                th.messages[at] = normalize_message(message, th.stats)
+                th.raw = [*th.raw[:-1], message]
+                return th
+    return None
+
+
 _last_tools: list[Any] = [None, "[]"]
 
 
 def _tools_json(tools: Any) -> str:
-    # Agents offer the same tools on every call of every session: reuse the last encoding when equal
-    # (a dict comparison is several times cheaper than json.dumps).
+    # A session's calls share one tools object (the reader hands a call its base's list): reuse the last
+    # encoding for that very object only. Tools that are merely == may differ in key order or in true vs 1,
+    # and their text is what the episode's prompts are rendered from.
     if not isinstance(tools, list):
         return "[]"
     cached, text = _last_tools
-    if tools is cached or tools == cached:
+    if tools is cached:
         return text
     text = dumps(tools)
     _last_tools[:] = [tools, text]
@@ -273,7 +334,11 @@ def session_episodes(
     for th in threads:
         named, call_reward_meta = _thread_rewards(th, session_rewards, call_rewards.get(th.index, ()))
         incomplete = [i for i, call in th.generated.items() if incomplete_call(call)]
-        ep = _episode(s, th, source, len(threads), call_reward_meta, task_id, sample, incomplete)
+        forced = [i for i, call in th.generated.items() if forced_untokenized(call)]
+        left_out = sum(len(other_choices(c)) for c in th.calls)
+        if left_out:
+            counts["other_choices_left_out"] += left_out
+        ep = _episode(s, th, source, len(threads), call_reward_meta, task_id, sample, incomplete, forced)
         set_rewards(ep, named, opts.reward_name)
         problems: list[Problem] = [
             Problem(
@@ -283,6 +348,16 @@ def session_episodes(
                 "warning",
             )
             for i in incomplete
+        ]
+        problems += [
+            Problem(
+                "forced_tool_turn",
+                f"message {i} comes from a call that forced a tool call and has no token ids: context, not "
+                "trained",
+                i,
+                "warning",
+            )
+            for i in forced
         ]
         if th.incomplete:
             problems.append(
@@ -438,6 +513,7 @@ def _episode(
     task_id: str | None,
     sample: int | None,
     incomplete: list[int],
+    forced: list[int],
 ) -> dict[str, Any]:
     """The episode row of one thread, rewards not set yet."""
     stats = th.stats
@@ -475,6 +551,7 @@ def _episode(
     if incomplete:
         # Turns of calls cut short (abandoned streams): context for what follows, never trained as complete.
         tracerl["incomplete_turns"] = incomplete
+    tracerl.update(_choices(th, forced))
     if stats:
         tracerl["normalization"] = dict(stats)
     started, ended = sums.started, sums.ended
@@ -503,6 +580,33 @@ def _episode(
         # The reader reports an implicit session that was closed at exit as "ok": say what it is.
         "status": "implicit" if s.implicit else (_str(s.status) or "ok"),
     }
+
+
+def _choices(th: _Thread, forced: list[int]) -> dict[str, Any]:
+    """What the thread's calls chose, for ``metadata.tracerl``.
+
+    ``tool_choice`` per turn, ``n > 1`` choices continued and left out, and the turns under a forced tool
+    call without token ids (context, never trained).
+    """
+    out: dict[str, Any] = {}
+    tool_choices = [
+        {"message_index": i, "tool_choice": choice}
+        for i, call in sorted(th.generated.items())
+        if (choice := tool_choice_of(call)) is not None
+    ]
+    if tool_choices:
+        out["tool_choice"] = tool_choices
+    continued = {str(i): c["continued_choice"] for i, c in th.generated.items() if c.get("continued_choice")}
+    if continued:
+        out["continued_choices"] = continued
+    left_out = sum(len(other_choices(c)) for c in th.calls)
+    if left_out:
+        # n > 1: only the choice the agent continued is trained; the others are left out, counted here
+        # and in the export summary (skipped: other_choices_left_out) and the trainer's data report.
+        out["other_choices_left_out"] = left_out
+    if forced:
+        out["forced_tool_turns"] = forced  # see forced_untokenized
+    return out
 
 
 def set_rewards(ep: dict[str, Any], named: dict[str, float], reward_name: str) -> None:

@@ -33,10 +33,13 @@ PROBLEM_CODES: dict[str, str] = {
     "trailing_tool_call": "(warning) the last message calls tools that were never run (e.g. step limit)",
     "incomplete_turn": "(warning) an assistant turn whose call has no finish reason (a stream closed "
     "before its end): kept as context, never trained as a complete turn",
+    "forced_tool_turn": "(warning) an assistant turn whose call forced a tool call (tool_choice named or "
+    "'required') and has no token ids: the server's guided decoding produced only the arguments, not the "
+    "markup a re-render would train on; kept as context, never trained",
 }
 """Every problem code with its meaning; all but the warnings (marked so) reject the episode."""
 
-_WARNINGS = frozenset({"trailing_tool_call", "incomplete_turn"})
+_WARNINGS = frozenset({"trailing_tool_call", "incomplete_turn", "forced_tool_turn"})
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 

@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                 store=args.store,
                 by_role=args.by_role,
             )
+            for warning in out.warnings:
+                print(f"warning: {warning}", file=sys.stderr)
         else:
             out = compare(
                 _files(args.a),

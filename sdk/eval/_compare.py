@@ -40,7 +40,7 @@ class Comparison:
         resamples: Bootstrap resamples (and permutation draws).
         seed: The random seed.
         per_task: ``{"task_id", "a", "b"}`` (pass@1 of each), in task id order.
-        warnings: What the reader should know (task sets differ).
+        warnings: What the reader should know (task sets or splits differ, a run covers part of its task set).
 
     Example:
         >>> c = compare([{"task_id": "t", "sample": 0, "success": False}],
@@ -160,6 +160,12 @@ def compare(
         raise EvalError("the two runs share no task: nothing to compare")
     only_a, only_b = sorted(pa.keys() - pb.keys()), sorted(pb.keys() - pa.keys())
     warnings = []
+    if sa.split is not None and sb.split is not None and sa.split != sb.split:
+        warnings.append(
+            f"the runs are of different splits: A {sa.split!r}, B {sb.split!r}; the figures compare "
+            "different evaluations"
+        )
+    warnings += [f"A: {w}" for w in sa.warnings] + [f"B: {w}" for w in sb.warnings]
     if only_a or only_b:
         warnings.append(
             f"the task sets differ: {len(only_a)} task(s) only in A, {len(only_b)} only in B; "

@@ -79,6 +79,10 @@ class EvalSummary:
         per_task: One :class:`TaskMetrics` per task, in id order.
         per_role: With ``by_role``: per agent name, ``{"samples", "mean_reward", "mean_reward_se"}`` of the
             role's own reward (see ``sdk.eval._roles``).
+        task_set: Tasks in the whole task set the run drew from, when its results say (``sdk.rollout``
+            writes it on each line); ``tasks`` below it means the results cover part of it (shards missing).
+        shards: The shards (``"I/N"``) the results come from, when the run was sharded.
+        warnings: What the reader should know (results covering part of the task set).
 
     Example:
         >>> s = summarize([{"task_id": "t", "sample": 0, "success": True}])
@@ -106,6 +110,9 @@ class EvalSummary:
     per_sample: dict[str, dict[str, float | None]]
     per_task: list[TaskMetrics]
     per_role: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    task_set: int | None = None
+    shards: list[str] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly dict (what ``metrics.json`` and ``--json`` hold; k keys as strings).
@@ -143,6 +150,9 @@ class EvalSummary:
         each = f"{lo} sample{'s' * (lo != 1)} each" if lo == hi else f"{lo}-{hi} samples each"
         tasks = f"{self.tasks} task{'s' * (self.tasks != 1)}"
         rows = [("pass@1", f"{_pct(self.pass_at_1, self.pass_at_1_se)}  ({tasks}, {each})")]
+        if self.task_set is not None:
+            shards = f"  (shards {', '.join(self.shards)})" if self.shards else ""
+            rows.append(("task set covered", f"{self.tasks} of {self.task_set} tasks{shards}"))
         for label, values, ses in (
             ("pass@k", self.pass_at_k, self.pass_at_k_se),
             ("pass^k", self.pass_hat_k, self.pass_hat_k_se),
@@ -264,6 +274,7 @@ def summarize(
     if by_role and store is None:
         raise EvalError("--by-role reads each agent's rewards from the store: pass --store")
     summary = _assemble(rows, per_task, votes_by_task, ks, threshold, counts, store)
+    summary.task_set, summary.shards, summary.warnings = _coverage(rows, len(tids))
     if by_role:
         summary.per_role = role_figures(_sessions(rows, store))
     return summary
@@ -311,6 +322,42 @@ def _assemble(
         per_sample=_per_sample(rows, store),
         per_task=per_task,
     )
+
+
+def _coverage(rows: list[dict[str, Any]], tasks: int) -> tuple[int | None, list[str], list[str]]:
+    """The task set's size and the shards the rows say they come from, and a warning when not all covered.
+
+    ``sdk.rollout`` writes ``task_set: {"tasks": M, "shard": "I/N" | None}`` on each line; older lines
+    (and rows built by hand) say nothing, and then nothing is claimed.
+    """
+    sizes: set[int] = set()
+    shards: set[str] = set()
+    for r in rows:
+        ts = r.get("task_set")
+        if isinstance(ts, dict):
+            if isinstance(ts.get("tasks"), int):
+                sizes.add(ts["tasks"])
+            if isinstance(ts.get("shard"), str):
+                shards.add(ts["shard"])
+    given = sorted(shards, key=lambda sh: tuple(int(x) for x in sh.split("/") if x.isdigit()))
+    if len(sizes) > 1:
+        return None, given, [f"the results come from task sets of different sizes ({sorted(sizes)})"]
+    if not sizes:
+        return None, given, []
+    total = sizes.pop()
+    if tasks >= total:
+        return total, given, []
+    missing = ""
+    counts = {sh.partition("/")[2] for sh in given}
+    if len(counts) == 1 and counts.pop().isdigit():
+        n = int(given[0].partition("/")[2])
+        absent = [f"{i}/{n}" for i in range(1, n + 1) if f"{i}/{n}" not in shards]
+        missing = f"; shards given {', '.join(given)}, missing {', '.join(absent)}" if absent else ""
+    warning = (
+        f"these results cover {tasks} of the task set's {total} tasks{missing}: the figures are not the "
+        "whole run's"
+    )
+    return total, given, [warning]
 
 
 def _over_tasks(

@@ -44,11 +44,10 @@ from sdk.gateway._http import (
     token_matches,
 )
 from sdk.gateway._records import (
-    MAX_DEPTH,
+    bounded_loads,
     malformed_record,
     recordable,
     request_problem,
-    too_deep,
     warn_once,
 )
 from sdk.gateway._sessions import SessionTable
@@ -177,9 +176,7 @@ def _metadata(value: str | None) -> dict[str, Any]:
     if not value:
         return {}
     raw = value.encode("utf-8")
-    meta, problem = loads(raw)
-    if problem is None and too_deep(raw, meta):
-        meta, problem = None, f"nested deeper than {MAX_DEPTH} levels"
+    meta, problem = bounded_loads(raw)
     if not isinstance(meta, dict):
         count("gateway_bad_headers")
         why = problem or "not a JSON object"
@@ -662,9 +659,10 @@ def _response_headers(resp: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]
 
 
 def _strip_body(endpoint: str, raw: bytes, added: frozenset[str]) -> bytes:
-    try:
-        payload = json.loads(raw)
-    except ValueError:
+    payload, problem = bounded_loads(raw)
+    if problem is not None:  # not JSON, or too deep to re-encode: forwarded as the upstream sent it
+        count("gateway_responses_not_stripped")
+        warn_once("strip", "tracerl gateway: a response was forwarded with its token data: body %s", problem)
         return raw
     return json.dumps(strip_token_data(endpoint, payload, added)).encode("utf-8")
 

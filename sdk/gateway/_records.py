@@ -15,7 +15,15 @@ from sdk.capture import CallRecord, count
 from sdk.gateway._http import decompress, loads
 from sdk.openai_wire import parse_exchange
 
-__all__ = ["MAX_DEPTH", "malformed_record", "recordable", "request_problem", "too_deep", "warn_once"]
+__all__ = [
+    "MAX_DEPTH",
+    "bounded_loads",
+    "malformed_record",
+    "recordable",
+    "request_problem",
+    "too_deep",
+    "warn_once",
+]
 
 logger = logging.getLogger("tracerl.gateway")
 
@@ -54,15 +62,29 @@ def recordable(endpoint: str | None, body: bytes, encoding: str) -> dict[str, An
         body = decoded
     if not body:
         return None
-    payload, problem = loads(body)
-    # Brackets bound the depth: most bodies skip the walk. The store's writers recurse into what they store.
-    if problem is None and too_deep(body, payload):
-        problem = f"nested deeper than {MAX_DEPTH} levels"
+    # The store's writers recurse into what they store: the depth is bounded before.
+    payload, problem = bounded_loads(body)
     if problem is not None:
         count("gateway_unrecorded_requests")
         warn_once("json", "tracerl gateway: a request was forwarded but not recorded: body %s", problem)
         return None
     return payload if isinstance(payload, dict) else None
+
+
+def bounded_loads(raw: bytes) -> tuple[Any, str | None]:
+    """Parse JSON the gateway will walk or re-encode: ``(value, None)``, or ``(None, why not)``.
+
+    Why not: not JSON, or nested deeper than :data:`MAX_DEPTH` levels. Never raises (no recursion error
+    escapes, and what it returns can be re-encoded without one).
+
+    Example:
+        >>> bounded_loads(b'{"a": 1}'), bounded_loads(b"[" * 500 + b"]" * 500)[1]
+        (({'a': 1}, None), 'nested deeper than 128 levels')
+    """
+    value, problem = loads(raw)
+    if problem is None and too_deep(raw, value):
+        return None, f"nested deeper than {MAX_DEPTH} levels"
+    return value, problem
 
 
 def too_deep(raw: bytes, value: Any) -> bool:

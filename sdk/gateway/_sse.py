@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
+from sdk._internal import count
 from sdk._token_data import strip_token_data
+from sdk.gateway._records import bounded_loads
 
 __all__ = ["SSEForwarder"]
 
@@ -109,9 +111,9 @@ def _strip_event(ev: bytes, endpoint: str, added: frozenset[str]) -> bytes:
     lines = ev.split(b"\n")
     for i, line in enumerate(lines):
         if line.startswith(b"data:") and line[5:].strip() not in (b"", b"[DONE]"):
-            try:
-                payload = json.loads(line[5:])
-            except ValueError:
+            payload, problem = bounded_loads(line[5:])
+            if problem is not None:  # not JSON, or too deep to re-encode: forwarded as the upstream sent it
+                count("gateway_responses_not_stripped")
                 continue
             payload = strip_token_data(endpoint, payload, added)
             lines[i] = b"data: " + json.dumps(payload, separators=(",", ":")).encode("utf-8")

@@ -368,8 +368,15 @@ def parse_exchange(
     elif "text/event-stream" in content_type:
         _stream_response(endpoint, _sse_events(response_body), status, record)
     else:
-        body = json.loads(response_body) if response_body else {}
-        if endpoint == "responses":
+        body = _json_object(response_body)
+        if body is None:  # cut off mid-JSON (a timeout, a dropped connection) or not JSON: a failed call
+            record.error = {
+                "type": "invalid_body",
+                "message": f"the response body is not a JSON object ({len(response_body)} bytes): "
+                + response_body[:200].decode("utf-8", "replace"),
+                "status": status,
+            }
+        elif endpoint == "responses":
             read_response(body, record)
         elif endpoint == "messages":
             read_message(body, record)
@@ -378,6 +385,17 @@ def parse_exchange(
     if status < 400 and record.policy_version is None:  # the body did not say: the header, the model
         record.policy_version = policy_version_of({"model": record.response_model}, headers)
     return record
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    """A response body parsed as a JSON object (``{}`` when empty); ``None`` when it is not one."""
+    if not body:
+        return {}
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def _http_error(status: int, body: bytes) -> dict[str, Any]:

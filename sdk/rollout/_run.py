@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from sdk import _env
+from sdk.eval import parse_shard
 from sdk.rollout._resume import _current_store, _resume, _run_key, _store_location
+from sdk.rollout._sample import TASK_SET as _TASK_SET
 from sdk.rollout._sample import _one_sample, _Progress
 from sdk.rollout._summary import RolloutSummary, _append, _write_metrics, summarize
 from sdk.rollout._tasks import RolloutError, _shard_tasks, load_function, load_tasks
@@ -153,8 +155,13 @@ def _prepare(
     if not task_list and task_ids is None:
         named = isinstance(tasks, (str, os.PathLike))
         raise RolloutError(f"no tasks in {os.fspath(tasks)}" if named else "no tasks given")
+    # Each result line says which task set (its size) and shard it belongs to: a summary of some shards
+    # can then say how much of the task set it covers.
+    task_set: dict[str, Any] = {"tasks": len(task_list), "shard": None}
     if shard is not None:
         task_list = _shard_tasks(task_list, shard)
+        spec = shard if isinstance(shard, str) else "/".join(map(str, shard))
+        task_set["shard"] = "/".join(map(str, parse_shard(spec)))
     results_path = Path(results)
     if store is not None and _current_store().resolve() != Path(store).resolve():
         sdk.configure(store=store)
@@ -166,7 +173,7 @@ def _prepare(
     location = _store_location()
     ids = task_ids if task_ids is not None else {t["id"] for t in task_list}
     rows = _resume(results_path, location, key, split, ids, threshold)
-    extra = {**(metadata or {}), "split": split, "rollout": key}
+    extra = {**(metadata or {}), "split": split, "rollout": key, _TASK_SET: task_set}
     return _Plan(fn, score, task_list, results_path, location, rows, extra, timeout, threshold)
 
 

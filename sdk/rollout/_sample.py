@@ -25,6 +25,9 @@ from sdk.rollout._tasks import SampleTimeout
 
 __all__ = ["PolicyEndpoint", "policy_endpoint"]
 
+TASK_SET = "task_set"
+"""A result line's task set: ``{"tasks": size of the whole set, "shard": "I/N" or None}``."""
+
 
 class PolicyEndpoint(NamedTuple):
     """The policy a sample calls: ``TRACERL_POLICY_BASE_URL`` and ``TRACERL_POLICY_MODEL`` (None if unset).
@@ -121,6 +124,7 @@ async def _one_sample(
         "task_id": task["id"],
         "sample": k,
         "split": metadata["split"],
+        TASK_SET: metadata.get(TASK_SET),
         "status": "ok",
         "reward": None,
         "rewards": {},
@@ -130,6 +134,8 @@ async def _one_sample(
         "session_id": None,
     }
     try:
+        if TASK_SET in metadata:  # the result line's, not the session's
+            metadata = {key: v for key, v in metadata.items() if key != TASK_SET}
         async with sdk.session(task_id=task["id"], sample=k, **metadata) as s:
             row["session_id"] = s.session_id
             try:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -86,7 +87,9 @@ def test_shards_are_disjoint_and_merge_to_the_unsharded_numbers(policy_env, tmp_
     for d in (whole, merged):
         del d["per_sample"]["seconds"]  # wall time differs run to run; calls and tokens do not
         del d["per_sample"]["call_seconds"]
-    assert merged == whole
+    assert (whole["task_set"], whole["shards"], merged["shards"]) == (12, [], ["1/3", "2/3", "3/3"])
+    del whole["shards"], merged["shards"]
+    assert merged == whole and merged["warnings"] == []  # every task of the set: nothing to warn of
     # Answers 0,0,0 (right); 1,2,0 or 2,1,0 (a three-way tie: 1/3 right); task-4 -,2,0 (1/2 right).
     assert whole["maj_at_k"]["3"] == pytest.approx((4 + 7 / 3 + 1 / 2) / 12)
     # `python -m sdk.eval summarize` over the shards prints the same table as over the whole run.
@@ -99,7 +102,8 @@ def test_shards_are_disjoint_and_merge_to_the_unsharded_numbers(policy_env, tmp_
     assert a.returncode == b.returncode == 0 and a.stderr == b.stderr == ""
 
     def timeless(out: str) -> list[str]:
-        return [line for line in out.splitlines() if not line.startswith("seconds per sample")]
+        skip = ("seconds per sample", "task set covered")  # the shards are named in the merged one
+        return [line for line in out.splitlines() if not line.startswith(skip)]
 
     assert timeless(a.stdout) == timeless(b.stdout)
     assert "task-11" in a.stdout and "majority answer" in a.stdout
@@ -111,3 +115,43 @@ def test_bad_shard_is_one_error_line(tmp_path, capsys):
         assert main(["eval_agents:solve", tasks, "--shard", bad, "--results", str(tmp_path / "r.jsonl")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: a shard is I/N"), err
+
+
+def test_a_summary_of_some_shards_says_what_it_covers_and_compare_checks_the_splits(
+    policy_env, tmp_path, monkeypatch
+):
+    store = tmp_path / "store"
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    common = ["eval_agents:solve", tasks, "-G", "2", "--reward-fn", "eval_agents:score", "--store", str(store),
+              "--no-progress"]  # fmt: skip
+    shard_files = []
+    for i in (1, 2):  # shard 3 of 3 never ran
+        shard_files.append(tmp_path / f"shard-{i}.jsonl")
+        assert main([*common, "--split", "eval", "--shard", f"{i}/3", "--results", str(shard_files[-1])]) == 0
+    assert main([*common, "--split", "test", "--results", str(tmp_path / "test.jsonl")]) == 0
+    covered = len({r["task_id"] for f in shard_files for r in load_results(f)})
+    assert 0 < covered < len(TASKS)
+    s = summarize(shard_files)
+    assert (s.tasks, s.task_set, s.shards) == (covered, 12, ["1/3", "2/3"])
+    (warning,) = s.warnings
+    assert f"cover {covered} of the task set's 12 tasks" in warning and "missing 3/3" in warning
+    run = [sys.executable, "-m", "sdk.eval"]
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}:{Path(__file__).parent}")
+    out = subprocess.run(
+        [*run, "summarize", *map(str, shard_files)], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert (
+        out.returncode == 0
+        and out.stderr.startswith("warning: these results cover")
+        and "missing 3/3" in out.stderr
+    )
+    assert re.search(rf"task set covered +{covered} of 12 tasks +\(shards 1/3, 2/3\)", out.stdout)
+    a = ",".join(map(str, shard_files))
+    out = subprocess.run(
+        [*run, "compare", a, str(tmp_path / "test.jsonl"), "--resamples", "100"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    warnings = out.stderr.splitlines()
+    assert "warning: the runs are of different splits: A 'eval', B 'test'" in warnings[0]
+    assert any(w.startswith("warning: A: these results cover") for w in warnings)

@@ -40,6 +40,7 @@ class DataReport:
     rerender_differs_why: dict[str, int] = field(default_factory=dict)
     template_no_ids: int = 0
     context_turns: int = 0
+    other_choices_left_out: int = 0
     truncated: int = 0
     cut_at_length: int = 0
     skipped_too_long: int = 0
@@ -83,7 +84,10 @@ class DataReport:
             "rerender_match": "episodes re-rendered with the chat template, matching the stored ids",
             "rerender_differs": "episodes re-rendered with the chat template, differing from the stored ids",
             "template_no_ids": "episodes re-rendered with the chat template (no stored token ids)",
-            "context_turns": "assistant turns kept as context, not trained (hand-offs, few-shot, cut off)",
+            "context_turns": "assistant turns kept as context, not trained (hand-offs, few-shot, cut off, "
+            "forced tool calls without token ids)",
+            "other_choices_left_out": "choices of n > 1 calls left out (only the one the agent continued is "
+            "trained)",
             "truncated": "episodes truncated to max length",
             "cut_at_length": "episodes cut before a message that starts past max length (not tokenized)",
             "skipped_too_long": "episodes skipped: longer than max length",

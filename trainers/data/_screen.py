@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import weakref
 from collections import Counter
@@ -197,10 +198,25 @@ def convert_episodes(
             rep.notes.append(f"episode {conv.episode_id} skipped: {conv.skipped}")
             continue
         _count_converted(rep, conv)
+        rep.other_choices_left_out += _other_choices_left_out(ep.get("metadata"))
         session = ep.get("session_id")
         conv.session_id = None if session is None else str(session)
         out.append(conv)
     return out, rep
+
+
+def _other_choices_left_out(meta: Any) -> int:
+    """How many choices of the episode's ``n > 1`` calls were left out (not continued by the agent)."""
+    if isinstance(meta, str):
+        if "other_choices_left_out" not in meta:
+            return 0
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            return 0
+    tracerl = meta.get("tracerl") if isinstance(meta, Mapping) else None
+    n = tracerl.get("other_choices_left_out") if isinstance(tracerl, Mapping) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) else 0
 
 
 def _count_converted(rep: DataReport, conv: ConvertedEpisode) -> None:

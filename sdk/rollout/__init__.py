@@ -23,7 +23,8 @@ done, as locally. The agent's code must be importable on the workers (installed 
 ``--continuous`` (:func:`run_continuous` in Python) keeps ``--concurrency`` samples in flight, cycling over
 the tasks (each visit of a task runs its next ``group_size`` samples, with fresh sample indices) until
 SIGINT/SIGTERM or its ``stop`` event; the samples in flight then finish and it exits 0. Its results file and
-store are the batch runner's and it resumes the same way. Each sample reads ``TRACERL_POLICY_BASE_URL`` and
+store are the batch runner's and it resumes the same way, running the missing samples of the groups a kill
+left part-done before anything else. Each sample reads ``TRACERL_POLICY_BASE_URL`` and
 ``TRACERL_POLICY_MODEL`` at its start (:func:`policy_endpoint`), so when the loop switches the policy to a
 new version the samples started afterwards call it.
 

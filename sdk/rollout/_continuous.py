@@ -6,7 +6,9 @@ trainer can learn beside it (the loop's ``mode: async``). Samples are taken in b
 (the task set cycled in order, or the next task of ``task_stream``) it gets its first block not yet done,
 so a task that comes back gets fresh sample indices. The results file, the store and resuming are the batch
 runner's: after a kill, the same call skips the pairs in the results file, takes pairs the store finished
-from there, marks the attempts cut short superseded, and runs those pairs again when their task comes round.
+from there, marks the attempts cut short superseded, and runs the missing samples of every group the kill
+left part-done first, before any new task (a trainer waiting for those groups is never left waiting on a
+task that may not come round again: a task stream held back by back-pressure, or a spent budget).
 
 Example:
     >>> import threading
@@ -69,7 +71,8 @@ def run_continuous(
     Args:
         agent: As for :func:`sdk.rollout.run_rollout`.
         tasks: The task set, taken ``group_size`` samples per task in order (again and again when
-            ``cycle``, with fresh sample indices each round); ignored when ``task_stream`` is given.
+            ``cycle``, with fresh sample indices each round). With ``task_stream``, only where a killed
+            run's part-done groups find their tasks (their missing samples run first).
         results: The results file (JSON lines, the batch runner's format); pairs already in it are skipped.
         stop: Set to stop: no sample starts after it, those in flight finish (or time out), then it returns.
         concurrency: Samples in flight at once.
@@ -99,20 +102,22 @@ def run_continuous(
         >>> run_continuous("my_agent:solve", "tasks.jsonl", results="r.jsonl", stop=stop)  # doctest: +SKIP
     """
     plan = _prepare(
-        agent, tasks if task_stream is None else (), group_size=group_size, concurrency=concurrency,
+        agent, tasks, group_size=group_size, concurrency=concurrency,
         timeout=timeout, reward_fn=reward_fn, split=split, results=results, store=store, id_field=id_field,
         threshold=success_threshold, metadata=None if callable(metadata) else metadata,
         task_ids=_AnyTask() if task_stream is not None else None,
     )  # fmt: skip
     done = {(str(r["task_id"]), int(r["sample"])) for r in plan.rows}
     plan.rows = []
+    first = _part_done(plan.tasks, done, group_size)
+    bar = _Progress(progress, None, len(done))  # no total: it runs until stopped
+    done.update((t["id"], k) for t, k in first)  # scheduled now: not again when their task comes round
     if task_stream is not None:
         source: Iterator[dict[str, Any]] = iter(task_stream)
     else:
         source = itertools.cycle(plan.tasks) if cycle else iter(plan.tasks)
-    bar = _Progress(progress, None, len(done))  # no total: it runs until stopped
     run = _Continuous(plan, concurrency, stop, metadata if callable(metadata) else None, on_sample, bar)
-    pairs = _pairs(source, group_size, done, id_field, bar)
+    pairs = itertools.chain(first, _pairs(source, group_size, done, id_field, bar))
     try:
         asyncio.run(run.loop(pairs, blocking=task_stream is not None))
     finally:
@@ -124,6 +129,20 @@ def run_continuous(
     summary = _finish(plan, [], len({(r["task_id"], r["sample"]) for r in plan.rows}), interrupted=False)
     summary.ran = run.ran
     return summary
+
+
+def _part_done(
+    tasks: list[dict[str, Any]], done: set[tuple[str, int]], group_size: int
+) -> list[tuple[dict[str, Any], int]]:
+    """The missing (task, sample) pairs of the groups an earlier run left part-done, of the known tasks."""
+    by_id = {t["id"]: t for t in tasks}
+    blocks = sorted({(tid, k // group_size) for tid, k in done if tid in by_id})
+    return [
+        (by_id[tid], k)
+        for tid, b in blocks
+        for k in range(b * group_size, (b + 1) * group_size)
+        if (tid, k) not in done
+    ]
 
 
 def _pairs(

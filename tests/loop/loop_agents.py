@@ -45,3 +45,33 @@ def skill(task: dict[str, Any]) -> int:
 
 def below_skill(task: dict[str, Any], answer: Any) -> float:
     return float(int(task["q"]) < int(answer))
+
+
+def _sample_index() -> int:
+    import sdk
+
+    s = sdk.current_session()
+    return int(s.sample or 0) if s is not None else 0
+
+
+def solve_or_hold(task: dict[str, Any]) -> str | None:
+    """``solve``, but the last sample of each group of 4 is held while the file ``LOOP_TEST_HOLD`` names
+    exists (at most 120 s): a kill then leaves every group part-done."""
+    import time
+
+    hold = os.environ.get("LOOP_TEST_HOLD")
+    deadline = time.monotonic() + 120
+    while hold and _sample_index() % 4 == 3 and os.path.exists(hold) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return solve(task)
+
+
+def solve_reward_3_of_4(task: dict[str, Any]) -> str | None:
+    """``solve`` rewarded by a coin flip from inside the agent, except the last sample of each group of 4,
+    which never gets a reward."""
+    import sdk
+
+    answer = solve(task)
+    if _sample_index() % 4 != 3:
+        sdk.reward(coin(task, answer))
+    return answer

@@ -131,3 +131,57 @@ def test_superseded_attempts_are_left_out(tmp_path):
     assert rerun in {s.session_id for s in group.sessions} and cut not in {
         s.session_id for s in group.sessions
     }
+
+
+def test_a_group_from_a_future_version_is_refused_and_counted(tmp_path):
+    store = tmp_path / "store"
+    sdk.configure(store=store)
+    src = _source(store, Clock(), max_staleness=1)
+    for k in range(2):
+        _sample("ahead", k, version=5, reward=float(k))  # stamped by weights the trainer does not have
+        _sample("now", k, version=2, reward=float(k))
+    sdk.flush()
+    got = src.poll(2)
+    assert [g.task_id for g in got.groups] == ["now"] and got.staleness == [0]
+    assert got.dropped == {"future_version": 2}
+    assert {d["task_id"] for d in got.dropped_samples if d["reason"] == "future_version"} == {"ahead"}
+    assert src.state()["dropped"]["r1|ahead|0"] == "future_version"
+    assert src.poll(7).groups == []  # refused for good: not offered again once the trainer gets there
+
+
+def test_a_given_back_group_that_lost_a_sample_is_offered_again(tmp_path):
+    store = tmp_path / "store"
+    sdk.configure(store=store)
+    clock = Clock()
+    src = StreamingSource(store, group_size=4, max_staleness=1, clock=clock)
+    for k in range(4):
+        _sample("a", k, version=0, reward=None if k == 3 else float(k % 2))
+    sdk.flush()
+    first = src.poll(0)
+    (group,) = first.groups
+    assert [s.sample for s in group.sessions] == [0, 1, 2] and first.dropped == {"no_reward_after_wait": 1}
+    src.release(first.groups)  # the trainer had no room for it this version
+    again = src.poll(0)
+    assert [[s.sample for s in g.sessions] for g in again.groups] == [[0, 1, 2]]
+    assert not again.dropped and again.pending == 0
+    src.release(again.groups)
+    # After a restart from a cursor saved meanwhile (the drop in it, the group not taken): offered again.
+    restarted = StreamingSource(store, group_size=4, max_staleness=1, clock=clock, state=src.state())
+    assert [[s.sample for s in g.sessions] for g in restarted.poll(0).groups] == [[0, 1, 2]]
+
+
+def test_once_nothing_more_will_come_a_part_done_group_is_dropped_not_awaited(tmp_path):
+    store = tmp_path / "store"
+    sdk.configure(store=store)
+    src = StreamingSource(store, group_size=4, max_staleness=1, clock=Clock(), reward_wait_s=60)
+    for k in range(3):  # the fourth sample never ends (its run was killed, no re-run will come)
+        _sample("a", k, version=0, reward=1.0)
+    for k in range(4):
+        _sample("b", k, version=0, reward=float(k % 2))
+    sdk.flush()
+    live = src.poll(0)
+    assert [g.task_id for g in live.groups] == ["b"] and live.pending == 1 and live.backlog == 3
+    closed = src.poll(0, closed=True)
+    assert closed.groups == [] and closed.pending == 0
+    assert closed.dropped == {"group_incomplete": 3}
+    assert src.poll(0, closed=True).dropped == {}  # decided once

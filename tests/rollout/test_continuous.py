@@ -218,3 +218,53 @@ def test_kill_9_then_restart_runs_each_pair_once_and_supersedes_the_cut_attempts
     assert superseded == set(cut)
     kept = Counter((s.task_id, s.sample) for s in sessions if not s.superseded)
     assert kept == pairs and {s.status for s in sessions if not s.superseded} == {"ok"}
+
+
+def test_after_kill_9_a_part_done_group_runs_first_even_while_the_stream_yields_nothing(gated, tmp_path):
+    """A killed run leaves t-1's group half done; the same results file then finishes it before anything
+    else, although the task stream (held back, as the loop's back-pressure holds it) never yields t-1."""
+    server, gate = gated
+    tasks = [{"id": f"t-{i}"} for i in range(3)]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    store, res = tmp_path / "store", tmp_path / "res.jsonl"
+    cmd = [
+        sys.executable, "-m", "sdk.rollout", AGENT, str(path), "--continuous", "-G", "2", "-c", "1",
+        "--reward-fn", "rollout_agents:score", "--store", str(store), "--results", str(res), "--no-progress",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, env=child_env(server.base_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        wait_until(lambda: server.in_flight == 1, "the child never started a sample")
+        gate.release(3)  # t-0's group and t-1 sample 0; t-1 sample 1 is then held
+        wait_until(lambda: len(read_results(res)) == 3 and server.in_flight == 1, "no 3 results")
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    gate.release(1)  # the cut request, answered to no one
+    wait_until(lambda: server.in_flight == 0, "the cut request was never released")
+    assert {(r["task_id"], r["sample"]) for r in read_results(res)} == {("t-0", 0), ("t-0", 1), ("t-1", 0)}
+
+    def held_back() -> Iterator[dict[str, Any]]:
+        stop.wait(60)  # bounded: a failed test does not hang
+        return
+        yield
+
+    gate.release(1000)
+    thread, stop, _ = start(
+        tasks=tasks, task_stream=held_back(), results=res, store=store, group_size=2, concurrency=1
+    )
+    try:
+        wait_until(lambda: len(read_results(res)) == 4, "the part-done group was never finished")
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    pairs = Counter((r["task_id"], r["sample"]) for r in read_results(res))
+    assert pairs == Counter({("t-0", 0): 1, ("t-0", 1): 1, ("t-1", 0): 1, ("t-1", 1): 1})
+    sessions = list(read_sessions(store))
+    assert [(s.task_id, s.sample) for s in sessions if s.superseded] == [("t-1", 1)]

@@ -8,18 +8,26 @@ and returns the GRPO groups that became ready since the last poll.
 
 A *sample* is identified by ``(rollout, task_id, sample)``: ``rollout`` is the session metadata the rollout
 runner stamps (its results file's key), so runs that reuse sample numbers never collide. Sample ``k`` of a
-task belongs to the group ``k // group_size``. A group is ready when all ``group_size`` of its samples have
-ended (a superseded attempt does not count: the runner ran that sample again) and each has a reward or has
-waited ``reward_wait_s`` seconds since its session ended (late rewards, from a scoring job or a user, are
-let in until then). Then, in this order:
+task belongs to the group ``k // group_size``. A group is ready when each of its ``group_size`` samples has
+ended (a superseded attempt does not count: the runner ran that sample again) or was dropped already, and
+each ended one has a reward or has waited ``reward_wait_s`` seconds since its session ended (late rewards,
+from a scoring job or a user, are let in until then). Then, in this order:
 
 - samples still without a reward are dropped (``no_reward_after_wait``); a group left with fewer than 2
   rewarded samples is dropped (``group_too_small``);
 - the group's policy version is its OLDEST turn's: a call's ``policy_version`` when the store records it,
   else the session metadata ``policy_version`` the loop stamps on every sample; a group without one is
   dropped (``unknown_version``: its staleness cannot be bounded);
+- a group with a turn of a version newer than ``current_version`` is dropped (``future_version``: weights
+  the trainer never had; another run's store, or a run resumed from older weights);
 - a group with ``current_version - version > max_staleness`` is dropped (``stale``);
 - otherwise it is taken.
+
+A group the trainer gives back (:meth:`StreamingSource.release`) is offered again, its dropped samples
+still counted as decided. A group that can no longer complete is never waited on: once nothing will write
+samples any more (``poll(..., closed=True)``: the collector has ended), its ended samples are dropped
+(``group_incomplete``); before that, the rollout runner re-runs a killed run's missing samples first
+(:func:`sdk.rollout.run_continuous`).
 
 Every taken or dropped sample enters the cursor (:meth:`StreamingSource.state`), which makes the source
 exactly-once across restarts: the loop saves it atomically with each checkpoint and passes it back as
@@ -51,7 +59,14 @@ __all__ = ["StreamBatch", "StreamGroup", "StreamingSource", "sample_key", "sessi
 
 _STATE_FORMAT = 1
 #: Drop reasons, in the order they are checked.
-DROP_REASONS = ("no_reward_after_wait", "group_too_small", "unknown_version", "stale")
+DROP_REASONS = (
+    "group_incomplete",
+    "no_reward_after_wait",
+    "group_too_small",
+    "unknown_version",
+    "future_version",
+    "stale",
+)
 
 
 def session_version(session: StoredSession) -> int | None:
@@ -66,6 +81,12 @@ def session_version(session: StoredSession) -> int | None:
         >>> session_version(StoredSession("s", calls=[{"policy_version": 2}], metadata={"policy_version": 3}))
         2
     """
+    versions = _versions(session)
+    return None if versions is None else min(versions)
+
+
+def _versions(session: StoredSession) -> list[int] | None:
+    """The policy version of each of ``session``'s calls (the metadata's when it has none), or ``None``."""
     meta = session.metadata.get("policy_version") if isinstance(session.metadata, dict) else None
     fallback = meta if isinstance(meta, int) and not isinstance(meta, bool) else None
     versions = []
@@ -73,10 +94,10 @@ def session_version(session: StoredSession) -> int | None:
         v = call.get("policy_version")
         versions.append(v if isinstance(v, int) and not isinstance(v, bool) else fallback)
     if not versions:
-        return fallback
+        return None if fallback is None else [fallback]
     if any(v is None for v in versions):
         return None
-    return min(versions)  # type: ignore[type-var]
+    return versions  # type: ignore[return-value]
 
 
 @dataclasses.dataclass
@@ -182,6 +203,7 @@ class StreamingSource:
         self.clock = clock
         self._taken: set[str] = set()
         self._dropped: dict[str, str] = {}  # pair key -> reason
+        self._dropped_in: Counter[tuple[str, str, int]] = Counter()  # dropped samples per group key
         self.dropped_total: Counter[str] = Counter()
         if state:
             self._restore(state)
@@ -192,6 +214,10 @@ class StreamingSource:
         self._taken = set(state.get("taken") or [])
         self._dropped = dict(state.get("dropped") or {})
         self.dropped_total = Counter(self._dropped.values())
+        for key in self._dropped:
+            rollout, rest = key.split("|", 1)
+            task, k = rest.rsplit("|", 1)
+            self._dropped_in[(rollout, task, int(k) // self.group_size)] += 1
 
     def state(self) -> dict[str, Any]:
         """The cursor: samples taken and dropped (with reasons), JSON-serialisable.
@@ -207,7 +233,8 @@ class StreamingSource:
         """Give taken groups back: the next :meth:`poll` offers them again (with their staleness then).
 
         The loop takes a batch's worth and releases the rest, so the cursor it saves never counts a group
-        as taken that no step trained on.
+        as taken that no step trained on. A group offered with fewer than ``group_size`` samples (some were
+        dropped) is offered again with the same samples: its dropped ones stay decided.
 
         Example:
             >>> import tempfile
@@ -241,8 +268,14 @@ class StreamingSource:
                 groups[gkey][pair[2]] = s
         return groups
 
-    def poll(self, current_version: int) -> StreamBatch:
+    def poll(self, current_version: int, *, closed: bool = False) -> StreamBatch:
         """Read the store and return the groups ready now (see the module docstring).
+
+        Args:
+            current_version: The trainer's policy version (staleness is counted from it).
+            closed: Nothing will write training samples any more (the collector has ended): a group whose
+                samples have not all ended cannot complete, and its ended samples are dropped
+                (``group_incomplete``) instead of waited on.
 
         Example:
             >>> import tempfile
@@ -252,7 +285,11 @@ class StreamingSource:
         batch = StreamBatch()
         now = self.clock()
         for gkey, samples in sorted(self._candidates().items()):
-            if len(samples) < self.group_size:
+            if len(samples) + self._dropped_in[gkey] < self.group_size:
+                if closed:
+                    for s in samples.values():
+                        self._drop(s, "group_incomplete", batch)
+                    continue
                 batch.pending += 1
                 batch.backlog += len(samples)
                 continue
@@ -281,12 +318,17 @@ class StreamingSource:
             for s in rewarded:
                 self._drop(s, "group_too_small", batch)
             return
-        versions = [session_version(s) for s in rewarded]
-        if any(v is None for v in versions):
+        versions = [_versions(s) for s in rewarded]
+        known = [v for v in versions if v is not None]
+        if len(known) < len(versions):
             for s in rewarded:
                 self._drop(s, "unknown_version", batch)
             return
-        oldest = min(v for v in versions if v is not None)
+        oldest = min(min(v) for v in known)
+        if max(max(v) for v in known) > current:  # never trained from weights the trainer did not have
+            for s in rewarded:
+                self._drop(s, "future_version", batch)
+            return
         if current - oldest > self.max_staleness:
             for s in rewarded:
                 self._drop(s, "stale", batch)
@@ -303,6 +345,7 @@ class StreamingSource:
     def _drop(self, s: StoredSession, reason: str, batch: StreamBatch) -> None:
         pair = _pair(s)
         self._dropped[_pair_key(pair)] = reason
+        self._dropped_in[(pair[0], pair[1], pair[2] // self.group_size)] += 1
         self.dropped_total[reason] += 1
         batch.dropped[reason] += 1
         batch.dropped_samples.append(

@@ -13,11 +13,13 @@ See :mod:`trainers.loop.continuous`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import multiprocessing
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +53,7 @@ class _Gate:
 
     Samples beyond ``max_staleness`` versions' worth would only be dropped as stale, so the collector
     starts new tasks only while the backlog the trainer last saw is below ``limit`` (see
-    ``async_loop._backlog_limit``); it also stops at the sample budget (``max_samples``).
+    ``continuous._backlog_limit``); it also stops at the sample budget (``max_samples``).
     """
 
     def __init__(self, limit: int, budget_tasks: int | None) -> None:
@@ -66,9 +68,13 @@ class _Gate:
         while self._backlog.value >= self.limit and not stop.is_set():
             stop.wait(_POLL_S)
 
-    def feed(self, pool: list[dict[str, Any]], stop: Any, start: int = 0) -> Any:
-        """Tasks in pool order, cycling, as room allows, until ``stop`` or the budget (``task_stream``)."""
-        k = start
+    def feed(self, pool: list[dict[str, Any]], stop: Any, start: Callable[[], int] = lambda: 0) -> Any:
+        """Tasks in pool order, cycling, as room allows, until ``stop`` or the budget (``task_stream``).
+
+        ``start()``: tasks handed out before, read when the first task is asked for (after the runner has
+        resumed its results file).
+        """
+        k = start()
         while not stop.is_set() and (self.budget_tasks is None or k < self.budget_tasks):
             self.wait_room(stop)
             if stop.is_set():
@@ -163,14 +169,15 @@ def _main(
     results = out / "rollouts" / "stream.jsonl"
     env = _PolicyEnv(out / "policy-env.json", version)
     # The task stream carries back-pressure and the budget; after a restart the runner resumes its results
-    # file and gives each task that comes round its next group of samples.
-    done = _line_count(results) // cfg.group_size  # tasks already run (budget)
+    # file, first runs the missing samples of the groups the kill left part-done (outside the gate and the
+    # budget: the trainer waits for those groups), then gives each task that comes round its next group.
+    handed_out = functools.partial(_groups_begun, results, cfg.group_size)  # tasks run before (budget)
     try:
         run_continuous(
             cfg.agent,
             pool,
             stop=stop,
-            task_stream=gate.feed(pool, stop, start=done),
+            task_stream=gate.feed(pool, stop, start=handed_out),
             results=results,
             concurrency=cfg.concurrency,
             group_size=cfg.group_size,
@@ -250,8 +257,12 @@ def _watch_parent(parent: int, stop: Any) -> None:
     os._exit(1)
 
 
-def _line_count(path: Path) -> int:
-    try:
-        return sum(1 for line in path.read_text().splitlines() if line.strip())
-    except OSError:
-        return 0
+def _groups_begun(path: Path, group_size: int) -> int:
+    """Groups (task, block of ``group_size`` samples) with at least one sample in the results file."""
+    begun = set()
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                row = json.loads(line)
+                begun.add((str(row["task_id"]), int(row["sample"]) // group_size))
+    return len(begun)

@@ -394,7 +394,7 @@ def _take(
         _check_server(policy)
         done = not collector.alive()  # read before polling: nothing new can come after
         t = time.time()
-        batch = source.poll(version.get())
+        batch = source.poll(version.get(), closed=done)  # closed: part-done groups are dropped, not awaited
         polled = time.time() - t
         drops += [{**d, "policy_version": next_version} for d in batch.dropped_samples]
         for g in batch.groups:

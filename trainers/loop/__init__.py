@@ -1,4 +1,4 @@
-"""The in-situ training loop: rollout → export → train → reload → validate, round after round.
+"""The in-situ training loop: rollout → export → train → serve → validate, round after round.
 
 ``python -m trainers.loop CONFIG.yaml`` (or :func:`run_loop`) points the loop at any agent function and
 task file. Each round:
@@ -7,10 +7,11 @@ task file. Each round:
    ``TRACERL_POLICY_BASE_URL`` / ``TRACERL_POLICY_MODEL``);
 2. ``sdk.rollout`` runs the agent ``samples`` times on this round's training tasks (split ``round-N``);
 3. ``sdk.episodes.export`` turns the round's sessions into Parquet;
-4. one training round in-process through the trainer API (:func:`trainers.settings.make_config`, then the
-   backend's ``train``, whose ``TrainResult`` gives checkpoint, adapter flag and steps; ``train:`` holds the
-   keys of ``python -m sdk.train``'s ``--config`` file); a LoRA adapter is merged into full weights;
-5. the policy server loads the new weights;
+4. one training round on the loop's resident trainer (:mod:`trainers.loop.training`: built at the first
+   round and kept, so the model, optimizer, schedule and RNG carry over; ``train:`` holds the keys of
+   ``python -m sdk.train``'s ``--config`` file); ``backend: ray`` trains a new run per round instead;
+5. the new weights are pushed to the policy server as tensors (LoRA: the adapter's only), and every
+   ``checkpoint_every`` rounds (1) a recovery checkpoint is written;
 6. every ``eval_every`` rounds (and before the first), the runner evaluates the validation tasks
    (split ``eval-round-N``; nothing is trained on them).
 
@@ -22,9 +23,9 @@ Curriculum (``curriculum: {start, widen_every, widen_by}``): a round draws its t
 rank with the average), and the share widens by ``widen_by`` every ``widen_every`` rounds.
 
 Outputs in ``out``: ``metrics.jsonl`` (one line per round, appended as it finishes), ``progress.png``
-(train reward and validation success per round), ``state.json`` (the last finished round and its
+(train reward and validation success per round), ``state.json`` (the last checkpointed round and its
 checkpoint: re-running the same command continues after it), ``store/``, ``rollouts/`` (the runner's
-results files), ``episodes/`` and ``train/round-N/``.
+results files), ``episodes/`` and ``train/`` (the trainer's log, ``checkpoint-<step>/``, ``final/``).
 
 Config keys: see :class:`LoopConfig`. Example ``loop.yaml``::
 

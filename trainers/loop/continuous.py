@@ -7,17 +7,18 @@ Two processes (three with a policy server of its own), the loop's with two threa
   (cycling), each session stamped with the policy version being served (metadata ``policy_version``);
 - the **trainer** (the main thread) polls a :class:`~trainers.data.stream.StreamingSource` on the store;
   once at least one batch of groups with reward spread is there, it trains ``sync_every`` batches of
-  them (``train.grpo.num_train_epochs`` passes, 1 by default) from the last weights
-  (``trainers.settings.make_config`` + the backend's ``train``; a LoRA adapter is merged), saves the new
-  checkpoint with the source's cursor, and publishes the weights to the policy server as version N+1 (in
-  place: requests running finish on the old weights);
+  them (``train.grpo.num_train_epochs`` passes, 1 by default) on the loop's resident trainer
+  (:mod:`trainers.loop.training`: model, optimizer, schedule and RNG kept across versions) and pushes the
+  weights to the policy server as version N+1, as tensors (in place: requests running finish on the old
+  weights); every ``checkpoint_every`` versions (10) and at the end it writes a recovery checkpoint;
 - **validation** on the held-out tasks every ``eval_every`` versions runs beside training (its samples run
   on whatever version is served while they run; the last validation, after training stops, is exact).
 
-Durability (kill -9 anywhere, then the same command): ``state.json`` is replaced atomically after each
-version's checkpoint, cursor (``train/v-N/cursor.json``), ``metrics.jsonl`` rows and
-``trained_samples.jsonl`` lines are written; on restart, rows and lines of later versions are cut, the
-cursor of the last committed version is read back, and groups taken after it are offered again — so no
+Durability (kill -9 anywhere, then the same command): each version appends its ``metrics.jsonl`` rows and
+``trained_samples.jsonl`` lines; at a checkpoint ``state.json`` is replaced atomically after the checkpoint,
+the cursor (``train/v-N/cursor.json``) and the lines are written; on restart, rows and lines of versions
+after the last checkpoint are cut, the trainer continues from the checkpoint, its cursor is read back, and
+groups taken after it are offered again — so no
 (task, sample) is trained twice (``trained_samples.jsonl`` says which version trained it) and every
 completed one is either trained or listed in ``dropped_samples.jsonl`` with its reason. The collector's
 results files and the store resume as the rollout runner does (an interrupted attempt is superseded).
@@ -25,7 +26,8 @@ results files and the store resume as the rollout runner does (an interrupted at
 Metrics per optimizer step in ``metrics.jsonl`` (``kind: "train"``): ``step``, ``policy_version`` (the
 version the step produces), ``loss``, ``reward``, ``is_ratio_mean``, ``is_ratio_max``,
 ``is_truncated_frac``, and for its version ``staleness_hist`` ({versions behind: groups}),
-``groups_dropped_stale``, ``samples_per_s``, ``trainer_idle_pct``, ``collector_idle_pct``; validation rows
+``groups_dropped_stale``, ``samples_per_s``, ``trainer_idle_pct``, ``collector_idle_pct``, and the swap's
+costs ``build_s``, ``train_s``, ``push_s``, ``push_bytes``, ``checkpoint_s``; validation rows
 have ``kind: "eval"``. Every row has ``wall_s``, the loop's seconds so far (a resumed run goes on from
 its last row, as the lock-step loop's rows do). ``progress.png`` shows validation success and staleness by
 version.

@@ -174,3 +174,31 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(b")", 1)[1].split()[0] != b"Z"
+
+
+@pytest.mark.slow
+def test_kill_9_between_a_pushed_version_and_its_checkpoint(tmp_path, tiny_model_dir):
+    """checkpoint_every 2: version 1 is trained and served but in no checkpoint when the loop is killed. The
+    same command starts over from the last checkpoint (none: the start), cuts version 1's lines, drops the
+    samples version 1's lost weights generated (future_version, counted), and trains every group once."""
+    cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=2, checkpoint_every=2)
+    out = Path(cfg["out"])
+    cfg_path = tmp_path / "loop.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    proc = _start(cfg_path, tmp_path / "first.log")
+    deadline = time.time() + 180
+    metrics = out / "metrics.jsonl"
+    while not (metrics.exists() and '"kind": "train"' in metrics.read_text()):  # version 1 pushed
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.time() < deadline, "version 1 never trained"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "state.json").exists()  # nothing committed: version 1 had no checkpoint
+
+    again = _start(cfg_path, tmp_path / "second.log")
+    assert again.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()
+    got = check_run(out, cfg["max_staleness"], str(tiny_model_dir))
+    assert got["state"]["version"] == 2 and Path(got["state"]["resident_checkpoint"]).is_dir()
+    assert sorted({t["policy_version"] for t in got["trained"]}) == [1, 2]
+    # check_run: the train rows' steps run 1..N once, so the killed run's version-1 rows were cut.

@@ -9,8 +9,8 @@ server process (``sdk.serve``, as the main job runs it):
 - ``new``: one :class:`~trainers.trl.resident.ResidentTrainer` kept across versions, its weights pushed to
   the server as tensors (LoRA: the adapter's tensors only), no checkpoint per version.
 
-Printed per mode: the mean split of a version (training steps, everything else: build, save, merge, reload
-or push), the overhead's share of the version's wall time, and the process's resident memory after the
+Printed per mode: the mean split of a version (training steps from their start to their end, optimizer
+included; everything else: data preparation, build, save, merge, reload or push), the overhead's share of the version's wall time, and the process's resident memory after the
 first and the last version. Both modes run in this process, one after the other, on the same data.
 
     python tests/bench/resident.py --model tiny --versions 20 --steps 4
@@ -89,9 +89,25 @@ def _version_data(tok: Any, v: int, args: argparse.Namespace) -> list[dict[str, 
     return eps
 
 
-def _steps_seconds(metrics: Path, after_step: int) -> float:
-    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
-    return sum(float(r.get("step_time") or 0) for r in rows if "loss" in r and r["step"] > after_step)
+def _step_timer() -> Any:
+    """A transformers callback adding up the seconds from each step's start to its end (optimizer included)."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.seconds, self._t = 0.0, 0.0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self._t = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.seconds += time.perf_counter() - self._t
+
+        def take(self) -> float:
+            seconds, self.seconds = self.seconds, 0.0
+            return seconds
+
+    return StepTimer()
 
 
 def run_old(
@@ -100,19 +116,22 @@ def run_old(
     from trainers.loop.pools import merge_adapter
     from trainers.trl import TRLGRPOTrainer
 
-    rows, current = [], model
+    rows, current, timer = [], model, _step_timer()
     for v in range(1, args.versions + 1):
         t0 = time.perf_counter()
         out = root / f"old-v{v}"
         result = TRLGRPOTrainer().train(
-            _version_data(tok, v, args), _config(current, out, args, args.steps), tokenizer=tok
+            _version_data(tok, v, args),
+            _config(current, out, args, args.steps),
+            tokenizer=tok,
+            callbacks=[timer],
         )
         serve = str(result.checkpoint)
         if args.lora:
             serve = merge_adapter(model, Path(result.checkpoint), out / "merged")
         policy.update(serve, policy_version=v)
         wall = time.perf_counter() - t0
-        train = _steps_seconds(out / "metrics.jsonl", 0)
+        train = timer.take()
         rows.append({"wall_s": wall, "train_s": train, "overhead_s": wall - train, "rss_mb": _rss_mb()})
         if not args.lora:
             current = serve
@@ -126,19 +145,21 @@ def run_new(
 ) -> list[dict[str, float]]:
     from trainers.trl.resident import ResidentTrainer
 
-    out = root / "new"
+    out, timer = root / "new", _step_timer()
     resident = ResidentTrainer(
-        _config(model, out, args, args.steps), planned_steps=args.versions * args.steps, tokenizer=tok
+        _config(model, out, args, args.steps),
+        planned_steps=args.versions * args.steps,
+        tokenizer=tok,
+        callbacks=[timer],
     )
     rows = []
     for v in range(1, args.versions + 1):
         t0 = time.perf_counter()
-        before = resident.global_step
         done = resident.train_version(_version_data(tok, v, args), steps=args.steps)
         tensors, adapter_config = resident.weights()
         policy.push(tensors, adapter_config=adapter_config, policy_version=v)
         wall = time.perf_counter() - t0
-        train = _steps_seconds(out / "metrics.jsonl", before)
+        train = timer.take()
         rows.append(
             {
                 "wall_s": wall,

@@ -125,9 +125,12 @@ class TrainerConfig(metaclass=_RenamedKeywords):
         default="split",
         metadata={"help": "Tasks with more than G episodes: 'split' into several groups, or 'trim' to G."},
     )
-    group_underflow: Literal["resample", "drop"] = field(
+    group_underflow: Literal["resample", "drop", "smaller"] = field(
         default="resample",
-        metadata={"help": "Groups with 2..G-1 episodes: 'resample' with replacement up to G, or 'drop'."},
+        metadata={
+            "help": "Groups with 2..G-1 episodes: 'resample' with replacement up to G, 'drop', or train them "
+            "as a 'smaller' group (advantages over its own episodes, no episode twice; the loop's default)."
+        },
     )
     filter_zero_std: bool = field(
         default=True, metadata={"help": "Drop groups whose rewards are all equal (they have zero advantage)."}
@@ -200,8 +203,8 @@ class TrainerConfig(metaclass=_RenamedKeywords):
                 f"group_overflow must be split or trim, got {self.group_overflow!r}",
             ),
             (
-                self.group_underflow in ("resample", "drop"),
-                f"group_underflow must be resample or drop, got {self.group_underflow!r}",
+                self.group_underflow in ("resample", "drop", "smaller"),
+                f"group_underflow must be resample, drop or smaller, got {self.group_underflow!r}",
             ),
         ]
         for ok, message in checks:

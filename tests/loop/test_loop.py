@@ -99,12 +99,12 @@ def test_two_rounds_interrupted_between_rounds_then_resumed(tmp_path, tiny_model
     } == {"eval-round-2"}
 
 
-def test_the_loop_drops_a_short_group_instead_of_resampling_it():
-    """Issue 38 item 11: the loop's trainer settings drop (and count) a group short of samples."""
+def test_the_loop_trains_a_short_group_as_it_is_instead_of_resampling_it():
+    """Issue 38 item 11: the loop trains a group short of samples as a smaller group, never resampled."""
     from trainers.loop.config import train_settings
 
     cfg = LoopConfig(agent="a:f", tasks="t", model="m")
-    assert train_settings(cfg, "m", Path("o"))["group_underflow"] == "drop"
+    assert train_settings(cfg, "m", Path("o"))["group_underflow"] == "smaller"
 
 
 def test_select_tasks_curriculum_ranks_by_earlier_rewards():
@@ -129,7 +129,7 @@ def test_bad_config_is_one_error_line(tmp_path, capsys):
         ("agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {model: x}\n", "train.model is set by the loop"),
         (
             "agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {group_underflow: resample}\n",
-            "never filled by training one sample twice",
+            "never filled with one sample twice",
         ),
         (
             "agent: a:f\ntasks: t.jsonl\nmodel: m\ntrain: {backend: openai}\n",

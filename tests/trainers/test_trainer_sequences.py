@@ -342,6 +342,27 @@ def test_build_groups_sizing_and_filtering():
         build_groups(eps, 1)
 
 
+def test_a_smaller_group_trains_each_episode_once_with_its_own_advantages():
+    """group_underflow smaller (the loop's): 3 of G = 4 episodes, none repeated; the replay block is filled
+    with a fully masked row and every real row carries the advantage computed over the 3."""
+    from sdk.episodes import group_advantages
+    from trainers.data import ConvertedEpisode, TrainingSequence, build_groups
+    from trainers.trl._units import build_units
+
+    eps = [
+        ConvertedEpisode(f"e{i}", "t", r, [TrainingSequence("t", f"e{i}", [1, 2], [3, 4], [1, 1])])
+        for i, r in enumerate([1.0, 0.0, 0.0])
+    ]
+    groups, rep = build_groups(eps, 4, underflow="smaller")
+    assert [len(g.episodes) for g in groups] == [3] and rep.groups_smaller == 1 and rep.duplicates_added == 0
+    (unit,) = build_units(groups, 4)
+    real = [s for s in unit.seqs if s.episode_id != "<pad>"]
+    assert sorted(s.episode_id for s in real) == ["e0", "e1", "e2"] and len(unit.seqs) == 4
+    assert [s.advantage for s in real] == pytest.approx(group_advantages([1.0, 0.0, 0.0]))
+    (pad,) = [s for s in unit.seqs if s.episode_id == "<pad>"]
+    assert sum(pad.loss_mask) == 0 and pad.advantage == 0.0
+
+
 def test_check_task_sizes_names_tasks():
     with pytest.raises(UserError) as err:
         check_task_sizes(

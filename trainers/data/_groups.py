@@ -72,7 +72,7 @@ def _split_task(
     eps: list[ConvertedEpisode],
     G: int,
     overflow: Literal["split", "trim"],
-    underflow: Literal["resample", "drop"],
+    underflow: Literal["resample", "drop", "smaller"],
     rng: random.Random,
     rep: DataReport,
 ) -> list[list[ConvertedEpisode]]:
@@ -85,7 +85,7 @@ def _split_task(
         return [eps[:G]]
     chunks = [eps[i : i + G] for i in range(0, len(eps), G)]
     rep.groups_split += 1
-    if len(chunks[-1]) < 2 or underflow == "drop" and len(chunks[-1]) < G:
+    if len(chunks[-1]) < 2 or underflow == "drop" and len(chunks[-1]) < G:  # "smaller" keeps 2..G-1
         rep.episodes_trimmed += len(chunks[-1])
         chunks.pop()
     return chunks
@@ -125,7 +125,7 @@ def build_groups(
     group_size: int,
     *,
     overflow: Literal["split", "trim"] = "split",
-    underflow: Literal["resample", "drop"] = "resample",
+    underflow: Literal["resample", "drop", "smaller"] = "resample",
     filter_zero_std: bool = True,
     seed: int = 0,
     report: DataReport | None = None,
@@ -137,10 +137,11 @@ def build_groups(
     :func:`_by_sample`). Tasks (per role) with fewer than 2 episodes are dropped.
     A task with more than G episodes is split into several groups of G (``overflow="split"``; leftovers
     fill a last group by resampling or are left out) or reduced to a random G (``"trim"``).
-    A task with 2..G-1 episodes is filled up by resampling with replacement (``underflow="resample"``) or
-    dropped (``"drop"``). Groups whose rewards are all equal carry no learning signal (zero advantage) and
-    are dropped when ``filter_zero_std``. Every change is counted in the report; advantages come from
-    :func:`sdk.episodes.group_advantages`.
+    A task with 2..G-1 episodes is filled up by resampling with replacement (``underflow="resample"``),
+    dropped (``"drop"``), or kept as a smaller group (``"smaller"``: its advantages over its own episodes;
+    the replay trainer fills its block with fully masked rows). Groups whose rewards are all equal carry no
+    learning signal (zero advantage) and are dropped when ``filter_zero_std``. Every change is counted in the
+    report; advantages come from :func:`sdk.episodes.group_advantages`.
 
     Args:
         episodes: Output of :func:`convert_episodes`.
@@ -182,6 +183,11 @@ def build_groups(
             if len(chunk) < G:
                 if underflow == "drop":
                     rep.groups_dropped_small += 1
+                    continue
+                if underflow == "smaller":  # trained as it is (the replay pads it with masked rows)
+                    rep.groups_smaller += 1
+                    gid = key if len(chunks) == 1 else f"{key}#{n}"
+                    groups.append(Group(gid, task, list(chunk)))
                     continue
                 extra = [rng.choice(chunk) for _ in range(G - len(chunk))]
                 rep.groups_resampled += 1

@@ -53,6 +53,7 @@ class DataReport:
     groups_resampled: int = 0
     duplicates_added: int = 0
     groups_dropped_small: int = 0
+    groups_smaller: int = 0
     groups_zero_std_filtered: int = 0
     eval_groups: int = 0
     notes: list[str] = field(default_factory=list)
@@ -100,6 +101,7 @@ class DataReport:
             "groups_resampled": "groups filled up by resampling",
             "duplicates_added": "duplicate episodes added by resampling",
             "groups_dropped_small": "groups dropped: fewer than group_size episodes",
+            "groups_smaller": "groups trained with fewer than group_size episodes (none twice)",
             "groups_zero_std_filtered": "groups dropped: all rewards equal (zero advantage)",
             "eval_groups": "held-out evaluation groups",
         }

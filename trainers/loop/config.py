@@ -119,10 +119,10 @@ class LoopConfig:
         for key in ("data", "model", "output_dir", "output"):
             if key in self.train:
                 raise UserError(f"train.{key} is set by the loop; remove it from the train section")
-        if self.train.get("group_underflow", "drop") != "drop":
+        if self.train.get("group_underflow", "smaller") not in ("smaller", "drop"):
             raise UserError(
-                "train.group_underflow must be drop in the loop: a group short of samples is dropped and "
-                "counted, never filled by training one sample twice"
+                "train.group_underflow must be smaller (the default) or drop in the loop: a group short of "
+                "samples is trained as it is or dropped and counted, never filled with one sample twice"
             )
         # The loop serves each round's weights from this machine: a backend must leave them in final/.
         backend = str(self.train.get("backend") or "trl")
@@ -270,7 +270,8 @@ def train_settings(cfg: LoopConfig, model: str, out: Path) -> dict[str, Any]:
     settings = dict(cfg.train)
     settings.setdefault("group_size", cfg.group_size)
     settings.setdefault("seed", cfg.seed)
-    settings.setdefault("group_underflow", "drop")  # never a sample twice to fill a group (counted instead)
+    # A group that lost a sample (no reward, killed) trains as it is: never a sample twice to fill it.
+    settings.setdefault("group_underflow", "smaller")
     if cfg.mode == "async":
         settings.setdefault("tis_cap", cfg.tis_cap)
         settings.setdefault("plots", False)  # the loop draws progress.png itself

@@ -38,9 +38,9 @@ def build_units(
 ) -> list[_Unit]:
     """Pack groups into dataset rows of exactly ``group_size`` sequences each.
 
-    A group whose episodes are one sequence each is one unit (TRL computes its advantages). A group with
-    per-turn sequences is spread over several units with precomputed advantages, padded with fully masked
-    dummy sequences.
+    A group of G episodes of one sequence each is one unit (TRL computes its advantages). A group with
+    per-turn sequences, or with fewer than G episodes, is spread over units with precomputed advantages,
+    padded with fully masked dummy sequences.
 
     Example:
         >>> from trainers.data import ConvertedEpisode
@@ -56,10 +56,11 @@ def build_units(
     batch_std = statistics.stdev(all_rewards) if len(all_rewards) > 1 else 0.0
     units: list[_Unit] = []
     for g in groups:
-        if not g.per_turn:
+        if not g.per_turn and len(g.episodes) == G:
             seqs = [_replayed(s, ep.reward, None) for ep in g.episodes for s in ep.sequences]
             units.append(_Unit(g, seqs))
             continue
+        # Per-turn sequences, or a group smaller than G: advantages over its own episodes, precomputed.
         rewards = [float(ep.reward or 0.0) for ep in g.episodes]
         std = batch_std if scale_rewards == "batch" else None
         advantages = group_advantages(rewards, scale=str(scale_rewards) in ("group", "batch"), std=std)

@@ -117,10 +117,12 @@ def sample_rows(
     top_p = top_p.to(logits.device, torch.float32)
     if use_top_p is None:
         use_top_p = bool((top_p < 1).any())
-    if use_top_p:  # sample from the smallest set of tokens whose mass reaches top_p (the first always kept)
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        keep = (sorted_p.cumsum(-1) - sorted_p) < top_p[:, None]
-        picked = order.gather(1, _invert_cdf(sorted_p * keep, u)[:, None]).squeeze(1)
+    if use_top_p:  # keep the smallest set of tokens whose mass reaches top_p (the likeliest always kept)
+        sorted_p = probs.sort(dim=-1, descending=True).values
+        kept = ((sorted_p.cumsum(-1) - sorted_p) < top_p[:, None]).sum(-1, keepdim=True).clamp(min=1)
+        floor = sorted_p.gather(1, kept - 1).masked_fill(top_p[:, None] >= 1, 0.0)
+        # The cut keeps vocabulary order, so a row with top_p = 1 samples exactly as without this branch.
+        picked = _invert_cdf(probs * (probs >= floor), u)
     else:
         picked = _invert_cdf(probs, u)
     ids = torch.where(greedy, logp.argmax(dim=-1), picked)

@@ -131,20 +131,23 @@ class _Manager(ContinuousBatchingManager):
 
 
 def _cb_config(model: Any, max_batch: int, max_len: int) -> ContinuousBatchingConfig:
-    if model.device.type != "cpu":  # the library sizes the cache from free device memory
-        return ContinuousBatchingConfig(
-            return_logprobs=True, max_requests_per_batch=max_batch, auto_switch_to_flash=False
-        )
-    # On CPU it would take most of the host's memory: size the cache for max_batch requests of max_len
-    # tokens (an sdpa step's mask is max_batch_tokens x cache tokens, so both stay modest).
-    page = 32
+    """A cache for ``max_batch`` requests of ``max_len`` tokens, sized here rather than by the library.
+
+    Left to itself the library takes most of the free memory (the host's, on CPU), and without a flash
+    attention kernel every step builds a mask of max_batch_tokens x all cache tokens: both stay modest here,
+    and a trainer sharing the GPU keeps its memory.
+    """
+    on_cpu = model.device.type == "cpu"
+    page = 32 if on_cpu else 256
     return ContinuousBatchingConfig(
         return_logprobs=True,
         page_size=page,
         num_blocks=math.ceil(max_batch * max_len / page),
-        max_batch_tokens=512,
+        max_batch_tokens=512 if on_cpu else 2048,
         max_requests_per_batch=max_batch,
-        auto_switch_to_flash=False,
+        auto_switch_to_flash=False,  # its kernels fallback would fetch from the Hub
+        # Prefix sharing would hand requests after a weight swap KV blocks the old weights computed (the
+        # swap test caught it); the library has no call to drop them, so it stays off.
         allow_block_sharing=False,
     )
 

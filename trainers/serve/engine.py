@@ -538,6 +538,8 @@ class Engine:
                     batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     break
+                # A burst (many agents at once) joins one batch: wait for batch_wait_s of quiet.
+                deadline = time.monotonic() + self.batch_wait_s
             groups: dict[str, list[_Request]] = {}
             for r in batch:
                 groups.setdefault(r.slot, []).append(r)

@@ -134,3 +134,23 @@ def test_bad_requests_are_openai_errors_and_the_server_keeps_serving(base: str) 
             assert set(r.json()["error"]) >= {"message", "type", "code"}
         ok = httpx.post(url, json=_body(model="policy", n=3, stop=["a"]), timeout=60)
         assert ok.status_code == 200 and len(ok.json()["choices"]) == 3
+
+
+def test_admission_is_bounded_a_full_engine_answers_busy_then_serves_again(base: str) -> None:
+    """Back-pressure: with one place, a second request waits for it and, past its wait, is refused."""
+    import time
+
+    from trainers.serve.engine import EngineBusy
+
+    eng = Engine(base, paged=False, max_pending=1, admit_timeout_s=0.2)
+    slow = eng.model.register_forward_hook(lambda *_: time.sleep(0.05))
+    try:
+        first = threading.Thread(target=eng.chat, args=(_body(max_tokens=30),))
+        first.start()
+        time.sleep(0.1)
+        with pytest.raises(EngineBusy):
+            eng.chat(_body(max_tokens=1))
+        first.join(60)
+    finally:
+        slow.remove()
+    assert eng.chat(_body(max_tokens=2))["choices"]

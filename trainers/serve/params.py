@@ -62,7 +62,9 @@ def sampling_params(body: dict[str, Any]) -> SamplingParams:
         >>> sampling_params({"logprobs": True, "top_logprobs": 3}).top_logprobs
         3
     """
-    raw_max = body.get("max_completion_tokens", body.get("max_tokens"))
+    raw_max = next(
+        (body[k] for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None), None
+    )
     max_tokens = 256 if raw_max is None else _integer(raw_max, "max_tokens", 1, 1 << 30)
     n = 1 if body.get("n") is None else _integer(body["n"], "n", 1, MAX_N)
     top = body.get("top_logprobs")

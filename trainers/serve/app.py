@@ -79,6 +79,7 @@ from sdk.openai_wire import SSE_DONE, VERSION_HEADER, error_body, sse, stream_ch
 from trainers.serve.engine import (
     _VERSION_SUFFIX,
     Engine,
+    EngineBusy,
     Generation,
     ModelNotFound,
     parse_tool_calls,
@@ -163,6 +164,8 @@ def create_app(engine: Engine) -> FastAPI:
             resp = await anyio.to_thread.run_sync(engine.chat, body)
         except ModelNotFound as exc:
             return _error(404, str(exc), code="model_not_found")
+        except EngineBusy as exc:  # back-pressure: the client retries later
+            return _error(429, str(exc), "rate_limit_error")
         except (ValueError, TypeError, KeyError) as exc:
             return _error(400, f"{type(exc).__name__}: {exc}")
         except Exception as exc:

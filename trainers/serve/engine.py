@@ -5,6 +5,11 @@ requests, routes each by its requested ``model`` to the base weights or one LoRA
 multi-adapter: one forward batch per adapter), and gives every set of weights a ``policy_version``
 that each generation reports, so a trainer knows which weights produced which tokens.
 
+Two paths (see :class:`Engine`): transformers' continuous batching (:mod:`trainers.serve.paged`) on an
+accelerator, and a static batch on CPU, kept because it measured faster there for the small models the CPU
+runs (``tests/bench/engine.py``); it also serves what the paged path cannot: per-request LoRA adapters and
+``top_logprobs``. Both sample on the device with :mod:`trainers.serve.sampling`.
+
 Example:
     >>> from trainers.serve.engine import Engine  # doctest: +SKIP
     >>> eng = Engine("path/to/base", model_name="base", adapters={"router": "runs/router"})  # doctest: +SKIP
@@ -14,13 +19,13 @@ Example:
 from __future__ import annotations
 
 import itertools
-import json
 import queue
 import re
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,13 +33,22 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from sdk.messages import render_ids, template_messages
 from sdk.openai_wire import assistant_message, chat_choice, chat_completion, usage
+from trainers.serve.params import sampling_params, stop_cut
+from trainers.serve.sampling import SEED_BITS, new_seed
+from trainers.serve.text import parse_tool_calls, render_prompt_ids
 from trainers.serve.versions import StaleVersion, next_version
 
-__all__ = ["Engine", "Generation", "ModelNotFound", "StaleVersion", "parse_tool_calls", "render_prompt_ids"]
+__all__ = [
+    "Engine",
+    "EngineBusy",
+    "Generation",
+    "ModelNotFound",
+    "StaleVersion",
+    "parse_tool_calls",
+    "render_prompt_ids",
+]
 
-_TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _VERSION_SUFFIX = re.compile(r"@v\d+$")
 
 
@@ -52,65 +66,13 @@ class ModelNotFound(LookupError):
 # ----------------------------------------------------------------------------------------------------
 
 
-def render_prompt_ids(
-    tokenizer: PreTrainedTokenizerBase,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None = None,
-    add_generation_prompt: bool = True,
-    **template_kwargs: Any,
-) -> list[int]:
-    """Token ids of OpenAI ``messages`` rendered with the tokenizer's chat template (the server's prompt).
-
-    Messages go through ``sdk.messages.template_messages`` and ``render_ids``, the same steps the trainer
-    takes on the exported episode, so the ids returned as ``prompt_token_ids`` are the ids it re-renders.
+class EngineBusy(RuntimeError):
+    """The engine holds its most requests and none finished in time (HTTP 429: back-pressure).
 
     Example:
-        >>> ids = render_prompt_ids(tok, [{"role": "user", "content": "hi"}])  # doctest: +SKIP
+        >>> str(EngineBusy("busy"))
+        'busy'
     """
-    return render_ids(
-        tokenizer,
-        template_messages(messages),
-        tools=tools,
-        add_generation_prompt=add_generation_prompt,
-        **template_kwargs,
-    )
-
-
-def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
-    r"""Split model output into (content, OpenAI tool_calls) using ``<tool_call>{json}</tool_call>``.
-
-    A block whose JSON does not parse, or lacks ``name``, is left in the content (no call).
-
-    Example:
-        >>> out = parse_tool_calls('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
-        >>> out[1][0]["function"]
-        {'name': 'add', 'arguments': '{"a": 1}'}
-    """
-    calls: list[dict[str, Any]] = []
-    for match in _TOOL_CALL_RE.finditer(text):
-        try:
-            obj = json.loads(match.group(1))
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            continue
-        args = obj.get("arguments", obj.get("parameters", {}))
-        calls.append(
-            {
-                "id": f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)},
-            }
-        )
-    if not calls:
-        return (text if text else None), []
-    content = text[: text.find("<tool_call>")].strip()
-    return (content or None), calls
-
-
-# ----------------------------------------------------------------------------------------------------
-# Engine: model + sampling
-# ----------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -120,7 +82,7 @@ class _Request:
     temperature: float
     top_p: float
     top_logprobs: int
-    seed: int | None
+    seed: int
     slot: str = ""
     done: threading.Event = field(default_factory=threading.Event)
     result: Generation | None = None
@@ -136,6 +98,7 @@ class Generation:
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     finish_reason: str = "stop"
     policy_version: int = 0
+    text: str | None = None  # set when a stop string cut the completion: its text before the string
 
 
 @dataclass
@@ -161,14 +124,23 @@ class _Base:
 class Engine:
     """Holds a causal LM + tokenizer (and optional LoRA adapters on it) and samples chat completions.
 
-    Concurrent requests are batched dynamically (up to ``max_batch`` rows per forward), which is what
-    makes collecting many agent episodes in parallel cheap on CPU. A request's ``model`` picks the
-    weights: the base model's name, or an adapter's (one forward batch per adapter; a ``@v<N>`` suffix
-    is ignored). Without adapters every request is served by the base weights, whatever it names.
+    Two paths serve requests, both sampling on the model's device (:mod:`trainers.serve.sampling`):
+
+    - *paged*: transformers' continuous batching (:mod:`trainers.serve.paged`): requests join and leave the
+      running batch at every step, the KV cache is paged. It serves base-weight requests without
+      ``top_logprobs`` while no adapter is loaded; the default on an accelerator.
+    - *batch*: requests that arrive together share one left-padded batch with a KV cache until its longest
+      is done (one forward batch per adapter). It serves everything else, and every request on CPU, where
+      it measured faster for small models (``tests/bench/RESULTS.md``, "Policy engine").
+
+    A request's ``model`` picks the weights: the base model's name, or an adapter's (a ``@v<N>`` suffix is
+    ignored). Without adapters every request is served by the base weights, whatever it names. At most
+    ``max_pending`` requests are admitted at once; more wait for a place (back-pressure), and one that waits
+    longer than ``admit_timeout_s`` is refused with :class:`EngineBusy`.
 
     Each set of weights has a ``policy_version`` (0 as loaded, then what each reload says, else + 1). A
-    reload swaps weights between generation batches: requests already generating finish on the old
-    weights and report the old version.
+    reload or push swaps weights between steps once the requests generating on them are done (new ones
+    wait meanwhile), so every response's tokens come from one version, the one it reports.
 
     Args:
         model: a path (``from_pretrained``) or a loaded ``PreTrainedModel``.
@@ -176,9 +148,12 @@ class Engine:
         model_name: name of the base weights in responses and ``/v1/models``.
         device: torch device.
         max_batch: most rows per forward.
-        batch_wait_s: how long the batcher waits for more requests.
+        batch_wait_s: how long the batch path waits for more requests.
         adapters: LoRA adapters to serve on the base, ``{name: adapter directory}``.
         policy_version: version of the base weights as loaded (a restarted server goes on counting).
+        paged: use the paged path (None: on an accelerator only).
+        max_pending: most requests admitted at once (default ``4 * max_batch``).
+        admit_timeout_s: how long a request waits for a place before :class:`EngineBusy`.
 
     Example:
         >>> eng = Engine("path/to/model")  # doctest: +SKIP
@@ -195,11 +170,21 @@ class Engine:
         batch_wait_s: float = 0.002,
         adapters: Mapping[str, str | Path] | None = None,
         policy_version: int = 0,
+        *,
+        paged: bool | None = None,
+        max_pending: int | None = None,
+        admit_timeout_s: float = 600.0,
     ) -> None:
         self.device = torch.device(device)
         self.lock = threading.Lock()
         self.max_batch, self.batch_wait_s = max_batch, batch_wait_s
-        self._queue: queue.Queue[_Request] = queue.Queue()
+        self.paged = self.device.type != "cpu" if paged is None else bool(paged)
+        self._queue: queue.Queue[_Request] = queue.Queue()  # bounded by the admission semaphore below
+        self._admit = threading.BoundedSemaphore(max_pending or 4 * max_batch)
+        self.admit_timeout_s = admit_timeout_s
+        self._swap = threading.Condition()  # guards _in_paged and _swapping
+        self._in_paged, self._swapping = 0, False
+        self._pool: Any = None
         self._adapter_ids = itertools.count()
         self.model_path: str | None = None
         self.model: Any
@@ -236,6 +221,11 @@ class Engine:
         """
         return {n: s.version for n, s in self.slots.items()}
 
+    @property
+    def context_length(self) -> int:
+        """Most prompt + completion tokens a request may hold (the model's ``max_position_embeddings``)."""
+        return int(getattr(self.model.config, "max_position_embeddings", None) or 1 << 30)
+
     def _load(self, model: str | Path | PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None) -> None:
         self._install(self._read(model, tokenizer))
 
@@ -262,10 +252,33 @@ class Engine:
         return _Base(mdl, tok, path, {i for i in stop if i is not None})
 
     def _install(self, new: _Base) -> None:
-        """Serve ``new`` from the next generation batch on (call with the lock held, or before serving)."""
+        """Serve ``new`` from the next generation step on (call while swapping weights or before serving)."""
         self.model, self.tokenizer, self.model_path = new.model, new.tokenizer, new.path
         self.stop_ids = new.stop
-        self._last_logits_only = True  # until a model's forward refuses ``logits_to_keep``
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        if self.paged:
+            from trainers.serve.paged import PagedPool
+
+            max_len = min(self.context_length, 2048)
+            self._pool = PagedPool(
+                new.model, sorted(self.stop_ids), max_batch=self.max_batch, max_len=max_len
+            )
+
+    @contextmanager
+    def _swapping_weights(self) -> Iterator[None]:
+        """Hold the weights still: the batch path's lock, and the paged path drained (new requests wait)."""
+        with self.lock:
+            with self._swap:
+                self._swapping = True
+                self._swap.wait_for(lambda: self._in_paged == 0)
+            try:
+                yield
+            finally:
+                with self._swap:
+                    self._swapping = False
+                    self._swap.notify_all()
 
     def reload(
         self,
@@ -286,7 +299,7 @@ class Engine:
             >>> engine.reload("out/round-1/checkpoint")  # doctest: +SKIP
             1
         """
-        with self.lock:
+        with self._swapping_weights():
             base = self.slots[self.model_name]
             version = next_version(base.name, base.version, policy_version)
             if isinstance(model, (str, Path)) and tokenizer is None:
@@ -326,7 +339,7 @@ class Engine:
             raise ValueError(f"adapter name {name!r} must not end in @v<N> (that suffix names a version)")
         if not (Path(checkpoint) / "adapter_config.json").exists():
             raise ValueError(f"{str(checkpoint)!r} is not a LoRA adapter directory (no adapter_config.json)")
-        with self.lock:
+        with self._swapping_weights():
             old = self.slots.get(name)
             if old is not None and old.adapter is None:
                 raise ValueError(f"{name!r} names the base weights, not an adapter")
@@ -357,7 +370,7 @@ class Engine:
         With ``adapter``: that LoRA adapter's tensors (peft's names); ``adapter_config`` (the peft config's
         ``to_dict()``) is needed when the adapter is new. Everything is checked before anything is copied, so
         a push that does not fit (``ValueError``) or a version below the current one (:class:`StaleVersion`)
-        leaves the served weights as they were. The swap happens between generation batches: requests
+        leaves the served weights as they were. The swap happens between generation steps: requests
         already generating finish on the old weights and version. A base push moves each adapter's version
         up by one (as :meth:`reload` does).
 
@@ -369,7 +382,7 @@ class Engine:
 
         if adapter is not None and _VERSION_SUFFIX.search(adapter):
             raise ValueError(f"adapter name {adapter!r} must not end in @v<N> (that suffix names a version)")
-        with self.lock:
+        with self._swapping_weights():
             if adapter is None:
                 slot = self.slots[self.model_name]
                 version = next_version(slot.name, slot.version, policy_version)
@@ -457,7 +470,7 @@ class Engine:
         seed: int | None = None,
         model: str | None = None,
     ) -> Generation:
-        """Sample one completion (goes through the batching queue, so concurrent callers share forwards).
+        """Sample one completion (concurrent callers share forwards).
 
         Logprobs are of ``softmax(logits / temperature)`` (raw logits when ``temperature == 0``).
 
@@ -465,15 +478,56 @@ class Engine:
             >>> g = engine.generate([1, 2, 3], max_tokens=4, temperature=0)  # doctest: +SKIP
         """
         req = _Request(
-            list(prompt_ids), int(max_tokens), float(temperature), float(top_p), int(top_logprobs), seed,
-            self.slot_for(model),
+            list(prompt_ids), int(max_tokens), float(temperature), float(top_p), int(top_logprobs),
+            new_seed() if seed is None else int(seed) % (1 << SEED_BITS), self.slot_for(model),
         )  # fmt: skip
-        self._queue.put(req)
-        req.done.wait()
-        if req.error is not None:
-            raise req.error
-        assert req.result is not None
-        return req.result
+        return self._run([req])[0]
+
+    def _run(self, reqs: list[_Request]) -> list[Generation]:
+        """Admit ``reqs`` (waiting for places), serve them on the paged or the batch path; their results."""
+        admitted = 0
+        try:
+            for _ in reqs:
+                if not self._admit.acquire(timeout=self.admit_timeout_s):
+                    raise EngineBusy(
+                        f"the engine is at its limit of concurrent requests for {self.admit_timeout_s} s"
+                    )
+                admitted += 1
+            gens = self._run_paged(reqs)
+            if gens is not None:
+                return gens
+            for r in reqs:
+                self._queue.put(r)
+            for r in reqs:
+                r.done.wait()
+            for r in reqs:
+                if r.error is not None:
+                    raise r.error
+            return [r.result for r in reqs if r.result is not None]
+        finally:
+            for _ in range(admitted):
+                self._admit.release()
+
+    def _run_paged(self, reqs: list[_Request]) -> list[Generation] | None:
+        """Serve on the paged path, or None when it cannot (no pool, adapters loaded, top logprobs asked)."""
+        with self._swap:
+            self._swap.wait_for(lambda: not self._swapping)
+            if self._pool is None or len(self.slots) > 1 or any(r.top_logprobs for r in reqs):
+                return None
+            self._in_paged += len(reqs)
+            pool, version = self._pool, self.slots[self.model_name].version
+        try:
+            tickets = [pool.submit(r.prompt_ids, max_tokens=r.max_tokens, temperature=r.temperature,
+                                   top_p=r.top_p, seed=r.seed) for r in reqs]  # fmt: skip
+            gens = []
+            for t in tickets:
+                ids, lps, finish = pool.result(t)
+                gens.append(Generation(ids, lps, [], finish, version))
+            return gens
+        finally:
+            with self._swap:
+                self._in_paged -= len(reqs)
+                self._swap.notify_all()
 
     def _worker(self) -> None:
         while True:
@@ -485,6 +539,8 @@ class Engine:
                     batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     break
+                # A burst (many agents at once) joins one batch: wait for batch_wait_s of quiet.
+                deadline = time.monotonic() + self.batch_wait_s
             groups: dict[str, list[_Request]] = {}
             for r in batch:
                 groups.setdefault(r.slot, []).append(r)
@@ -515,101 +571,19 @@ class Engine:
                 g.policy_version = slot.version
         return results
 
-    def _prefill(self, **inputs: Any) -> Any:
-        """The prompt's forward pass, computing logits at its last position only.
-
-        Full logits are batch x prompt length x vocabulary floats: 64 prompts of 300 tokens with a 49k
-        vocabulary are 3.8 GB, of which sampling reads one position.
-        """
-        if self._last_logits_only:
-            try:
-                return self.model(**inputs, logits_to_keep=1)
-            except TypeError as exc:  # a model whose forward does not take it: full logits from now on
-                if "logits_to_keep" not in str(exc):
-                    raise
-                self._last_logits_only = False
-        return self.model(**inputs)
-
-    @torch.inference_mode()
     def _generate_batch(self, reqs: list[_Request]) -> list[Generation]:
-        """Left-padded batched sampling with a KV cache; rows stop independently."""
-        n = len(reqs)
-        width = max(len(r.prompt_ids) for r in reqs)
+        """One static batch (:func:`trainers.serve.batch.generate_batch`)."""
+        from trainers.serve.batch import generate_batch
+
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids = torch.full((n, width), pad, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            mask[i, width - len(r.prompt_ids) :] = 1
-        gens = []
-        for r in reqs:
-            g = torch.Generator(device="cpu")
-            if r.seed is not None:
-                g.manual_seed(int(r.seed))
-            else:
-                g.seed()
-            gens.append(g)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self._prefill(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=pos.to(self.device),
-            use_cache=True,
-        )
-        past = out.past_key_values
-        logits = out.logits[:, -1].float().cpu()
-        results = [Generation([], [], [], "length") for _ in reqs]
-        active = [True] * n
-        last_pos = pos[:, -1]
-        for _step in range(max(r.max_tokens for r in reqs)):
-            nxt = torch.full((n, 1), pad, dtype=torch.long)
-            for i, r in enumerate(reqs):
-                if not active[i]:
-                    continue
-                row = logits[i]
-                logp = torch.log_softmax(row / r.temperature if r.temperature > 0 else row, dim=-1)
-                if r.temperature <= 0:
-                    tok = int(torch.argmax(logp))
-                else:
-                    probs = logp.exp()
-                    if r.top_p < 1.0:
-                        sp, si = torch.sort(probs, descending=True)
-                        keep = torch.cumsum(sp, 0) - sp < r.top_p
-                        probs = torch.zeros_like(probs).scatter(0, si[keep], sp[keep])
-                    tok = int(torch.multinomial(probs, 1, generator=gens[i]))
-                res = results[i]
-                res.token_ids.append(tok)
-                res.logprobs.append(float(logp[tok]))
-                if r.top_logprobs:
-                    v, k = torch.topk(logp, min(r.top_logprobs, logp.numel()))
-                    res.top_logprobs.append(
-                        [(int(a), float(b)) for a, b in zip(k.tolist(), v.tolist(), strict=False)]
-                    )
-                if tok in self.stop_ids:
-                    res.finish_reason, active[i] = "stop", False
-                elif len(res.token_ids) >= r.max_tokens:
-                    active[i] = False
-                else:
-                    nxt[i, 0] = tok
-            if not any(active):
-                break
-            mask = torch.cat([mask, torch.ones((n, 1), dtype=torch.long)], dim=1)
-            last_pos = last_pos + 1
-            out = self.model(
-                input_ids=nxt.to(self.device),
-                attention_mask=mask.to(self.device),
-                position_ids=last_pos[:, None].to(self.device),
-                past_key_values=past,
-                use_cache=True,
-            )
-            past = out.past_key_values
-            logits = out.logits[:, -1].float().cpu()
-        return results
+        rows = generate_batch(self.model, reqs, pad=pad, stop_ids=self.stop_ids, device=self.device)
+        return [Generation(ids, lps, top, finish) for ids, lps, top, finish in rows]
 
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         """Answer one ``/v1/chat/completions`` request body (non-streaming) as an OpenAI response dict.
 
-        Extra (non-OpenAI) fields: ``return_token_ids`` (vLLM), ``seed``, ``chat_template_kwargs``.
+        Extra (non-OpenAI) fields: ``return_token_ids`` (vLLM), ``chat_template_kwargs``. A bad parameter or
+        a prompt longer than the context is a ``ValueError``; ``max_tokens`` is cut to what the context holds.
 
         Example:
             >>> r = engine.chat({"messages": [{"role": "user", "content": "What is 2 plus 3?"}],
@@ -620,31 +594,35 @@ class Engine:
         if not messages:
             raise ValueError("messages must be a non-empty list")
         slot = self.slot_for(body.get("model"))
+        p = sampling_params(body)
         tools = body.get("tools") or None
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
-        temperature = 1.0 if body.get("temperature") is None else float(body["temperature"])
-        top_p = 1.0 if body.get("top_p") is None else float(body["top_p"])
-        want_lp = bool(body.get("logprobs"))
-        n_top = int(body.get("top_logprobs") or 0) if want_lp else 0
-        seed = body.get("seed")
-        tok = self.tokenizer
-        prompt_ids = render_prompt_ids(tok, messages, tools, True, **(body.get("chat_template_kwargs") or {}))
+        prompt_ids = render_prompt_ids(
+            self.tokenizer, messages, tools, True, **(body.get("chat_template_kwargs") or {})
+        )
+        room = self.context_length - len(prompt_ids)
+        if room < 1:
+            raise ValueError(
+                f"this model's maximum context length is {self.context_length} tokens; the messages are "
+                f"{len(prompt_ids)} tokens"
+            )
+        seed = new_seed() if p.seed is None else p.seed
         reqs = [
-            _Request(prompt_ids, int(max_tokens), temperature, top_p, n_top,
-                     None if seed is None else int(seed) + i, slot)
-            for i in range(int(body.get("n") or 1))
+            _Request(prompt_ids, min(p.max_tokens, room), p.temperature, p.top_p, p.top_logprobs,
+                     (seed + i) % (1 << SEED_BITS), slot)
+            for i in range(p.n)
         ]  # fmt: skip
-        for r in reqs:
-            self._queue.put(r)
-        gens = []
-        for r in reqs:
-            r.done.wait()
-            if r.error is not None:
-                raise r.error
-            assert r.result is not None
-            gens.append(r.result)
+        gens = self._run(reqs)
+        for g in gens if p.stop else []:
+            cut = stop_cut(
+                lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False), g.token_ids, p.stop
+            )
+            if cut is not None:
+                k, g.text = cut
+                del g.token_ids[k:], g.logprobs[k:], g.top_logprobs[k:]
+                g.finish_reason = "stop"
         # The n choices normally share one batch; should a reload fall between them, say the oldest.
         version = min(g.policy_version for g in gens)
+        want_lp = bool(body.get("logprobs"))
         choices = [
             self._choice(i, g, tools=bool(tools), want_lp=want_lp, body=body) for i, g in enumerate(gens)
         ]
@@ -665,8 +643,11 @@ class Engine:
         self, i: int, g: Generation, *, tools: bool, want_lp: bool, body: dict[str, Any]
     ) -> dict[str, Any]:
         """One generation as an OpenAI choice: text (or tool calls), finish reason, logprobs, token ids."""
-        body_ids = g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids
-        text = self.tokenizer.decode(body_ids, skip_special_tokens=False)
+        if g.text is not None:
+            text = g.text
+        else:
+            body_ids = g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids
+            text = self.tokenizer.decode(body_ids, skip_special_tokens=False)
         content, calls = parse_tool_calls(text) if tools else (text, [])
         return chat_choice(
             i,

@@ -1,0 +1,105 @@
+"""A chat request's sampling parameters, checked the way OpenAI checks them (a bad one is a ``ValueError``).
+
+The engine turns the ``ValueError`` into an OpenAI-style 400 (``trainers.serve.app``) and keeps serving.
+
+Example:
+    >>> p = sampling_params({"temperature": 0.5, "max_tokens": 8, "n": 2, "seed": 3})
+    >>> p.temperature, p.max_tokens, p.n, p.seed
+    (0.5, 8, 2, 3)
+    >>> sampling_params({"top_p": 0})
+    Traceback (most recent call last):
+    ValueError: 'top_p' must be a number in (0, 1], got 0
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MAX_N", "MAX_TOP_LOGPROBS", "SamplingParams", "sampling_params", "stop_cut"]
+
+#: Most choices per request (each is one sampled completion).
+MAX_N = 64
+#: Most ``top_logprobs`` per token (OpenAI's limit).
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What one request asks of the sampler (defaults are OpenAI's; ``max_tokens`` is the server's 256)."""
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n: int = 1
+    top_logprobs: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+def _number(body: dict[str, Any], key: str, default: float, low: float, high: float, open_low: bool) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and (value > low if open_low else value >= low) and value <= high:
+        return float(value)
+    span = f"{'(' if open_low else '['}{low:g}, {high:g}]"
+    raise ValueError(f"{key!r} must be a number in {span}, got {value!r}")
+
+
+def _integer(value: Any, key: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{key!r} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+def sampling_params(body: dict[str, Any]) -> SamplingParams:
+    """Check a ``/v1/chat/completions`` body's sampling fields; raises ``ValueError`` naming the bad one.
+
+    Example:
+        >>> sampling_params({"logprobs": True, "top_logprobs": 3}).top_logprobs
+        3
+    """
+    raw_max = next(
+        (body[k] for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None), None
+    )
+    max_tokens = 256 if raw_max is None else _integer(raw_max, "max_tokens", 1, 1 << 30)
+    n = 1 if body.get("n") is None else _integer(body["n"], "n", 1, MAX_N)
+    top = body.get("top_logprobs")
+    top_logprobs = 0 if top is None else _integer(top, "top_logprobs", 0, MAX_TOP_LOGPROBS)
+    seed = body.get("seed")
+    if seed is not None:
+        seed = _integer(seed, "seed", -(1 << 63), (1 << 64) - 1)
+    stop = body.get("stop")
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    if len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
+        raise ValueError(f"'stop' must be a non-empty string or a list of at most 4, got {stop!r}")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0, open_low=False),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, open_low=True),
+        n=n,
+        top_logprobs=top_logprobs if body.get("logprobs") else 0,
+        seed=seed,
+        stop=stops,
+    )
+
+
+def stop_cut(decode: Any, token_ids: list[int], stops: tuple[str, ...]) -> tuple[int, str] | None:
+    """Where the first stop string appears: ``(tokens to keep, text before it)``, or None.
+
+    The kept tokens end with the one that completed the stop string (as vLLM returns them); the text stops
+    before the string.
+
+    Example:
+        >>> stop_cut(lambda ids: "".join(chr(i) for i in ids), [97, 98, 99, 100], ("bc",))
+        (3, 'a')
+    """
+    for k in range(1, len(token_ids) + 1):
+        text = decode(token_ids[:k])
+        hits = [text.find(s) for s in stops if s in text]
+        if hits:
+            return k, text[: min(hits)]
+    return None

@@ -1,0 +1,82 @@
+"""The chat side of the policy server's text: prompts rendered to token ids, tool calls parsed from text.
+
+Example:
+    >>> parse_tool_calls('ok <tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')[0]
+    'ok'
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from sdk.messages import render_ids, template_messages
+
+__all__ = ["parse_tool_calls", "render_prompt_ids"]
+
+_TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+def render_prompt_ids(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+    **template_kwargs: Any,
+) -> list[int]:
+    """Token ids of OpenAI ``messages`` rendered with the tokenizer's chat template (the server's prompt).
+
+    Messages go through ``sdk.messages.template_messages`` and ``render_ids``, the same steps the trainer
+    takes on the exported episode, so the ids returned as ``prompt_token_ids`` are the ids it re-renders.
+
+    Example:
+        >>> ids = render_prompt_ids(tok, [{"role": "user", "content": "hi"}])  # doctest: +SKIP
+    """
+    return render_ids(
+        tokenizer,
+        template_messages(messages),
+        tools=tools,
+        add_generation_prompt=add_generation_prompt,
+        **template_kwargs,
+    )
+
+
+def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
+    r"""Split model output into (content, OpenAI tool_calls) using ``<tool_call>{json}</tool_call>``.
+
+    A block whose JSON does not parse, or lacks ``name``, is left in the content (no call).
+
+    Example:
+        >>> out = parse_tool_calls('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
+        >>> out[1][0]["function"]
+        {'name': 'add', 'arguments': '{"a": 1}'}
+    """
+    calls: list[dict[str, Any]] = []
+    for match in _TOOL_CALL_RE.finditer(text):
+        try:
+            obj = json.loads(match.group(1))
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            continue
+        args = obj.get("arguments", obj.get("parameters", {}))
+        calls.append(
+            {
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)},
+            }
+        )
+    if not calls:
+        return (text if text else None), []
+    content = text[: text.find("<tool_call>")].strip()
+    return (content or None), calls
+
+
+# ----------------------------------------------------------------------------------------------------
+# Engine: model + sampling
+# ----------------------------------------------------------------------------------------------------

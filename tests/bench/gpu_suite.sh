@@ -83,6 +83,9 @@ if [ "$MODE" = gpu ]; then
   # shellcheck disable=SC2086  # NOCKPT is two words on purpose
   "$PY" tests/bench/gpu_train.py --shapes 1.5b --steps 4 --warmup 2 --micro-batch-tokens 16384 $NOCKPT \
     --profile --label profile --workdir "$OUT/work" --json "$OUT/profile.json" | tee "$OUT/profile.log"
+  # The policy engine: today's static batch vs the batch and paged paths, a random Qwen2.5-0.5B shape in
+  # bf16, 64 concurrent x 256 tokens (issue 37; bounded so the suite keeps its time).
+  timeout 180 "$PY" tests/bench/engine.py --gpu --repeat 2 2>&1 | tee "$OUT/engine.log" || true
   run_gpu_tests
   pytest_rc=$?
 else

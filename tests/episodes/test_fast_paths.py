@@ -72,7 +72,9 @@ def test_gc_paced_restores_the_process_settings() -> None:
         frozen = gc.get_freeze_count()
         with gc_paced():
             pass
-        assert gc.get_freeze_count() == frozen
+        # Not unfrozen (that would be 0); a few frozen objects may be freed by refcount meanwhile (threads of
+        # earlier tests in this process still running), so not exactly equal either.
+        assert abs(gc.get_freeze_count() - frozen) <= 64
     finally:
         gc.unfreeze()
 

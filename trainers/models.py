@@ -191,9 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="the model directory to write")
     p.add_argument("--keep-template", action="store_true", help="keep the model's own chat template")
     p.add_argument("--seed", type=int, default=0, help="initialisation seed of `tiny`")
-    args = p.parse_args(argv)
-    if (args.name is None) == (args.from_gguf is None):
-        p.error("give one of smollm2, tiny or --from-gguf FILE")
+    try:
+        args = p.parse_args(argv)
+        if (args.name is None) == (args.from_gguf is None):
+            p.error("give one of smollm2, tiny or --from-gguf FILE")
+    except SystemExit as exc:  # --help (0) or a bad flag (its one error line, 2)
+        return exc.code if isinstance(exc.code, int) else 0
     out = Path(args.out)
     try:
         if out.exists() and not (out / "config.json").is_file() and any(out.iterdir()):

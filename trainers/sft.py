@@ -368,7 +368,10 @@ def main(argv: list[str] | None = None) -> int:
         >>> main(["--data", "missing.jsonl", "--model", "m", "--output", "o"])
         2
     """
-    args = vars(_parser().parse_args(argv))
+    try:
+        args = vars(_parser().parse_args(argv))
+    except SystemExit as exc:  # --help (0) or a bad flag (its one error line, 2)
+        return exc.code if isinstance(exc.code, int) else 0
     traceback = args.pop("traceback")
     settings = SFTSettings(**args)
     try:

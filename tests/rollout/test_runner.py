@@ -303,3 +303,12 @@ def test_an_empty_task_file_is_one_error_line_and_exit_2(tmp_path):
     assert got.stderr == f"error: no tasks in {empty}\n"
     with pytest.raises(RolloutError, match="no tasks given"):
         run_rollout("rollout_agents:chat", [], results=tmp_path / "r.jsonl")
+
+
+def test_agent_warning_names_the_root_cause_not_the_frameworks_note(tmp_path, capsys):
+    s = run_rollout("rollout_agents:unreachable", [{"id": "t-0"}], group_size=2, results=tmp_path / "r.jsonl")
+    assert s.counts["error"] == 2
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if "agent raised" in x)
+    assert "Connection refused" in line and "raised as APIConnectionError" in line, line
+    assert "During task" not in line

@@ -339,6 +339,8 @@ class Trainer(Protocol):
 def check_model(model: str) -> str:
     """Validate ``--model``: an existing local directory, or something that can only be a hub id.
 
+    A name whose first part is a local directory (``runs/bse`` next to ``runs/``) is a path.
+
     Raises:
         UserError: Empty, or a path-like value that does not exist.
 
@@ -351,12 +353,16 @@ def check_model(model: str) -> str:
     path = Path(model).expanduser()
     if path.exists():
         return str(path)
+    # "runs/base2" where ./runs exists can only mean a local directory: a hub download would retry for a
+    # minute before failing.
     path_like = (
         model.startswith(("/", ".", "~"))
         or model.count("/") > 1
         or model.endswith("/")
         or os.sep != "/"
         and os.sep in model
+        or "/" in model
+        and Path(model.split("/")[0]).is_dir()
     )
     if path_like:
         raise UserError(f"model path not found: {model}")

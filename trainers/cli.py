@@ -129,7 +129,11 @@ def _grpo_pairs(pairs: list[str]) -> dict[str, Any]:
 def _build_parser(config_cls: type | None) -> _ArgumentParser:
     p = _ArgumentParser(
         prog="python -m sdk.train",
-        description="Train a model with GRPO on recorded tracerl episodes.",
+        description="Train a model with GRPO on recorded tracerl episodes (--loop: see the end).",
+        epilog=(
+            "--loop CONFIG.yaml runs rounds of rollout -> train -> reload -> validate instead "
+            "(tracerl train --loop --help lists its options)."
+        ),
         argument_default=argparse.SUPPRESS,
         add_help=config_cls is not None,  # the pre-parser (backend/config only) must not answer --help
     )

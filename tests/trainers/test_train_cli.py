@@ -232,6 +232,15 @@ def test_error_unknown_grpo_field_and_resume_without_checkpoint(tmp_path, parque
 def test_help_exits_zero(capsys):
     rc, out, _ = run_cli(capsys, ["--help"])
     assert rc == 0 and "--group-size" in out and "--grpo KEY=VALUE" in out and "--max-steps" in out
+    assert "--loop CONFIG.yaml" in out and "tracerl train --loop --help" in out
+
+
+def test_a_mistyped_local_model_fails_at_once(tmp_path, parquet, tiny_model_dir, capsys, monkeypatch):
+    """``runs/bse`` next to ``runs/`` is a local path, not a hub id to download (which retried for 53 s)."""
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # what a user has: the check must not need it
+    assert_user_error(capsys, ["--data", parquet, "--model", "runs/bse", "--dry-run"], "model path not found")
 
 
 def test_yaml_values_keep_trl_strings_and_read_exponent_floats(tmp_path) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk._sources import SourcedEpisode, episode_metadata, episodes_with_calls
-from sdk.episodes import group_advantages
+from sdk.episodes import group_advantages, token_faithful, untrained_messages
 from sdk.messages import flatten_content
 from sdk.view._page import PAGE
 
@@ -187,7 +187,8 @@ def episode_view(se: SourcedEpisode, decode: Callable[[int], str] | None = None)
         "agent": ep.get("agent"),
         "model": ep.get("model"),
         "calls": ep.get("num_calls"),
-        "faithful": bool(ep.get("token_faithful")),
+        # Recomputed, not read: files exported before few-shot turns counted as context show it right too.
+        "faithful": token_faithful(ep.get("turns"), untrained_messages(ep.get("metadata"))),
         "tools": tools,
         "msgs": msgs,
         "turns": turns,

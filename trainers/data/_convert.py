@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sdk.episodes import untrained_messages
 from sdk.messages import render_ids, template_messages
 from trainers.data._sequence import ConvertedEpisode, TrainingSequence
 from trainers.errors import UserError
@@ -133,21 +134,7 @@ def _faithful_logprobs(
 
 def _untrained(episode: Mapping[str, Any]) -> set[int]:
     """Assistant messages the thread did not generate (hand-offs, few-shot) or whose call was cut short."""
-    meta = episode.get("metadata")
-    if isinstance(meta, str):
-        if "context_assistant_messages" not in meta and "incomplete_turns" not in meta:
-            return set()
-        try:
-            meta = json.loads(meta)
-        except json.JSONDecodeError:
-            return set()
-    tracerl = meta.get("tracerl") if isinstance(meta, Mapping) else None
-    if not isinstance(tracerl, Mapping):
-        return set()
-    out: set[int] = set()
-    for key in ("context_assistant_messages", "incomplete_turns"):
-        out.update(int(i) for i in tracerl.get(key) or () if isinstance(i, int))
-    return out
+    return untrained_messages(episode.get("metadata"))  # the exporter's and the viewer's definition too
 
 
 @dataclass

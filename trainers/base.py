@@ -27,6 +27,7 @@ from trainers.data import (
     check_task_sizes,
     convert_episodes,
     load_episodes,
+    recorded_group_size,
 )
 from trainers.errors import UserError
 
@@ -497,6 +498,7 @@ def _convert(
         check_model(config.tokenizer or config.model)  # fail on a bad path before reading any data
     episodes = load_episodes(data, report=report, strict=config.strict)
     check_task_sizes(episodes)
+    _group_size_of_data(episodes, config, report)
     tok = tokenizer if tokenizer is not None else load_tokenizer(config)
     max_length = config.max_length or None
     converted, report = convert_episodes(
@@ -514,6 +516,21 @@ def _convert(
             "tokens; raise --max-length or use --truncation truncate"
         )
     return converted, report, tok
+
+
+def _group_size_of_data(episodes: list[dict[str, Any]], config: TrainerConfig, report: DataReport) -> None:
+    """Group as the episodes were collected when the user set no group size; else say when they differ."""
+    recorded = recorded_group_size(episodes)
+    if recorded is None or recorded == config.group_size or recorded < 2:
+        return
+    if getattr(config, "group_size_from_data", False):  # set by the CLI when no --group-size was given
+        config.group_size = recorded
+        report.notes.append(f"group size {recorded}: as the episodes were collected (--group-size to change)")
+    else:
+        report.notes.append(
+            f"note: the episodes were collected with group size {recorded}, this run uses {config.group_size} "
+            f"(--group-size {recorded} to match)"
+        )
 
 
 def _eval_groups(eval_eps: list[ConvertedEpisode], config: TrainerConfig, tok: Any) -> list[Group]:

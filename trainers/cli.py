@@ -249,6 +249,8 @@ def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
     trainer, config, _ = make_config(
         settings, backend=backend_name, source=str(getattr(pre, "config", None) or "the flags")
     )
+    if "group_size" not in settings and "num_generations" not in settings:
+        config.group_size_from_data = True  # trainers.base: the size the episodes were collected with
     return trainer, config, data, dry_run, str(backend)
 
 

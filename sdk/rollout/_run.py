@@ -166,7 +166,8 @@ def _prepare(
     location = _store_location()
     ids = task_ids if task_ids is not None else {t["id"] for t in task_list}
     rows = _resume(results_path, location, key, split, ids, threshold)
-    extra = {**(metadata or {}), "split": split, "rollout": key}
+    # group_size: the trainer groups the episodes as they were collected (its dry run too).
+    extra = {**(metadata or {}), "split": split, "rollout": key, "group_size": group_size}
     return _Plan(fn, score, task_list, results_path, location, rows, extra, timeout, threshold)
 
 

@@ -273,3 +273,16 @@ def test_sdk_train_is_a_shim_that_imports_trainers_only_when_run() -> None:
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error: unrecognized arguments"), (
         proc.stderr
     )
+
+
+def test_dry_run_groups_as_the_episodes_were_collected(tmp_path, tokenizer_dir, capsys):
+    """Episodes of ``tracerl rollout --group-size 8`` are 8 to a group, not split by a hidden default of 4."""
+    eps = make_episodes(2, 8)
+    for ep in eps:
+        ep["metadata"] = json.dumps({"split": "train", "rollout": "r", "group_size": 8})
+    data = str(write_parquet(eps, tmp_path / "g8.parquet"))
+    rc, out, err = run_cli(capsys, ["--data", data, "--model", str(tokenizer_dir), "--dry-run"])
+    assert rc == 0, err
+    assert "as the episodes were collected (--group-size to change)" in out and "in 2 groups" in out
+    rc, out, _ = run_cli(capsys, ["--data", data, "--model", str(tokenizer_dir), "--dry-run", "--group-size", "4"])
+    assert rc == 0 and "this run uses 4 (--group-size 8 to match)" in out and "in 4 groups" in out

@@ -28,8 +28,8 @@ Table columns: ``validation`` is the held-out success after the round's update (
 are the tasks whose G rewards differ (the others carry no GRPO signal); ``steps`` are optimizer steps of
 the round; ``wall s`` is the time since the loop started (SFT not included).
 
-``--async`` runs the loop in ``mode: async`` (``trainers.async_loop``) on the same sample budget: the agents
-keep collecting while the trainer trains ``--sync-every`` batches of groups per published version (as
+``--async`` runs the loop in ``mode: async`` (``trainers.loop.continuous``) on the same sample budget: the
+agents keep collecting while the trainer trains ``--sync-every`` batches of groups per published version (as
 many passes as a round, ``--epochs``), groups at most ``--max-staleness`` versions old, until the
 ``rounds x tasks-per-round x G`` samples are collected and trained on or dropped (counted); validation
 about ``rounds`` times beside training and once after it.
@@ -194,8 +194,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
 
     from examples.arithmetic.task import make_splits, write_tasks
-    from trainers._loop_table import validation_change
     from trainers.loop import run_loop
+    from trainers.loop.table import validation_change
 
     splits = make_splits(seed=args.seed, n_train=args.n_train, n_eval=args.n_eval, n_sft=args.n_sft)
     tasks = {k: write_tasks(splits[k], out / "tasks" / f"{k}.jsonl") for k in ("train", "eval")}

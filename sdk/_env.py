@@ -57,7 +57,7 @@ TRACERL_GATEWAY_CONFIG = "TRACERL_GATEWAY_CONFIG"
 TRACERL_GATEWAY_TOKEN = "TRACERL_GATEWAY_TOKEN"
 """The gateway token every route then needs (``X-Tracerl-Gateway-Token`` or a ``/token/<token>/`` prefix)."""
 
-# The policy an agent calls during the loop (trainers.policy.export_env sets both).
+# The policy an agent calls during the loop (trainers.serve.policy.export_env sets both).
 TRACERL_POLICY_BASE_URL = "TRACERL_POLICY_BASE_URL"
 """The policy's OpenAI base URL (``http://127.0.0.1:PORT/v1``)."""
 TRACERL_POLICY_MODEL = "TRACERL_POLICY_MODEL"

@@ -78,6 +78,31 @@ PRIVATE_API: tuple[PrivateMethod, ...] = (
         "trl:GRPOTrainer.__init__", ("self", "model", "reward_funcs", "args"), "called with rollout_func="
     ),
     PrivateMethod(
+        "trl:GRPOTrainer._init_training_state",
+        ("self", "max_steps", "num_update_steps_per_epoch", "num_train_epochs", "resume_from_checkpoint"),
+        "overridden: the resident trainer's step counter and callbacks' state go on across train() calls",
+    ),
+    PrivateMethod(
+        "transformers:Trainer._save_checkpoint",
+        ("self", "model", "trial"),
+        "called: the resident trainer's recovery checkpoint (weights, optimizer, scheduler, RNG, state)",
+    ),
+    PrivateMethod(
+        "transformers:Trainer._load_optimizer_and_scheduler",
+        ("self", "checkpoint"),
+        "called: resuming the resident trainer from its checkpoint",
+    ),
+    PrivateMethod(
+        "transformers:Trainer._load_rng_state",
+        ("self", "checkpoint"),
+        "called: resuming the resident trainer",
+    ),
+    PrivateMethod(
+        "transformers:Trainer._load_from_checkpoint",
+        ("self", "resume_from_checkpoint"),
+        "called: a resumed resident LoRA trainer's adapter",
+    ),
+    PrivateMethod(
         "trl.trainer.utils:split_tensor_dict",
         ("tensor_dict", "num_chunks"),
         "called: splits a generation batch into steps",

@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from examples.arithmetic.task import SYSTEM_PROMPT, TOOLS, Task, calculator, reward, task_from_dict
-from trainers.policy import ENV_BASE_URL, ENV_MODEL
+from trainers.serve.policy import ENV_BASE_URL, ENV_MODEL
 
 
 def _lc_tools() -> list[Any]:

@@ -19,7 +19,7 @@ import re
 import threading
 from typing import Any
 
-from trainers.policy import ENV_BASE_URL, ENV_MODEL
+from trainers.serve.policy import ENV_BASE_URL, ENV_MODEL
 
 _CLIENTS: dict[str, Any] = {}
 _LOCK = threading.Lock()

@@ -22,7 +22,7 @@ import re
 import threading
 from typing import Any
 
-from trainers.policy import ENV_BASE_URL, ENV_MODEL
+from trainers.serve.policy import ENV_BASE_URL, ENV_MODEL
 
 SYSTEM_PROMPT = "You are a calculator agent. Use the tools, then give the number."
 OPS = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "sub": lambda a, b: a - b}

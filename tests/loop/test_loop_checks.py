@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from sdk.eval import compare, summarize
-from trainers._loop_table import HEADER, print_row, validation_change
-from trainers.loop import LoopConfig, _Run, main
+from trainers.loop import LoopConfig, main
+from trainers.loop.lockstep import _Run
+from trainers.loop.table import HEADER, print_row, validation_change
 
 pytest.importorskip("trl")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainers import UserError
-from trainers.policy import (
+from trainers.serve.policy import (
     ENV_BASE_URL,
     ENV_MODEL,
     ExternalPolicy,
@@ -42,7 +42,7 @@ def vllm_log(tmp_path, monkeypatch):
 @contextlib.contextmanager
 def _fake_server() -> Iterator[str]:
     """The scripted vLLM stand-in as a server the user runs; yields its ``/v1`` base URL."""
-    from trainers.policy import _free_port, _terminate, _wait_healthy
+    from trainers.serve.policy import _free_port, _terminate, _wait_healthy
 
     port = _free_port()
     proc = subprocess.Popen([sys.executable, str(FAKE), "serve", "x", "--port", str(port)])

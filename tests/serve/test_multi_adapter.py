@@ -18,7 +18,7 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
 from tests.serve.serve_helpers import MSGS, make_adapter, make_base, reference_logprobs  # noqa: E402
-from trainers.policy import _free_port, _terminate, _wait_healthy  # noqa: E402
+from trainers.serve.policy import _free_port, _terminate, _wait_healthy  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -132,11 +132,11 @@ def test_bad_reload_and_bad_adapter_arguments(server: str, tmp_path: Path) -> No
 def test_local_policy_adds_and_replaces_adapters_and_reloads_the_base_under_them(
     weights: dict[str, str], tmp_path: Path
 ) -> None:
-    """In-process (``trainers.policy.LocalPolicy``): adapters added and replaced by name, each with its own
+    """In-process (``trainers.serve.policy.LocalPolicy``): adapters added and replaced by name, each with its own
     version; new base weights are loaded with the adapters applied on them again."""
     from trainers import UserError
     from trainers._tiny import build_tiny_model
-    from trainers.policy import LocalPolicy
+    from trainers.serve.policy import LocalPolicy
 
     other = str(build_tiny_model(tmp_path / "other", seed=1))
     p = LocalPolicy(weights["base"], "base", adapters={"alpha": weights["alpha"]})

@@ -1,6 +1,6 @@
 """``StreamingSource``: GRPO groups from a store that keeps growing, exactly once, staleness-bounded.
 
-The asynchronous loop (:mod:`trainers.async_loop`) trains while the agents keep running. This source
+The asynchronous loop (:mod:`trainers.loop.continuous`) trains while the agents keep running. This source
 follows the store they write to: each :meth:`StreamingSource.poll` reads the store again (a local directory
 or an ``s3://`` URI through :class:`sdk.store.StoreReader`; re-reading is simple and keeps the reader's
 guarantees — torn lines, late rewards, superseded attempts — at the cost of reading old segments again)

@@ -54,9 +54,26 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self._length_grouped = length_grouped
         self._episodes_log = episodes_log
         self._replay_rows: list[dict[str, Any]] = []
+        self._carried_state: Any = None  # the resident trainer's state across train() calls
         super().__init__(*args, **kw)
         if self.args.disable_tqdm:  # metrics go to metrics.jsonl; transformers would print every log dict
             self.remove_callback(PrinterCallback)
+
+    def _init_training_state(
+        self, max_steps: int, num_update_steps_per_epoch: int, num_train_epochs: int, resume: Any, trial: Any
+    ) -> tuple[int, int]:
+        # The resident trainer (trainers.trl.resident) calls train() once per version: the step counter, the
+        # logging and the callbacks' state go on from the last version instead of starting a new run.
+        carried = self._carried_state
+        if carried is None:
+            return super()._init_training_state(  # type: ignore[no-any-return]
+                max_steps, num_update_steps_per_epoch, num_train_epochs, resume, trial
+            )
+        self.state = carried
+        self.state.train_batch_size = self._train_batch_size
+        self.state.init_training_references(self, max_steps, num_train_epochs, trial)
+        self.state.max_steps = carried.global_step + max_steps  # stop after this version's steps
+        return 0, 0
 
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
         if not (self._length_grouped and self.model.training):

@@ -1,12 +1,12 @@
 """The policy server's engine: one causal LM (and any LoRA adapters on it) sampling chat completions.
 
-Split from :mod:`trainers.serve` (the HTTP side) to keep both readable. The engine batches concurrent
+Split from :mod:`trainers.serve.app` (the HTTP side) to keep both readable. The engine batches concurrent
 requests, routes each by its requested ``model`` to the base weights or one LoRA adapter (peft
 multi-adapter: one forward batch per adapter), and gives every set of weights a ``policy_version``
 that each generation reports, so a trainer knows which weights produced which tokens.
 
 Example:
-    >>> from trainers._engine import Engine  # doctest: +SKIP
+    >>> from trainers.serve.engine import Engine  # doctest: +SKIP
     >>> eng = Engine("path/to/base", model_name="base", adapters={"router": "runs/router"})  # doctest: +SKIP
     >>> eng.chat({"model": "router", "messages": [{"role": "user", "content": "hi"}]})  # doctest: +SKIP
 """
@@ -299,6 +299,71 @@ class Engine:
             old.adapter, old.path = new_id, str(checkpoint)
             old.version = old.version + 1 if policy_version is None else int(policy_version)
             return old.version
+
+    def push(
+        self,
+        tensors: Mapping[str, torch.Tensor],
+        *,
+        adapter: str | None = None,
+        adapter_config: Mapping[str, Any] | None = None,
+        policy_version: int | None = None,
+    ) -> int:
+        """Swap in weights sent as tensors (no checkpoint on disk); returns their version.
+
+        Without ``adapter``: the base model's whole state (tied tensors once), copied into its parameters.
+        With ``adapter``: that LoRA adapter's tensors (peft's names); ``adapter_config`` (the peft config's
+        ``to_dict()``) is needed when the adapter is new. Everything is checked before anything is copied, so
+        a push that does not fit (``ValueError``) leaves the served weights as they were. The swap happens
+        between generation batches: requests already generating finish on the old weights and version.
+
+        Example:
+            >>> engine.push(trainer_state, policy_version=3)  # doctest: +SKIP
+            3
+        """
+        from trainers.serve import weights
+
+        if adapter is not None and _VERSION_SUFFIX.search(adapter):
+            raise ValueError(f"adapter name {adapter!r} must not end in @v<N> (that suffix names a version)")
+        with self.lock:
+            if adapter is None:
+                base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+                weights.copy_full_weights(base, {k: v.to(self.device) for k, v in tensors.items()})
+                slot = self.slots[self.model_name]
+            else:
+                slot = self.slots.get(adapter)
+                if slot is not None and slot.adapter is None:
+                    raise ValueError(f"{adapter!r} names the base weights, not an adapter")
+                if slot is None:
+                    if adapter_config is None:
+                        raise ValueError(
+                            f"adapter {adapter!r} is new: its first push needs its adapter_config"
+                        )
+                    slot = _Slot(
+                        adapter, self._add_adapter(weights.new_adapter_config(adapter_config)), None, -1
+                    )
+                    try:
+                        weights.copy_adapter_weights(self.model, slot.adapter, tensors)
+                    except ValueError:
+                        self.model.delete_adapter(slot.adapter)
+                        raise
+                    self.slots[adapter] = slot
+                else:
+                    weights.copy_adapter_weights(self.model, str(slot.adapter), tensors)
+            slot.path = None  # served from memory: no checkpoint on disk holds these weights
+            slot.version = slot.version + 1 if policy_version is None else int(policy_version)
+            return slot.version
+
+    def _add_adapter(self, config: Any) -> str:
+        """A new, empty adapter slot from a peft config (call with the lock held)."""
+        from peft import PeftModel, get_peft_model
+
+        adapter_id = f"slot{next(self._adapter_ids)}"
+        if isinstance(self.model, PeftModel):
+            self.model.add_adapter(adapter_id, config)
+        else:
+            self.model = get_peft_model(self.model, config, adapter_name=adapter_id)
+        self.model.to(self.device).eval()
+        return adapter_id
 
     def _attach(self, path: str) -> str:
         """Load the adapter at ``path`` under a fresh internal name (call with the lock held)."""

@@ -7,7 +7,7 @@ slower. The version, the backlog and the stop flag are shared values; where the 
 (``TRACERL_POLICY_*``) travels in a small file the loop rewrites on every publish (a vLLM adapter's name
 changes with its version).
 
-See :mod:`trainers.async_loop`.
+See :mod:`trainers.loop.continuous`.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class _Gate:
 
 def write_policy_env(path: Path) -> None:
     """Write where the policy is now (``TRACERL_POLICY_*`` of this process) for the collector to follow."""
-    from trainers.policy import ENV_BASE_URL, ENV_MODEL
+    from trainers.serve.policy import ENV_BASE_URL, ENV_MODEL
 
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({k: os.environ.get(k, "") for k in (ENV_BASE_URL, ENV_MODEL)}))

@@ -14,7 +14,7 @@ trainer needs to be token-faithful:
   ``tool_calls`` with JSON-string ``arguments``.
 
 Several sets of weights on one base: ``--adapter NAME=PATH`` (repeatable) serves LoRA adapters beside the
-base, and each request's ``model`` picks one (the engine is :mod:`trainers._engine`).
+base, and each request's ``model`` picks one (the engine is :mod:`trainers.serve.engine`).
 
 Policy versions: each set of weights has a ``policy_version`` (0 as started). Every chat response carries
 the version that produced it: a top-level ``"policy_version"`` in the body and in every streamed chunk,
@@ -25,7 +25,10 @@ Endpoints: ``POST /v1/chat/completions`` (non-streaming and SSE streaming), ``GE
 served name with its version), ``GET /health``, ``POST /admin/reload`` (``{"checkpoint": PATH}`` swaps in
 new base weights, ``{"adapter": NAME, "checkpoint": PATH}`` loads or replaces one adapter while the rest
 keep serving; ``"policy_version": N`` sets the new version, else the current one + 1; ``"path"`` is the
-older spelling of ``"checkpoint"``).
+older spelling of ``"checkpoint"``). ``POST /admin/weights``
+(a ``safetensors`` body of tensors from the resident trainer, no checkpoint on disk: the base's whole state,
+or with ``?adapter=NAME`` one LoRA adapter's tensors, its peft config in the buffer's metadata when new;
+``?policy_version=N``; all or nothing: a push that does not fit is a 400 and changes nothing).
 
 Run it as ``python -m sdk.serve --model PATH --port 8000`` (or ``python -m trainers.serve``) or in-process::
 
@@ -56,13 +59,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from sdk._cli import KEEP_ALIVE_S
 from sdk.openai_wire import SSE_DONE, VERSION_HEADER, error_body, sse, stream_chunks
-from trainers._engine import Engine, Generation, ModelNotFound, parse_tool_calls, render_prompt_ids
+from trainers.serve.engine import Engine, Generation, ModelNotFound, parse_tool_calls, render_prompt_ids
 
 __all__ = [
     "Engine",
     "Generation",
     "LocalPolicyServer",
     "create_app",
+    "main",
     "parse_tool_calls",
     "render_prompt_ids",
 ]
@@ -169,13 +173,38 @@ def create_app(engine: Engine) -> FastAPI:
             return _error(400, f"{type(exc).__name__}: {exc}")
         return {"ok": True, "version": new, "policy_version": new, "adapter": adapter, "path": path}
 
+    @app.post("/admin/weights")
+    async def weights(request: Request) -> Any:
+        # A version's weights as one safetensors buffer (trainers.serve.weights.encode_push): no checkpoint
+        # on disk. ?adapter=NAME for a LoRA adapter's tensors, ?policy_version=N for the version to report.
+        from trainers.serve.weights import decode_push
+
+        adapter = request.query_params.get("adapter") or None
+        raw = request.query_params.get("policy_version")
+        if raw is not None and not raw.isdigit():
+            return _error(400, f"'policy_version' must be a non-negative integer, got {raw!r}")
+        body = await request.body()
+        try:
+            tensors, config = decode_push(body)
+            new = await anyio.to_thread.run_sync(
+                lambda: engine.push(
+                    tensors,
+                    adapter=adapter,
+                    adapter_config=config,
+                    policy_version=None if raw is None else int(raw),
+                )
+            )
+        except (ValueError, RuntimeError) as exc:
+            return _error(400, f"{type(exc).__name__}: {exc}")
+        return {"ok": True, "policy_version": new, "adapter": adapter, "bytes": len(body)}
+
     return app
 
 
 class LocalPolicyServer:
     """Serve a model over HTTP from a background thread (uvicorn), for in-process RL loops and tests.
 
-    The local implementation behind ``trainers.policy.LocalPolicy`` (the ``PolicyServer`` protocol).
+    The local implementation behind ``trainers.serve.policy.LocalPolicy`` (the ``PolicyServer`` protocol).
 
     Args:
         model: checkpoint path or loaded model (then pass ``tokenizer``).
@@ -269,6 +298,24 @@ class LocalPolicyServer:
         """
         return self.engine.reload_adapter(name, checkpoint, policy_version=policy_version)
 
+    def push(
+        self,
+        tensors: Mapping[str, Any],
+        *,
+        adapter: str | None = None,
+        adapter_config: Mapping[str, Any] | None = None,
+        policy_version: int | None = None,
+    ) -> int:
+        """Swap in weights sent as tensors, no checkpoint written (see ``Engine.push``); returns the version.
+
+        Example:
+            >>> srv.push(resident.weights()[0], policy_version=1)  # doctest: +SKIP
+            1
+        """
+        return self.engine.push(
+            tensors, adapter=adapter, adapter_config=adapter_config, policy_version=policy_version
+        )
+
     def __enter__(self) -> LocalPolicyServer:
         return self.start()
 
@@ -320,7 +367,3 @@ def main(argv: list[str] | None = None) -> None:
     uvicorn.run(
         create_app(engine), host=a.host, port=a.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S
     )
-
-
-if __name__ == "__main__":
-    main()

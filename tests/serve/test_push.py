@@ -1,0 +1,124 @@
+"""Weights pushed as tensors (no checkpoint): the policy server's responses after a push report the new
+version and their logprobs are the pushed weights'; a push that does not fit or finds no server is one
+clear error and leaves the served weights as they were. A real ``sdk.serve`` process and the in-process
+server, the real openai client's wire format over httpx."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from tests.serve.serve_helpers import MSGS, make_adapter, make_base, reference_logprobs  # noqa: E402
+from trainers.errors import UserError  # noqa: E402
+from trainers.serve.policy import LocalPolicy  # noqa: E402
+
+REQUEST = {"messages": MSGS, "temperature": 1.0, "max_tokens": 8, "logprobs": True, "return_token_ids": True}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
+    """The served base, other weights of the same shape, and a LoRA adapter on the base."""
+    from trainers._tiny import build_tiny_model
+
+    root = tmp_path_factory.mktemp("push")
+    base = make_base(root)
+    other = str(build_tiny_model(root / "other", seed=3))
+    return base, other, make_adapter(base, root / "adapter", seed=5)
+
+
+def _full_state(path: str) -> dict:
+    """A checkpoint's weights as the trainer pushes them: tied tensors once."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    seen, out = set(), {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            out[name] = tensor.clone()
+    return out
+
+
+def _adapter_state(path: str) -> tuple[dict, dict]:
+    import json
+
+    from safetensors.torch import load_file
+
+    config = json.loads((Path(path) / "adapter_config.json").read_text())
+    return load_file(str(Path(path) / "adapter_model.safetensors")), config
+
+
+def _ask(policy: LocalPolicy) -> tuple[int, list[int], list[int], list[float]]:
+    body = {**REQUEST, "model": policy.model_name}
+    r = httpx.post(f"{policy.base_url}/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    data = r.json()
+    choice = data["choices"][0]
+    lps = [e["logprob"] for e in choice["logprobs"]["content"]]
+    return data["policy_version"], data["prompt_token_ids"], choice["token_ids"], lps
+
+
+def _matches(weights: str, adapter: str | None, answer: tuple) -> bool:
+    _, prompt, ids, lps = answer
+    want = reference_logprobs(weights, adapter, prompt, ids)
+    return max(abs(a - b) for a, b in zip(lps, want, strict=True)) < 1e-4
+
+
+@pytest.mark.parametrize("subprocess", [True, False], ids=["server-process", "in-process"])
+def test_pushed_full_weights_and_adapter_serve_with_their_version(models, subprocess, tmp_path) -> None:
+    base, other, adapter = models
+    policy = LocalPolicy(base, model_name="policy", subprocess=subprocess, log=tmp_path / "serve.log")
+    policy.start()
+    try:
+        first = _ask(policy)
+        assert first[0] == 0 and _matches(base, None, first)
+
+        stats = policy.push(_full_state(other), policy_version=1)
+        assert stats["policy_version"] == 1 and stats["bytes"] > 100_000
+        after = _ask(policy)
+        assert after[0] == 1 and _matches(other, None, after)
+        assert not _matches(base, None, after)
+
+        # Refused whole: one tensor of the wrong shape, one missing. Nothing changes, not even the version.
+        bad = _full_state(other)
+        name = next(iter(bad))
+        bad[name] = bad[name][:1]
+        with pytest.raises(UserError, match="refused the weights.*shape"):
+            policy.push(bad, policy_version=2)
+        missing = _full_state(base)
+        missing.pop(next(iter(missing)))
+        with pytest.raises(UserError, match="lack"):
+            policy.push(missing, policy_version=2)
+        still = _ask(policy)
+        assert still[0] == 1 and _matches(other, None, still)
+
+        # A LoRA adapter's tensors only: served as <name>-lora, which agents send from now on.
+        tensors, config = _adapter_state(adapter)
+        stats = policy.push(tensors, adapter_config=config, policy_version=2)
+        assert policy.model_name == "policy-lora" and stats["bytes"] < 100_000
+        lora = _ask(policy)
+        assert lora[0] == 2 and _matches(other, adapter, lora)
+        policy.push(tensors, adapter_config=config, policy_version=3)  # again: replaced in place
+        assert _ask(policy)[0] == 3
+    finally:
+        policy.stop()
+    with pytest.raises(UserError, match="not running|did not answer"):
+        policy.push(_full_state(other), policy_version=4)
+
+
+def test_a_push_to_a_server_that_died_is_one_clear_error(models, tmp_path) -> None:
+    base, other, _ = models
+    policy = LocalPolicy(base, model_name="policy", subprocess=True, log=tmp_path / "serve.log")
+    policy.start()
+    try:
+        policy._proc.kill()  # the server process dies (kill -9)
+        policy._proc.wait()
+        with pytest.raises(UserError, match="did not answer"):
+            policy.push(_full_state(other), policy_version=1)
+    finally:
+        policy.stop()

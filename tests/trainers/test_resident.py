@@ -1,0 +1,163 @@
+"""The resident trainer: N versions make the same updates as one uninterrupted run; resuming is exact.
+
+Tiny model in fp32, fixed seeds, no shuffling, one GRPO group per optimizer step: version ``v`` trains the
+groups of tasks ``2v, 2v + 1``, and the uninterrupted run trains the four groups in the same order.
+"""
+
+from __future__ import annotations
+
+import pytest
+from _synth import cpu_grpo, make_episodes
+
+pytestmark = pytest.mark.slow
+
+G = 4
+
+
+def _config(tmp_path, model_dir, name, **grpo):
+    from trainers.trl import TRLGRPOConfig
+
+    kw = cpu_grpo(
+        learning_rate=5e-3,
+        loss_type="grpo",
+        per_device_train_batch_size=G,
+        shuffle_dataset=False,
+        lr_scheduler_type="linear",
+        warmup_steps=0,
+        beta=0.0,
+        seed=7,
+    )
+    kw.update(grpo)
+    return TRLGRPOConfig(
+        model=str(model_dir),
+        output_dir=str(tmp_path / name),
+        group_size=G,
+        eval_fraction=0,
+        plots=False,
+        grpo=kw,
+        seed=7,
+    )
+
+
+def _versions(tok):
+    eps = make_episodes(4, G, tokenizer=tok)
+    for ep in eps:  # task ids that sort in the order the versions take them
+        ep["task_id"] = f"task-{ep['task_id']}"
+    by_task = sorted({ep["task_id"] for ep in eps})
+    return [[ep for ep in eps if ep["task_id"] in by_task[2 * v : 2 * v + 2]] for v in range(2)], eps
+
+
+def _state(trainer):
+    """(parameters, Adam first and second moments) of a transformers trainer, as CPU tensors by name."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
+    by_param = {id(p): n for n, p in model.named_parameters()}
+    m1, m2 = {}, {}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            st = opt.state.get(p) or {}
+            if "exp_avg" in st:
+                m1[by_param[id(p)]] = st["exp_avg"].clone()
+                m2[by_param[id(p)]] = st["exp_avg_sq"].clone()
+    return params, m1, m2
+
+
+def _max_diff(a, b):
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def _uninterrupted(tmp_path, model_dir, tok, eps):
+    from trainers.trl import TRLGRPOTrainer
+
+    cfg = _config(tmp_path, model_dir, "whole", max_steps=4)
+    built = TRLGRPOTrainer().build_trainer(eps, cfg, tokenizer=tok)
+    built.trainer.train()
+    return _state(built.trainer)
+
+
+def test_versions_equal_one_uninterrupted_run_and_restarts_do_not(tmp_path, tiny_model_dir, model_tokenizer):
+    from trainers.trl import TRLGRPOTrainer
+    from trainers.trl.resident import ResidentTrainer
+
+    tok = model_tokenizer
+    versions, eps = _versions(tok)
+    ref_params, ref_m1, ref_m2 = _uninterrupted(tmp_path, tiny_model_dir, tok, eps)
+
+    resident = ResidentTrainer(_config(tmp_path, tiny_model_dir, "resident"), planned_steps=4, tokenizer=tok)
+    results = [resident.train_version(v) for v in versions]
+    assert [r.steps for r in results] == [2, 2] and resident.global_step == 4
+    assert results[0].build_s > 0 and results[1].build_s == 0  # built once
+    params, m1, m2 = _state(resident.trainer)
+    assert _max_diff(params, ref_params) < 1e-6
+    assert _max_diff(m1, ref_m1) < 1e-7 and _max_diff(m2, ref_m2) < 1e-9
+    assert [r["step"] for r in results[1].log_rows if "loss" in r] == [3, 4]
+
+    # The path the loops took before: a new trainer per version from the last checkpoint (Adam restarts).
+    model = str(tiny_model_dir)
+    for i, v in enumerate(versions):
+        cfg = _config(tmp_path, model, f"restart-{i}", max_steps=2)
+        built = TRLGRPOTrainer().build_trainer(v, cfg, tokenizer=tok)
+        built.trainer.train()
+        built.trainer.save_model(str(tmp_path / f"restart-{i}" / "final"))
+        model = str(tmp_path / f"restart-{i}" / "final")
+    restart_params, _, _ = _state(built.trainer)
+    assert _max_diff(restart_params, ref_params) > 1e-4  # the test tells the two paths apart
+
+
+def test_resume_from_checkpoint_continues_exactly(tmp_path, tiny_model_dir, model_tokenizer):
+    from trainers.trl.resident import ResidentTrainer
+
+    tok = model_tokenizer
+    versions, _ = _versions(tok)
+    a = ResidentTrainer(_config(tmp_path, tiny_model_dir, "a"), planned_steps=4, tokenizer=tok)
+    a.train_version(versions[0])
+    checkpoint = a.save_checkpoint()
+    assert checkpoint.name == "checkpoint-2"
+    a.train_version(versions[1])
+    want = _state(a.trainer)
+
+    b = ResidentTrainer(
+        _config(tmp_path, tiny_model_dir, "a"), planned_steps=4, resume=checkpoint, tokenizer=tok
+    )
+    assert b.global_step == 2
+    result = b.train_version(versions[1])
+    assert result.global_step == 4
+    got = _state(b.trainer)
+    for x, y in zip(got, want, strict=True):
+        assert _max_diff(x, y) < 1e-7
+
+
+def test_lora_weights_are_the_adapter_only(tmp_path, tiny_model_dir, model_tokenizer):
+    from trainers.trl.resident import ResidentTrainer
+
+    tok = model_tokenizer
+    versions, _ = _versions(tok)
+    cfg = _config(tmp_path, tiny_model_dir, "lora")
+    cfg.lora, cfg.lora_r, cfg.lora_alpha = True, 4, 8
+    resident = ResidentTrainer(cfg, planned_steps=4, tokenizer=tok)
+    resident.train_version(versions[0])
+    tensors, adapter_config = resident.weights()
+    assert tensors and all("lora_" in name for name in tensors)
+    assert adapter_config["r"] == 4 and adapter_config["peft_type"] == "LORA"
+    resident.train_version(versions[1])
+    again, _ = resident.weights()
+    assert any(float((again[k] - tensors[k]).abs().max()) > 0 for k in tensors)  # it trained on
+
+
+def test_fewer_groups_than_a_batch_train_as_one_smaller_batch(tmp_path, tiny_model_dir, model_tokenizer):
+    from trainers.trl.resident import ResidentTrainer
+
+    tok = model_tokenizer
+    versions, _ = _versions(tok)
+    cfg = _config(tmp_path, tiny_model_dir, "small", per_device_train_batch_size=2 * G)
+    resident = ResidentTrainer(cfg, tokenizer=tok)
+    first = resident.train_version(versions[0] + versions[1])  # 4 groups: 2 batches of 2 groups
+    assert first.steps == 2
+    one_group = [ep for ep in versions[0] if ep["task_id"] == versions[0][0]["task_id"]]
+    second = resident.train_version(one_group, passes=2)
+    assert second.steps == 2 and second.units == 1
+    assert resident.trainer.args.generation_batch_size == G
+    third = resident.train_version(versions[1])  # the configured batch again
+    assert third.steps == 1 and resident.trainer.args.generation_batch_size == 2 * G

@@ -1,0 +1,60 @@
+"""The in-situ training loop: rollout → export → train → reload → validate, round after round.
+
+``python -m trainers.loop CONFIG.yaml`` (or :func:`run_loop`) points the loop at any agent function and
+task file. Each round:
+
+1. the policy server serves the current weights (:mod:`trainers.serve.policy`; agents read its address from
+   ``TRACERL_POLICY_BASE_URL`` / ``TRACERL_POLICY_MODEL``);
+2. ``sdk.rollout`` runs the agent ``samples`` times on this round's training tasks (split ``round-N``);
+3. ``sdk.episodes.export`` turns the round's sessions into Parquet;
+4. one training round in-process through the trainer API (:func:`trainers.settings.make_config`, then the
+   backend's ``train``, whose ``TrainResult`` gives checkpoint, adapter flag and steps; ``train:`` holds the
+   keys of ``python -m sdk.train``'s ``--config`` file); a LoRA adapter is merged into full weights;
+5. the policy server loads the new weights;
+6. every ``eval_every`` rounds (and before the first), the runner evaluates the validation tasks
+   (split ``eval-round-N``; nothing is trained on them).
+
+``mode: async`` (or ``--mode async``) runs :mod:`trainers.loop.continuous` instead: collection and training
+overlap, groups at most ``max_staleness`` versions old, truncated importance sampling on the stored tokens.
+
+Curriculum (``curriculum: {start, widen_every, widen_by}``): a round draws its tasks from the easiest
+``start`` share of the training tasks, ranked by their mean reward in earlier rounds (tasks not tried yet
+rank with the average), and the share widens by ``widen_by`` every ``widen_every`` rounds.
+
+Outputs in ``out``: ``metrics.jsonl`` (one line per round, appended as it finishes), ``progress.png``
+(train reward and validation success per round), ``state.json`` (the last finished round and its
+checkpoint: re-running the same command continues after it), ``store/``, ``rollouts/`` (the runner's
+results files), ``episodes/`` and ``train/round-N/``.
+
+Config keys: see :class:`LoopConfig`. Example ``loop.yaml``::
+
+    agent: my_agent:solve
+    tasks: data/train.jsonl
+    eval_tasks: data/eval.jsonl
+    reward_fn: my_agent:score
+    model: ./my-model
+    out: runs/loop
+    rounds: 6
+    tasks_per_round: 32
+    samples: 8
+    train: {learning_rate: 1.0e-5, lora: true, beta: 0}
+
+Example:
+    >>> from trainers.loop import run_loop
+    >>> result = run_loop("loop.yaml")  # doctest: +SKIP
+    >>> result["rows"][-1]["val_success"]  # doctest: +SKIP
+    0.62
+
+The package: :mod:`~trainers.loop.config` (settings and checks), :mod:`~trainers.loop.lockstep` (rounds),
+:mod:`~trainers.loop.continuous` (``mode: async``) and :mod:`~trainers.loop.collect` (its collector
+process), :mod:`~trainers.loop.table` (the table and plot), :mod:`~trainers.loop.pools` (task pools),
+:mod:`~trainers.loop.cli` (the command).
+"""
+
+from __future__ import annotations
+
+from trainers.loop.cli import main
+from trainers.loop.config import LoopConfig, check_before_loading
+from trainers.loop.lockstep import run_loop, select_tasks
+
+__all__ = ["LoopConfig", "check_before_loading", "main", "run_loop", "select_tasks"]

@@ -1,0 +1,52 @@
+"""``python -m trainers.loop CONFIG.yaml`` (``python -m sdk.train --loop``, ``tracerl train --loop``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainers.errors import UserError
+from trainers.loop.config import LoopConfig, read_yaml
+from trainers.loop.lockstep import run_loop
+from trainers.loop.table import validation_change
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trainers.loop CONFIG.yaml [--rounds N] [--out DIR]``; 0, 2 on bad input, 130 on Ctrl-C.
+
+    Example:
+        >>> main(["examples/arithmetic/loop.yaml", "--rounds", "1"])  # doctest: +SKIP
+        0
+    """
+    p = argparse.ArgumentParser(
+        prog="python -m sdk.train --loop", description="rollout → export → train → reload → validate rounds"
+    )
+    p.add_argument("config", help="loop YAML file")
+    p.add_argument("--rounds", type=int, default=None, help="override rounds")
+    p.add_argument("--out", default=None, help="override out")
+    p.add_argument("--model", default=None, help="override model")
+    p.add_argument("--mode", choices=["sync", "async"], default=None, help="override mode")
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        data = read_yaml(args.config)
+        # Overrides join the file's settings before validation: --rounds -1 is refused like rounds: -1.
+        overrides = ("rounds", "out", "model", "mode")
+        data.update({k: getattr(args, k) for k in overrides if getattr(args, k) is not None})
+        result = run_loop(LoopConfig.from_mapping(data))
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            "interrupted: re-run the same command to continue after the last finished round", file=sys.stderr
+        )
+        return 130
+    line = validation_change(result["out"], result["rows"])
+    if line is not None:
+        print(line)
+    return 0

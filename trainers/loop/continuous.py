@@ -1,0 +1,645 @@
+"""The asynchronous loop (``mode: async``): the agents keep running while the trainer trains.
+
+Two processes (three with a policy server of its own), the loop's with two threads:
+
+- the **collector** (``sdk.rollout.run_continuous``, in its own process: see
+  :mod:`trainers.loop.collect`) keeps ``concurrency`` samples in flight over the training tasks
+  (cycling), each session stamped with the policy version being served (metadata ``policy_version``);
+- the **trainer** (the main thread) polls a :class:`~trainers.data.stream.StreamingSource` on the store;
+  once at least one batch of groups with reward spread is there, it trains ``sync_every`` batches of
+  them (``train.grpo.num_train_epochs`` passes, 1 by default) from the last weights
+  (``trainers.settings.make_config`` + the backend's ``train``; a LoRA adapter is merged), saves the new
+  checkpoint with the source's cursor, and publishes the weights to the policy server as version N+1 (in
+  place: requests running finish on the old weights);
+- **validation** on the held-out tasks every ``eval_every`` versions runs beside training (its samples run
+  on whatever version is served while they run; the last validation, after training stops, is exact).
+
+Durability (kill -9 anywhere, then the same command): ``state.json`` is replaced atomically after each
+version's checkpoint, cursor (``train/v-N/cursor.json``), ``metrics.jsonl`` rows and
+``trained_samples.jsonl`` lines are written; on restart, rows and lines of later versions are cut, the
+cursor of the last committed version is read back, and groups taken after it are offered again — so no
+(task, sample) is trained twice (``trained_samples.jsonl`` says which version trained it) and every
+completed one is either trained or listed in ``dropped_samples.jsonl`` with its reason. The collector's
+results files and the store resume as the rollout runner does (an interrupted attempt is superseded).
+
+Metrics per optimizer step in ``metrics.jsonl`` (``kind: "train"``): ``step``, ``policy_version`` (the
+version the step produces), ``loss``, ``reward``, ``is_ratio_mean``, ``is_ratio_max``,
+``is_truncated_frac``, and for its version ``staleness_hist`` ({versions behind: groups}),
+``groups_dropped_stale``, ``samples_per_s``, ``trainer_idle_pct``, ``collector_idle_pct``; validation rows
+have ``kind: "eval"``. Every row has ``wall_s``, the loop's seconds so far (a resumed run goes on from
+its last row, as the lock-step loop's rows do). ``progress.png`` shows validation success and staleness by
+version.
+
+Example:
+    >>> from trainers.loop import run_loop
+    >>> run_loop({"agent": "a:f", "tasks": "t.jsonl", "model": "m", "mode": "async"})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import inspect
+import json
+import os
+import shutil
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainers.errors import UserError
+from trainers.loop.collect import _Collector, _Gate, _Version, run_rollout_process, write_policy_env
+
+__all__ = ["run_async"]
+
+_POLL_S = 0.5
+
+
+class _Thread:
+    """A daemon thread that keeps the exception its body raised (the loop re-raises it)."""
+
+    def __init__(self, name: str, body: Callable[[], None]) -> None:
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                body()
+            except BaseException as exc:  # reported by the main thread
+                self.error = exc
+
+        self.thread = threading.Thread(target=run, name=name, daemon=True)
+        self.thread.start()
+
+    def check(self, what: str) -> None:
+        if self.error is not None:
+            raise UserError(f"the {what} failed: {type(self.error).__name__}: {self.error}") from self.error
+
+
+class _AsyncRun:
+    """Files, resume and the per-version commit of one asynchronous run."""
+
+    def __init__(self, cfg: Any, quiet: bool) -> None:
+        self.cfg = cfg
+        self.out = Path(cfg.out)
+        self.quiet = quiet
+        self.store = self.out / "store"
+        self.rollouts = self.out / "rollouts"
+        self.metrics = self.out / "metrics.jsonl"
+        self.trained = self.out / "trained_samples.jsonl"
+        self.dropped = self.out / "dropped_samples.jsonl"
+        self.state_path = self.out / "state.json"
+        self.version = 0
+        self.steps = 0
+        self.checkpoint = cfg.model
+        self.cursor: dict[str, Any] | None = None
+        self.t0 = time.time()  # rows' wall_s: seconds since this process started the loop
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, flush=True)
+
+    def resume(self) -> None:
+        """Read the last committed version; cut what later versions wrote before a crash."""
+        from trainers.data.stream import sample_key
+
+        with contextlib.suppress(OSError, ValueError):
+            state = json.loads(self.state_path.read_text())
+            self.version, self.steps = int(state["version"]), int(state["steps"])
+            self.checkpoint = str(state["checkpoint"])
+            cursor = state.get("cursor")
+            self.cursor = json.loads(Path(cursor).read_text()) if cursor else None
+            self.say(f"resuming after version {self.version} (checkpoint {self.checkpoint})")
+        # The cursor is the ledger: trained and dropped lines it does not hold were written by a version (or
+        # the last drops) that never committed; those samples are offered again.
+        cursor = self.cursor or {}
+        decided = set(cursor.get("taken") or ()) | set(cursor.get("dropped") or ())
+        for path in (self.metrics, self.trained, self.dropped):
+            rows = _read_jsonl(path)
+            if path == self.metrics:
+                kept = [r for r in rows if int(r.get("policy_version", 0)) <= self.version]
+            else:
+                kept = [r for r in rows if sample_key(r["rollout"], r["task_id"], r["sample"]) in decided]
+            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            if path == self.metrics:  # wall_s goes on from the last kept row, as the lock-step loop's
+                self.t0 = time.time() - max((float(r.get("wall_s") or 0) for r in kept), default=0.0)
+
+    def commit(
+        self,
+        version: int,
+        checkpoint: str,
+        steps: int,
+        cursor: dict[str, Any],
+        lines: dict[Path, list],
+        name: str = "cursor.json",
+    ) -> None:
+        """Save a version: cursor beside its checkpoint, its lines, then ``state.json`` (the commit point)."""
+        vdir = self.out / "train" / f"v-{version}"
+        cursor_path = vdir / name
+        _atomic_write(cursor_path, json.dumps(cursor))
+        for path, rows in lines.items():
+            with path.open("a") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
+                f.flush()
+                os.fsync(f.fileno())
+        state = {"version": version, "steps": steps, "checkpoint": checkpoint, "cursor": str(cursor_path)}
+        _atomic_write(self.state_path, json.dumps(state, indent=2))
+        self.version, self.steps, self.checkpoint, self.cursor = version, steps, checkpoint, cursor
+        for old in (self.out / "train").glob("v-*"):  # keep the served weights and the ones before
+            n = old.name[2:]
+            if n.isdigit() and int(n) < version - 1:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                rows.append(json.loads(line))
+    return rows
+
+
+def _groups_per_step(cfg: Any) -> int:
+    grpo = cfg.train.get("grpo") or {}
+    batch = grpo.get("per_device_train_batch_size")
+    if isinstance(batch, int) and batch >= cfg.group_size:
+        return max(1, batch // cfg.group_size)
+    return max(1, 8 // cfg.group_size)
+
+
+def _backlog_limit(cfg: Any, need: int) -> int:
+    """Ended samples the trainer may have waiting before the collector pauses.
+
+    The trainer takes ``need`` groups per version, oldest first, so a sample started behind ``B`` others
+    is trained about ``B / (need * group_size)`` versions later: beyond ``max_staleness`` versions' worth,
+    less the samples still in flight, it would only be collected to be dropped as stale.
+    """
+    per_version = need * cfg.group_size
+    return max(per_version, cfg.max_staleness * per_version - cfg.concurrency)
+
+
+def _train_version(
+    cfg: Any, run: _AsyncRun, version: int, groups: list[Any]
+) -> tuple[str, str | None, int, list]:
+    """Train ``sync_every`` batches of ``groups`` (``num_train_epochs`` passes) from the last weights.
+
+    Returns ``(full-weight checkpoint, adapter or None, steps, per-step log rows)``.
+    """
+    from sdk.episodes import build_episodes
+    from trainers.loop.pools import merge_adapter
+    from trainers.settings import make_config
+
+    rows = []
+    for g in groups:
+        for ep in build_episodes(g.sessions):
+            ep["task_id"] = g.key  # one GRPO group per stream group, even when a task recurs
+            rows.append(ep)
+    out = run.out / "train" / f"v-{version}"
+    if out.exists():
+        shutil.rmtree(out)  # a version cut short trains again from its start
+    out.mkdir(parents=True)
+    settings = dict(cfg.train)
+    settings.setdefault("group_size", cfg.group_size)
+    settings.setdefault("seed", cfg.seed + version)
+    settings.setdefault("tis_cap", cfg.tis_cap)
+    settings.setdefault("plots", False)  # a second per version; the loop draws progress.png itself
+    settings.update(model=run.checkpoint, output_dir=str(out))
+    grpo = dict(settings.get("grpo") or {})
+    # ``num_train_epochs`` passes over the version's groups, as the lock-step loop makes over a round's.
+    passes = max(1, int(grpo.pop("num_train_epochs", 1) or 1))
+    grpo["max_steps"] = passes * max(1, min(cfg.sync_every, len(groups) // _groups_per_step(cfg)))
+    grpo.setdefault("disable_tqdm", True)
+    grpo.setdefault("save_steps", 10**9)  # the loop saves each version itself
+    batch = grpo.get("per_device_train_batch_size")
+    if isinstance(batch, int) and batch > cfg.group_size * len(groups):
+        grpo["per_device_train_batch_size"] = cfg.group_size * len(groups)
+    settings["grpo"] = grpo
+    trainer, config, backend = make_config(settings, source="the loop's train section")
+    try:
+        result = trainer.train(rows, config, extra_config={"backend": backend})
+    except UserError as exc:
+        raise UserError(f"training version {version} failed: {exc}") from None
+    final = result.checkpoint
+    if final is None or not Path(final).is_dir():
+        raise UserError(f"training version {version} left no local checkpoint in {out / 'final'}")
+    steps = [r for r in _read_jsonl(Path(result.metrics_path)) if "loss" in r]
+    if result.adapter:
+        return (
+            merge_adapter(run.checkpoint, Path(final), out / "merged"),
+            str(final),
+            result.global_step,
+            steps,
+        )
+    return str(final), None, result.global_step, steps
+
+
+def _publish(policy: Any, checkpoint: str, adapter: str | None, version: int, env: Path) -> None:
+    """Serve the new weights as ``version`` (the version is passed when the server's ``update`` takes it).
+
+    Where the policy is now goes to ``env`` for the collector process, before the loop sets the version.
+    """
+    from trainers.serve.policy import export_env
+
+    try:
+        if "policy_version" in inspect.signature(policy.update).parameters:
+            policy.update(checkpoint, adapter=adapter, policy_version=version)
+        else:
+            policy.update(checkpoint, adapter=adapter)
+    except OSError as exc:  # the server is gone; the version is committed, a re-run serves it
+        raise UserError(f"the policy server could not load version {version}: {exc}; {_RERUN}") from None
+    export_env(policy)
+    write_policy_env(env)
+
+
+_RERUN = "re-run the same command to continue after the last saved version"
+
+
+def _check_server(policy: Any) -> None:
+    """Stop when a policy server child process has exited (its samples would only fail meanwhile)."""
+    code = policy.exit_code()
+    if code is not None:
+        raise UserError(f"the policy server exited (code {code}); {_RERUN}")
+
+
+def _collector_load(rollouts: Path, t0: float, t1: float, concurrency: int) -> tuple[float, float]:
+    """Samples per second and the collector's idle share (empty sample slots) in ``[t0, t1]``."""
+    busy, n = 0.0, 0
+    for path in rollouts.glob("stream*.jsonl"):
+        for r in _read_jsonl(path):
+            end = float(r.get("ts") or 0)
+            start = end - float(r.get("seconds") or 0)
+            overlap = min(end, t1) - max(start, t0)
+            if overlap > 0:
+                busy += overlap
+            n += t0 < end <= t1
+    span = max(t1 - t0, 1e-9)
+    return n / span, max(0.0, 100.0 * (1 - busy / (concurrency * span)))
+
+
+class _Validator:
+    """Validation rollouts in a process, waited on by a thread; one version at a time, rows to metrics."""
+
+    def __init__(
+        self, cfg: Any, run: _AsyncRun, pool: list[dict[str, Any]] | None, version: _Version
+    ) -> None:
+        self.cfg, self.run, self.pool, self.version = cfg, run, pool, version
+        self.lock = threading.Lock()  # metrics.jsonl appends
+        self.due: list[int] = []
+        self.busy = threading.Lock()
+        self.thread: _Thread | None = None
+
+    def evaluate(self, n: int, *, alone: bool = False) -> dict[str, Any] | None:
+        """Validate the weights served now as version ``n``; the row is appended and returned.
+
+        ``alone``: nothing else runs (the final validation), so the agents run in this process and the
+        seconds a fresh process needs to start and import them are saved.
+        """
+        from sdk.eval import summarize
+
+        if not self.pool:
+            return None
+        cfg = self.cfg
+        results = self.run.rollouts / f"eval-v{n}.jsonl"
+        t0 = time.time()
+        (_rollout_here if alone else run_rollout_process)(
+            self.run.out,
+            "validation",
+            agent=cfg.agent,
+            tasks=self.pool,
+            group_size=cfg.eval_samples,
+            concurrency=cfg.concurrency,
+            timeout=cfg.timeout,
+            reward_fn=cfg.reward_fn,
+            split=f"eval-v{n}",
+            results=results,
+            success_threshold=cfg.success_threshold,
+            metadata={"policy_version": n},
+        )
+        s = summarize(str(results), threshold=cfg.success_threshold)
+        rewards = [r["reward"] for r in _read_jsonl(results) if r.get("reward") is not None]
+        row = {
+            "kind": "eval",
+            "policy_version": n,
+            "val_success": s.pass_at_k.get(1),
+            "val_success_se": s.pass_at_k_se.get(1),
+            "val_reward": sum(rewards) / len(rewards) if rewards else None,
+            "served_version_at_end": self.version.get(),
+            "eval_s": round(time.time() - t0, 1),
+            "wall_s": round(time.time() - self.run.t0, 1),
+        }
+        with self.lock, self.run.metrics.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        self.run.say(f"validation of version {n}: {_pct(row['val_success'])} success")
+        return row
+
+    def start(self, n: int) -> None:
+        """Validate version ``n`` beside training (skipped when one is still running: counted as not due)."""
+        if not self.pool or not self.busy.acquire(blocking=False):
+            return
+
+        def body() -> None:
+            try:
+                self.evaluate(n)
+            finally:
+                self.busy.release()
+
+        self.thread = _Thread("tracerl-validation", body)
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.thread.join()
+            self.thread.check("validation")
+
+
+def _rollout_here(out: Path, name: str, **kwargs: Any) -> None:
+    """``run_rollout_process``'s contract in this process: a failed run is one ``UserError`` line."""
+    from sdk.rollout import RolloutError, run_rollout
+
+    try:
+        run_rollout(**kwargs)
+    except RolloutError as exc:
+        raise UserError(f"{name}: {str(exc).splitlines()[0]}") from None
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _take(
+    cfg: Any,
+    source: Any,
+    version: _Version,
+    collector: _Collector,
+    gate: _Gate,
+    policy: Any,
+    next_version: int,
+) -> tuple[list, list, float]:
+    """Poll until ``sync_every`` batches of groups with reward spread are there; release the surplus.
+
+    Returns ``(groups, drop lines, idle seconds)``, the oldest groups first; fewer groups (maybe none)
+    once the collector has finished and nothing is left to wait for.
+    """
+    per_step = _groups_per_step(cfg)
+    need = per_step * cfg.sync_every
+    groups: list[Any] = []
+    drops: list[dict[str, Any]] = []
+    idle = 0.0
+    while True:
+        collector.check()
+        _check_server(policy)
+        done = not collector.alive()  # read before polling: nothing new can come after
+        t = time.time()
+        batch = source.poll(version.get())
+        polled = time.time() - t
+        drops += [{**d, "policy_version": next_version} for d in batch.dropped_samples]
+        for g in batch.groups:
+            if len({s.reward for s in g.sessions}) > 1:
+                groups.append(g)
+            else:  # equal rewards: zero advantage, nothing to learn from
+                drops += [_drop_line(g, s, "no_reward_spread", next_version) for s in g.sessions]
+        groups.sort(key=lambda g: (g.policy_version, g.key))
+        take = need if len(groups) >= need else len(groups) // per_step * per_step if done else 0
+        if take or (done and batch.pending == 0) or (done and groups):
+            take = take or len(groups)
+            source.release(groups[take:])
+            gate.set_backlog(batch.backlog + cfg.group_size * len(groups[take:]))
+            return groups[:take], drops, idle
+        gate.set_backlog(batch.backlog + cfg.group_size * len(groups))
+        pause = max(_POLL_S, 2 * polled)  # re-reading a large store: at most a third of the time
+        time.sleep(pause)
+        idle += pause + polled
+
+
+def _drop_line(g: Any, s: Any, reason: str, version: int) -> dict[str, Any]:
+    return {
+        "rollout": s.metadata.get("rollout") or "",
+        "task_id": g.task_id,
+        "sample": s.sample,
+        "session_id": s.session_id,
+        "reason": reason,
+        "policy_version": version,
+    }
+
+
+def _version_rows(
+    run: _AsyncRun,
+    n: int,
+    groups: list,
+    drops: list,
+    steps: list,
+    load: tuple[float, float],
+    idle_pct: float,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The metrics rows (one per optimizer step) and ``trained_samples.jsonl`` lines of version ``n``."""
+    from trainers.data.stream import session_version
+
+    hist = Counter(g.staleness for g in groups)
+    shared = {
+        "policy_version": n,
+        "groups": len(groups),
+        "staleness_hist": {str(k): v for k, v in sorted(hist.items())},
+        "groups_dropped_stale": len(
+            {
+                (d["rollout"], d["task_id"], d["sample"] // run.cfg.group_size)
+                for d in drops
+                if d["reason"] == "stale"
+            }
+        ),
+        "samples_dropped": dict(Counter(d["reason"] for d in drops)),
+        "samples_per_s": round(load[0], 3),
+        "trainer_idle_pct": round(idle_pct, 1),
+        "collector_idle_pct": round(load[1], 1),
+        "wall_s": round(time.time() - run.t0, 1),
+    }
+    rows = []
+    for i, r in enumerate(steps):
+        rows.append(
+            {
+                "kind": "train",
+                "step": run.steps + i + 1,
+                **shared,
+                "loss": r.get("loss"),
+                "reward": r.get("reward"),
+                "is_ratio_mean": r.get("tis/is_ratio_mean"),
+                "is_ratio_max": r.get("tis/is_ratio_max"),
+                "is_truncated_frac": r.get("tis/is_truncated_frac"),
+            }
+        )
+    trained = [
+        {
+            "rollout": s.metadata.get("rollout") or "",
+            "task_id": g.task_id,
+            "sample": s.sample,
+            "session_id": s.session_id,
+            "group": g.key,
+            "policy_version": n,
+            "behaviour_version": session_version(s),
+            "staleness": g.staleness,
+        }
+        for g in groups
+        for s in g.sessions
+    ]
+    return rows, trained
+
+
+def run_async(
+    cfg: Any,
+    *,
+    on_version: Callable[[dict[str, Any]], None] | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Run (or continue) the asynchronous loop for a validated ``LoopConfig`` with ``mode: async``.
+
+    Returns ``{"rows", "checkpoint", "out", "version"}``; ``on_version`` is called with each version's last
+    metrics row after its commit.
+
+    Example:
+        >>> run_async(LoopConfig(agent="a:f", tasks="t", model="m", mode="async"))  # doctest: +SKIP
+    """
+    import sdk
+    from trainers.data.stream import StreamingSource
+    from trainers.loop.pools import load_pools
+    from trainers.quiet import quiet_libraries
+    from trainers.serve.policy import export_env, make_policy
+
+    if cfg.curriculum is not None:  # also when --mode async overrides a lock-step config
+        raise UserError("curriculum is not supported with mode: async")
+    run = _AsyncRun(cfg, quiet)
+    run.out.mkdir(parents=True, exist_ok=True)
+    run.rollouts.mkdir(exist_ok=True)
+    (run.out / "loop-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    pool, eval_pool = load_pools(cfg)
+    sdk.configure(store=run.store)
+    run.resume()
+    if _finished(cfg, run):
+        run.say("the run is complete (raise max_versions or max_steps to continue)")
+        return _result(run)
+    quiet_libraries()
+    version = _Version(run.version)
+    source = StreamingSource(
+        run.store,
+        group_size=cfg.group_size,
+        max_staleness=cfg.max_staleness,
+        reward_wait_s=cfg.reward_wait_s,
+        state=run.cursor,
+    )
+    policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
+    policy.start()
+    if run.version and "policy_version" in inspect.signature(policy.update).parameters:
+        policy.update(
+            run.checkpoint, policy_version=run.version
+        )  # serve the resumed weights as their version
+    export_env(policy)
+    write_policy_env(run.out / "policy-env.json")
+    validator = _Validator(cfg, run, eval_pool, version)
+    need = _groups_per_step(cfg) * cfg.sync_every
+    budget = None if cfg.max_samples is None else -(-cfg.max_samples // cfg.group_size)
+    gate = _Gate(_backlog_limit(cfg, need), budget)
+    # Each version's trainer runs a full garbage collection (accelerate's free_memory); with torch, TRL and
+    # the agents' frameworks loaded that is ~0.3 s of every version. What exists now lives as long as the
+    # loop does, so the garbage collector need not scan it again.
+    gc.freeze()
+    collector = _Collector(cfg, pool, run.out, version, gate)
+    try:
+        if run.version == 0 and not any(r.get("kind") == "eval" for r in _read_jsonl(run.metrics)):
+            validator.start(0)
+        while not _finished(cfg, run):
+            if not _one_version(cfg, run, source, version, policy, collector, validator, gate, on_version):
+                run.say("the collector's sample budget is spent and no group is left to train on")
+                break
+        collector.join(timeout=None if cfg.timeout is None else 4 * cfg.timeout + 60)
+        validator.wait()
+        if not any(
+            r.get("kind") == "eval" and r["policy_version"] == run.version for r in _read_jsonl(run.metrics)
+        ):
+            validator.evaluate(run.version, alone=True)  # nothing collects or trains now: exact for it
+    finally:
+        collector.join(timeout=5)  # after a failure: the running samples are superseded by the next run
+        policy.stop()
+        sdk.flush()
+    if cfg.plot:
+        from trainers._plots import plot_async_progress
+
+        plot_async_progress(_read_jsonl(run.metrics), run.out / "progress.png", f"{cfg.agent} (async)")
+    return _result(run)
+
+
+def _one_version(
+    cfg: Any,
+    run: _AsyncRun,
+    source: Any,
+    version: _Version,
+    policy: Any,
+    collector: _Collector,
+    validator: _Validator,
+    gate: _Gate,
+    on_version: Callable[[dict[str, Any]], None] | None,
+) -> bool:
+    """Take groups, train ``sync_every`` batches, commit the version, publish it, validate when due.
+
+    Returns ``False`` when the collector has finished (sample budget) and no group is left.
+    """
+    n = run.version + 1
+    t0 = time.time()
+    groups, drops, idle = _take(cfg, source, version, collector, gate, policy, n)
+    if not groups:  # the end: the last drops are committed with the version trained last
+        lines = {run.dropped: [{**d, "policy_version": run.version} for d in drops]}
+        with validator.lock:
+            run.commit(run.version, run.checkpoint, run.steps, source.state(), lines, name="cursor-end.json")
+        return False
+    checkpoint, adapter, steps, log_rows = _train_version(cfg, run, n, groups)
+    t1 = time.time()
+    load = _collector_load(run.rollouts, t0, t1, cfg.concurrency)
+    rows, trained = _version_rows(run, n, groups, drops, log_rows, load, 100 * idle / max(t1 - t0, 1e-9))
+    with validator.lock:
+        run.commit(
+            n,
+            checkpoint,
+            run.steps + steps,
+            source.state(),
+            {run.metrics: rows, run.trained: trained, run.dropped: drops},
+        )
+    _publish(policy, checkpoint, adapter, n, run.out / "policy-env.json")
+    version.set(n)
+    last = rows[-1] if rows else {"policy_version": n}
+    run.say(
+        f"version {n}: {len(groups)} groups, staleness {last.get('staleness_hist')}, "
+        f"dropped {last.get('samples_dropped') or {}}, {t1 - t0:.1f} s"
+    )
+    if n % cfg.eval_every == 0 and not _finished(cfg, run):
+        validator.start(n)
+    if on_version is not None:
+        on_version(last)
+    return True
+
+
+def _finished(cfg: Any, run: _AsyncRun) -> bool:
+    if cfg.max_steps is not None and run.steps >= cfg.max_steps:
+        return True
+    limit = cfg.max_versions
+    if limit is None and cfg.max_samples is None and cfg.max_steps is None:
+        limit = cfg.rounds
+    return limit is not None and run.version >= limit
+
+
+def _result(run: _AsyncRun) -> dict[str, Any]:
+    return {
+        "rows": _read_jsonl(run.metrics),
+        "checkpoint": run.checkpoint,
+        "out": str(run.out),
+        "version": run.version,
+    }

@@ -1,0 +1,376 @@
+"""The lock-step loop (``mode: sync``): collect a round, export, train, serve the new weights, validate.
+
+See :mod:`trainers.loop` for the whole loop; this module holds the rounds and :func:`run_loop`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import shutil
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainers.errors import UserError
+from trainers.loop.config import LoopConfig, check_before_loading, train_settings
+from trainers.loop.table import HEADER, plot_progress, print_row
+
+__all__ = ["run_loop", "select_tasks"]
+
+
+# -------------------------------------------------------------------------------------------- curriculum
+
+
+def select_tasks(
+    pool: list[dict[str, Any]],
+    round_no: int,
+    n: int,
+    *,
+    history: dict[str, list[float]],
+    uses: dict[str, int],
+    curriculum: dict[str, Any] | None,
+) -> tuple[list[dict[str, Any]], float]:
+    """The training tasks of round ``round_no`` (1-based) and the share of the pool available.
+
+    Without curriculum the pool is walked in order, ``n`` fresh tasks per round (wrapping around). With
+    it, tasks are ranked easiest first by their mean reward in ``history`` (untried tasks rank with the
+    average of the tried ones, keeping file order) and the round takes the ``n`` least-used tasks of the
+    available share.
+
+    Example:
+        >>> pool = [{"id": str(i)} for i in range(4)]
+        >>> [t["id"] for t in select_tasks(pool, 2, 2, history={}, uses={}, curriculum=None)[0]]
+        ['2', '3']
+    """
+    if curriculum is None:
+        k = (round_no - 1) * n
+        return [pool[(k + j) % len(pool)] for j in range(min(n, len(pool)))], 1.0
+    steps = (round_no - 1) // int(curriculum["widen_every"])
+    share = min(1.0, float(curriculum["start"]) + float(curriculum["widen_by"]) * steps)
+    means = {tid: statistics.fmean(v) for tid, v in history.items() if v}
+    prior = statistics.fmean(means.values()) if means else 0.0
+    order = sorted(range(len(pool)), key=lambda i: (-means.get(pool[i]["id"], prior), i))
+    active = [pool[i] for i in order[: max(1, math.ceil(share * len(pool)))]]
+    rank = {t["id"]: r for r, t in enumerate(active)}
+    chosen = sorted(active, key=lambda t: (uses.get(t["id"], 0), rank[t["id"]]))[: min(n, len(active))]
+    return chosen, share
+
+
+# ----------------------------------------------------------------------------------------------- rounds
+
+
+class _Run:
+    """One loop run: its files, the rows and checkpoint so far, and the rewards the curriculum ranks by."""
+
+    def __init__(
+        self,
+        cfg: LoopConfig,
+        *,
+        on_round_end: Callable[[dict[str, Any]], None] | None = None,
+        quiet: bool = False,
+    ) -> None:
+        self.cfg = cfg
+        self.out = Path(cfg.out)
+        self.store = self.out / "store"
+        self.metrics = self.out / "metrics.jsonl"
+        self.state_path = self.out / "state.json"
+        self.on_round_end = on_round_end
+        self.quiet = quiet
+        self.checkpoint = cfg.model
+        self.all_rows: list[dict[str, Any]] = []
+        self.history: dict[str, list[float]] = defaultdict(list)  # task id -> rewards in earlier rounds
+        self.uses: dict[str, int] = defaultdict(int)  # task id -> rounds that drew it
+        self._t_start = time.time()
+        self._wall0 = 0.0  # wall seconds of the rounds finished before this process
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, flush=True)
+
+    def result(self) -> dict[str, Any]:
+        return {"rows": self.all_rows, "checkpoint": self.checkpoint, "out": str(self.out)}
+
+    # -- state on disk ---------------------------------------------------------------------------
+
+    def load_state(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.state_path.read_text())  # type: ignore[no-any-return]
+        except (OSError, ValueError):
+            return None
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        os.replace(tmp, self.state_path)
+
+    def rows(self) -> list[dict[str, Any]]:
+        out = []
+        with contextlib.suppress(OSError):
+            for line in self.metrics.read_text().splitlines():
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+        return out
+
+    def keep_rows_through(self, last_round: int) -> list[dict[str, Any]]:
+        """Drop metrics lines of rounds after the last finished one (a round cut short is run again)."""
+        rows = [r for r in self.rows() if r.get("round", -1) <= last_round]
+        self.metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return rows
+
+    def append_row(self, row: dict[str, Any]) -> None:
+        with open(self.metrics, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+    def resume(self) -> int:
+        """Pick up after the last finished round (if any); return the round to run first."""
+        from sdk.rollout import read_results
+
+        state = self.load_state()
+        if state:
+            self.checkpoint = str(state["checkpoint"])
+        first = int(state["round"]) + 1 if state else 0
+        self.all_rows = self.keep_rows_through(first - 1)
+        self._wall0 = float(self.all_rows[-1]["wall_s"]) if self.all_rows else 0.0
+        if state:
+            self.say(f"resuming after round {state['round']} (checkpoint {self.checkpoint})")
+        for rnd in range(1, first):  # earlier rounds' rewards, for the curriculum
+            self._remember(read_results(self.out / "rollouts" / f"round-{rnd}.jsonl"))
+        return first
+
+    def _remember(self, results: list[dict[str, Any]], tasks: list[dict[str, Any]] | None = None) -> None:
+        for r in results:
+            if isinstance(r.get("reward"), (int, float)):
+                self.history[str(r["task_id"])].append(float(r["reward"]))
+        drawn = {t["id"] for t in tasks} if tasks is not None else {str(r["task_id"]) for r in results}
+        for tid in drawn:
+            self.uses[tid] += 1
+
+    # -- rounds ----------------------------------------------------------------------------------
+
+    def rollout(self, tasks: list[dict[str, Any]], split: str, group_size: int) -> Any:
+        from sdk.rollout import RolloutError, run_rollout
+
+        cfg = self.cfg
+        try:
+            return run_rollout(
+                cfg.agent,
+                tasks,
+                group_size=group_size,
+                concurrency=cfg.concurrency,
+                timeout=cfg.timeout,
+                reward_fn=cfg.reward_fn,
+                split=split,
+                results=self.out / "rollouts" / f"{split}.jsonl",
+                id_field="id",
+                success_threshold=cfg.success_threshold,
+            )
+        except RolloutError as exc:
+            raise UserError(str(exc)) from None
+
+    def finish(self, row: dict[str, Any]) -> None:
+        """Save a finished round's row (and the state that marks it done); print it, plot, call back."""
+        row["wall_s"] = round(self._wall0 + time.time() - self._t_start, 1)
+        row["checkpoint"] = self.checkpoint
+        self.append_row(row)
+        self.save_state({"round": row["round"], "checkpoint": self.checkpoint})
+        self.all_rows.append(row)
+        if not self.quiet:
+            print_row(row)
+        if self.cfg.plot:
+            plot_progress(
+                self.all_rows,
+                self.out / "progress.png",
+                f"{self.cfg.agent}: train reward and validation success",
+            )
+        if self.on_round_end is not None:
+            self.on_round_end(row)
+
+    def validate(self, eval_pool: list[dict[str, Any]] | None, rnd: int) -> dict[str, Any]:
+        """Evaluate the validation tasks (if any); the row's validation fields and ``eval_s``."""
+        t0 = time.time()
+        val = self.rollout(eval_pool, f"eval-round-{rnd}", self.cfg.eval_samples) if eval_pool else None
+        metrics = None if val is None else val.metrics
+        return {
+            "val_success": None if val is None else val.success_rate,
+            "val_reward": None if val is None else val.mean_reward,
+            "val_pass_at_1": None if metrics is None else metrics.pass_at_1,
+            "val_pass_at_1_se": None if metrics is None else metrics.pass_at_1_se,
+            "eval_s": round(time.time() - t0, 1),
+        }
+
+    def validation_round(self, eval_pool: list[dict[str, Any]] | None) -> None:
+        """Round 0: the starting policy on the validation tasks, nothing trained."""
+        val = self.validate(eval_pool, 0)
+        self.finish({"round": 0, **val, "train_reward": None, "groups": 0, "steps": 0})
+
+    def training_round(
+        self, rnd: int, pool: list[dict[str, Any]], eval_pool: list[dict[str, Any]] | None, policy: Any
+    ) -> None:
+        """Collect on this round's tasks, export, train, serve the new weights, validate when due."""
+        from sdk.episodes import export
+        from sdk.rollout import read_results
+        from trainers.serve.policy import export_env
+
+        cfg = self.cfg
+        t0 = time.time()
+        tasks, share = select_tasks(
+            pool, rnd, cfg.tasks_per_round, history=self.history, uses=self.uses, curriculum=cfg.curriculum
+        )
+        split = f"round-{rnd}"
+        got = self.rollout(tasks, split, cfg.group_size)
+        results = read_results(self.out / "rollouts" / f"{split}.jsonl")
+        self._remember(results, tasks)
+        t_collect = time.time() - t0
+        data = self.out / "episodes" / f"{split}.parquet"
+        data.parent.mkdir(parents=True, exist_ok=True)
+        summary = export(self.store, data, splits=[split])
+        groups = _groups_with_signal(results)
+        steps, adapter, t1 = 0, None, time.time()
+        if groups:
+            self.checkpoint, adapter, steps = _train_round(cfg, self, rnd, data, self.checkpoint, groups)
+            policy.update(self.checkpoint, adapter=adapter)
+            export_env(policy)
+        t_train = time.time() - t1
+        due = eval_pool and (rnd % cfg.eval_every == 0 or rnd == cfg.rounds)
+        val = self.validate(eval_pool if due else None, rnd)
+        self.finish(
+            {
+                "round": rnd,
+                "val_success": val["val_success"],
+                "val_reward": val["val_reward"],
+                "val_pass_at_1": val["val_pass_at_1"],
+                "val_pass_at_1_se": val["val_pass_at_1_se"],
+                "train_reward": got.mean_reward,
+                "train_success": got.success_rate,
+                "tasks": len(tasks),
+                "samples": got.done,
+                "errors": got.counts.get("error", 0),
+                "timeouts": got.counts.get("timeout", 0),
+                "exported": getattr(summary, "written", None),
+                "groups": groups,
+                "steps": steps,
+                "curriculum_share": share,
+                "adapter": adapter,
+                "collect_s": round(t_collect, 1),
+                "train_s": round(t_train, 1),
+                "eval_s": val["eval_s"],
+            }
+        )
+
+
+def _train_round(
+    cfg: LoopConfig, run: _Run, rnd: int, data: Path, model: str, groups: int
+) -> tuple[str, str | None, int]:
+    """One training round through the trainer API: (full-weight checkpoint, adapter or None, steps)."""
+    from trainers.settings import make_config
+
+    out = run.out / "train" / f"round-{rnd}"
+    if out.exists():
+        shutil.rmtree(out)  # a round cut short trains again from scratch
+    out.mkdir(parents=True)
+    settings = train_settings(cfg, model, out)
+    grpo = dict(settings.get("grpo") or {})
+    G = int(settings["group_size"])
+    batch = grpo.get("per_device_train_batch_size")
+    if isinstance(batch, int) and batch > G * groups:
+        # Fewer groups carry signal this round than one batch holds: a smaller batch, not a failed round.
+        grpo["per_device_train_batch_size"] = G * groups
+        settings["grpo"] = grpo
+    trainer, config, backend = make_config(settings, source="the loop's train section")
+    try:
+        result = trainer.train(str(data), config, extra_config={"backend": backend, "data": str(data)})
+    except UserError as exc:
+        raise UserError(f"training round {rnd} failed: {exc}") from None
+    final = result.checkpoint
+    if final is None or not Path(final).is_dir():
+        raise UserError(
+            f"training round {rnd} left no local checkpoint in {out / 'final'}: the loop serves weights it "
+            "can load (local trl backend, or a remote backend that downloads them)"
+        )
+    if result.adapter:
+        from trainers.loop.pools import merge_adapter
+
+        return merge_adapter(model, Path(final), out / "merged"), str(final), result.global_step
+    return str(final), None, result.global_step
+
+
+def _groups_with_signal(rows: list[dict[str, Any]]) -> int:
+    by_task: dict[str, set[float]] = defaultdict(set)
+    for r in rows:
+        if isinstance(r.get("reward"), (int, float)):
+            by_task[str(r["task_id"])].add(float(r["reward"]))
+    return sum(len(v) > 1 for v in by_task.values())
+
+
+def run_loop(
+    config: LoopConfig | dict[str, Any] | str | os.PathLike[str],
+    *,
+    on_round_end: Callable[[dict[str, Any]], None] | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Run (or continue) the loop; returns ``{"rows", "checkpoint", "out"}``.
+
+    Re-running with the same ``out`` continues after the last finished round (``state.json``); a round cut
+    short runs again (its rollout keeps the samples that finished). Raising ``rounds`` extends a run.
+    Third-party progress bars, logs and warnings are turned off for the process
+    (:func:`trainers.quiet.quiet_libraries`): the loop prints its own lines only.
+
+    Args:
+        config: A :class:`LoopConfig`, a mapping of its fields or a YAML file.
+        on_round_end: Called with each round's metrics row after it is saved.
+        quiet: Print nothing.
+
+    Raises:
+        UserError: Bad settings, a failed training round, a policy server that would not start.
+
+    Example:
+        >>> run_loop({"agent": "a:f", "tasks": "t.jsonl", "model": "m", "rounds": 2})  # doctest: +SKIP
+    """
+    cfg = (
+        config
+        if isinstance(config, LoopConfig)
+        else LoopConfig.from_mapping(dict(config))
+        if isinstance(config, dict)
+        else LoopConfig.from_yaml(config)
+    )
+    check_before_loading(cfg)
+    if cfg.mode == "async":
+        from trainers.loop.continuous import run_async
+
+        return run_async(cfg, on_version=on_round_end, quiet=quiet)
+    import sdk
+    from trainers.loop.pools import load_pools
+    from trainers.quiet import quiet_libraries
+    from trainers.serve.policy import export_env, make_policy
+
+    run = _Run(cfg, on_round_end=on_round_end, quiet=quiet)
+    run.out.mkdir(parents=True, exist_ok=True)
+    (run.out / "loop-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    pool, eval_pool = load_pools(cfg)
+    sdk.configure(store=run.store)
+    first = run.resume()
+    if first > cfg.rounds:
+        run.say(f"all {cfg.rounds} rounds are done (raise rounds to continue)")
+        return run.result()
+    quiet_libraries()  # one row per round: no third-party bars, logs or warnings between them
+    policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
+    policy.start()
+    export_env(policy)
+    run.say(HEADER)
+    try:
+        if first == 0:
+            run.validation_round(eval_pool)
+            first = 1
+        for rnd in range(first, cfg.rounds + 1):
+            run.training_round(rnd, pool, eval_pool, policy)
+    finally:
+        policy.stop()
+        sdk.flush()
+    return run.result()

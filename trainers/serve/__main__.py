@@ -1,0 +1,5 @@
+"""``python -m trainers.serve --model PATH``: see :mod:`trainers.serve.app`."""
+
+from trainers.serve.app import main
+
+main()

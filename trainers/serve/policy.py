@@ -1,0 +1,623 @@
+"""Policy servers for the training loop: serve the current weights, swap in new ones after each round.
+
+Three kinds, one interface (:class:`PolicyServer`: ``start``, ``update``, ``stop``, ``base_url``,
+``model_name``):
+
+- :class:`LocalPolicy`: ``sdk.serve`` on CPU (or one GPU) — in this process (a uvicorn thread) or as a
+  ``python -m sdk.serve`` subprocess; new weights are loaded in place (``/admin/reload``).
+- :class:`VLLMPolicy`: launches ``vllm serve`` for GPUs. New LoRA adapters are loaded through vLLM's
+  runtime API (``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter``, which needs
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, set here); full weights restart the server. This path is
+  written against vLLM's documented API and tested against a scripted stand-in; it was not run on a GPU.
+
+Policy versions: ``update(..., policy_version=N)`` publishes weights as version ``N``. ``sdk.serve``
+reports the version in every response; under vLLM the adapter is loaded as ``f"{name}@v{N}"`` beside the
+previous one, ``model_name`` (what agents must send, see :func:`export_env`) moves to it, and the previous
+adapter is unloaded, so each response's ``model`` names its version (``sdk.openai_wire.policy_version_of``
+reads the suffix). Without a version the adapter keeps one name, swapped in place, as before.
+- :class:`ExternalPolicy`: a server the user already runs; reloaded through ``/admin/reload``
+  (``sdk.serve``) or the vLLM LoRA endpoints, or not at all.
+
+Agents find the policy through the environment: :func:`export_env` sets ``TRACERL_POLICY_BASE_URL`` and
+``TRACERL_POLICY_MODEL``.
+
+Example:
+    >>> from trainers.serve.policy import make_policy
+    >>> policy = make_policy({"kind": "local"}, "runs/sft")  # doctest: +SKIP
+    >>> policy.start(); policy.update("runs/train/round-1/final"); policy.stop()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from sdk import _env
+from trainers.base import UserError
+
+__all__ = [
+    "ENV_BASE_URL",
+    "ENV_MODEL",
+    "ExternalPolicy",
+    "LocalPolicy",
+    "PolicyServer",
+    "VLLMPolicy",
+    "export_env",
+    "make_policy",
+]
+
+ENV_BASE_URL = _env.TRACERL_POLICY_BASE_URL
+"""Set by the loop: the policy's OpenAI base URL (``http://127.0.0.1:PORT/v1``)."""
+ENV_MODEL = _env.TRACERL_POLICY_MODEL
+"""Set by the loop: the model name agents send (a LoRA adapter's name under vLLM)."""
+
+
+@runtime_checkable
+class PolicyServer(Protocol):
+    """What the loop needs from a policy server.
+
+    Example:
+        >>> isinstance(ExternalPolicy("http://127.0.0.1:8000/v1", "policy"), PolicyServer)
+        True
+    """
+
+    base_url: str
+    model_name: str
+    policy_version: int
+
+    def start(self) -> None:
+        """Start serving (a no-op when already serving)."""
+
+    def update(
+        self, checkpoint: str, *, adapter: str | None = None, policy_version: int | None = None
+    ) -> None:
+        """Serve ``checkpoint`` (full weights); ``adapter`` is the LoRA adapter it was merged from.
+
+        ``policy_version``: the version these weights are published as (default: the current one + 1).
+        """
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started."""
+
+    def exit_code(self) -> int | None:
+        """The exit status of a server process that has exited; ``None`` while it runs or without one."""
+
+
+def export_env(policy: PolicyServer) -> None:
+    """Tell agents in this process (and its children) where the policy is.
+
+    Example:
+        >>> export_env(ExternalPolicy("http://127.0.0.1:9/v1", "policy"))
+        >>> os.environ[ENV_MODEL]
+        'policy'
+    """
+    os.environ[ENV_BASE_URL] = policy.base_url
+    os.environ[ENV_MODEL] = policy.model_name
+
+
+def _terminate(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGTERM ``proc``, and SIGKILL it if it has not exited within ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> tuple[int, str]:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def _post_bytes(url: str, body: bytes, timeout: float = 600.0) -> tuple[int, str]:
+    req = urllib.request.Request(
+        url, data=body, headers={"Content-Type": "application/octet-stream"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as exc:
+        return 0, f"the policy server did not answer: {exc}"
+
+
+def _next_version(current: int, policy_version: int | None) -> int:
+    return current + 1 if policy_version is None else int(policy_version)
+
+
+def _vllm_load(v1: str, name: str, path: str, previous: str | None = None) -> None:
+    """Load the LoRA adapter at ``path`` as ``name`` on the vLLM server at ``v1``, then drop ``previous``.
+
+    ``name`` is unloaded first (a 404 when it is not loaded), as vLLM refuses to load a name twice.
+    """
+    _post(f"{v1}/unload_lora_adapter", {"lora_name": name})
+    status, text = _post(f"{v1}/load_lora_adapter", {"lora_name": name, "lora_path": path})
+    if status != 200:
+        raise UserError(f"vLLM refused the LoRA adapter {path} ({status}): {text[:500]}")
+    if previous is not None and previous != name:
+        # Agents already moved to ``name`` (the loop re-exports the environment after each update);
+        # requests vLLM is still running on the previous adapter keep their loaded weights.
+        _post(f"{v1}/unload_lora_adapter", {"lora_name": previous})
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[Any] | None, timeout: float, log: Path | None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log is not None and log.exists() else ""
+            raise UserError(f"policy server exited with code {proc.returncode} while starting:\n{tail}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    raise UserError(f"policy server did not answer {url} within {timeout:.0f} s")
+
+
+class LocalPolicy:
+    """``sdk.serve`` serving a local checkpoint, in this process or as a subprocess.
+
+    Args:
+        model: Checkpoint directory (model + tokenizer).
+        model_name: Name the server reports and agents send.
+        subprocess: Run ``python -m sdk.serve`` in a child process (keeps the server's memory and
+            threads out of the training process) instead of a uvicorn thread here.
+        threads: torch threads of the subprocess.
+        log: File for the subprocess's output.
+        adapters: LoRA adapters served beside the base, ``{name: adapter directory}`` (agents send the
+            name as ``model``); :meth:`update_adapter` replaces one while the others keep serving.
+
+    Example:
+        >>> p = LocalPolicy("runs/sft", model_name="policy")  # doctest: +SKIP
+        >>> p.start(); p.update("runs/round-1/final")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: str,
+        model_name: str = "policy",
+        *,
+        subprocess: bool = False,
+        threads: int | None = None,
+        log: str | os.PathLike[str] | None = None,
+        adapters: dict[str, str] | None = None,
+    ) -> None:
+        self.model, self.model_name = str(model), model_name
+        self.adapters = {name: str(path) for name, path in (adapters or {}).items()}
+        self.use_subprocess, self.threads = subprocess, threads
+        self.log = Path(log) if log else None
+        self.base_url = ""
+        self.policy_version = 0
+        self._server: Any = None
+        self._proc: subprocess.Popen[Any] | None = None
+        self._port = 0
+        self._lora_name: str | None = None  # the adapter pushed as the policy (LoRA training)
+
+    def start(self) -> None:
+        """Start serving ``model``."""
+        if self._server is not None or self._proc is not None:
+            return
+        if not self.use_subprocess:
+            from trainers.serve.app import LocalPolicyServer
+
+            self._server = LocalPolicyServer(
+                self.model,
+                model_name=self.model_name,
+                adapters=self.adapters,
+                policy_version=self.policy_version,
+            ).start()
+            self.base_url = self._server.base_url
+            return
+        self._port = _free_port()
+        cmd = [sys.executable, "-m", "sdk.serve", "--model", self.model, "--port", str(self._port)]
+        cmd += ["--model-name", self.model_name, "--policy-version", str(self.policy_version)]
+        for name, path in self.adapters.items():
+            cmd += ["--adapter", f"{name}={path}"]
+        if self.threads:
+            cmd += ["--threads", str(self.threads)]
+        out: Any = subprocess.DEVNULL
+        if self.log is not None:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            out = open(self.log, "ab")  # the child process writes to it
+        self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        self.base_url = f"http://127.0.0.1:{self._port}/v1"
+        _wait_healthy(f"http://127.0.0.1:{self._port}/health", self._proc, 300, self.log)
+
+    def update(
+        self, checkpoint: str, *, adapter: str | None = None, policy_version: int | None = None
+    ) -> None:
+        """Load the full-weight ``checkpoint`` in place as ``policy_version`` (default: the current + 1).
+
+        ``adapter`` is not needed: it is merged. Requests already generating finish on the old weights.
+        """
+        version = _next_version(self.policy_version, policy_version)
+        if self._server is not None:
+            self._server.reload(str(checkpoint), policy_version=version)
+        elif self._proc is not None:
+            body = {"path": str(checkpoint), "policy_version": version}
+            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body)
+            if status != 200:
+                raise UserError(f"policy reload failed ({status}): {text[:500]}")
+        self.model, self.policy_version = str(checkpoint), version
+
+    def push(
+        self,
+        tensors: Mapping[str, Any],
+        *,
+        adapter_config: Mapping[str, Any] | None = None,
+        adapter: str | None = None,
+        policy_version: int | None = None,
+    ) -> dict[str, Any]:
+        """Serve weights sent as tensors, without a checkpoint on disk.
+
+        Returns ``{"policy_version", "bytes", "seconds"}``. Full weights (no ``adapter_config``) replace
+        the base's. A LoRA adapter (``adapter_config``: its peft config's ``to_dict()``) is served as
+        ``adapter`` (default: ``<model_name>-lora``, after which :attr:`model_name`, what agents send,
+        names it). In this process the tensors are copied into the
+        served model; to a server process they go as one ``safetensors`` buffer over the loopback.
+
+        Raises:
+            UserError: The server is gone or refused the weights (names or shapes that do not fit): the
+                served weights are unchanged.
+
+        Example:
+            >>> policy.push(*resident.weights(), policy_version=3)  # doctest: +SKIP
+            {'policy_version': 3, 'bytes': 428032, 'seconds': 0.01}
+        """
+        if adapter_config is not None and adapter is None:
+            adapter = self._lora_name or f"{self.model_name}-lora"
+        t0 = time.perf_counter()
+        if self._server is not None:
+            try:
+                version = self._server.push(
+                    tensors, adapter=adapter, adapter_config=adapter_config, policy_version=policy_version
+                )
+            except ValueError as exc:
+                raise UserError(f"the policy server refused the weights: {exc}") from None
+            moved = sum(t.numel() * t.element_size() for t in tensors.values())
+        elif self._proc is not None:
+            from trainers.serve.weights import encode_push
+
+            body = encode_push(tensors, adapter_config)
+            query = {"adapter": adapter} if adapter else {}
+            if policy_version is not None:
+                query["policy_version"] = str(int(policy_version))
+            url = f"http://127.0.0.1:{self._port}/admin/weights?{urllib.parse.urlencode(query)}"
+            status, text = _post_bytes(url, body)
+            if status != 200:
+                raise UserError(f"the policy server refused the weights ({status}): {text[:500]}")
+            version, moved = int(json.loads(text)["policy_version"]), len(body)
+        else:
+            raise UserError("the policy server is not running: start() it before pushing weights")
+        if adapter is not None and adapter_config is not None and self._lora_name in (None, adapter):
+            self._lora_name = adapter
+            self.model_name = adapter
+            self.adapters.pop(adapter, None)
+        if adapter is None or adapter == self._lora_name:
+            self.policy_version = version
+        return {"policy_version": version, "bytes": moved, "seconds": round(time.perf_counter() - t0, 4)}
+
+    def update_adapter(self, name: str, checkpoint: str, *, policy_version: int | None = None) -> int:
+        """Load (or replace) the LoRA adapter served as ``name``; the base and other adapters keep serving.
+
+        Returns the adapter's new version (``policy_version``, default: its current one + 1; 0 when new).
+
+        Example:
+            >>> p.update_adapter("router", "runs/router/step-20")  # doctest: +SKIP
+            1
+        """
+        if self._server is not None:
+            try:
+                version = self._server.reload_adapter(name, checkpoint, policy_version=policy_version)
+            except (ValueError, OSError) as exc:
+                raise UserError(f"adapter reload failed: {exc}") from None
+        elif self._proc is not None:
+            body: dict[str, Any] = {"adapter": name, "checkpoint": str(checkpoint)}
+            if policy_version is not None:
+                body["policy_version"] = int(policy_version)
+            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body)
+            if status != 200:
+                raise UserError(f"adapter reload failed ({status}): {text[:500]}")
+            version = int(json.loads(text)["policy_version"])
+        else:
+            version = 0 if policy_version is None else int(policy_version)
+        self.adapters[name] = str(checkpoint)
+        return version
+
+    def stop(self) -> None:
+        """Stop the server."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        if self._proc is not None:
+            _terminate(self._proc, 30)
+            self._proc = None
+
+    def exit_code(self) -> int | None:
+        """The child server's exit status once it has exited (``None``: running, or served in-process).
+
+        Example:
+            >>> LocalPolicy("runs/sft").exit_code() is None
+            True
+        """
+        return self._proc.poll() if self._proc is not None else None
+
+
+class VLLMPolicy:
+    """Launch ``vllm serve`` and keep it serving the loop's current weights (GPU machines).
+
+    With ``lora=True`` the server starts with ``--enable-lora --max-lora-rank R`` on the base model, and
+    each round's adapter is loaded under ``model_name`` (the base is served as ``<model_name>-base``);
+    the adapter must have been trained on that base model. Otherwise (or when the adapter's base is not
+    the served model) the server restarts on the new full weights. With ``policy_version=N`` the adapter
+    (or the restarted server) is named ``<model_name>@vN`` and ``model_name`` follows it.
+
+    Responses carry logprobs and token ids when the agent asks (``logprobs: true`` and, vLLM >= 0.10.2,
+    ``return_token_ids: true`` in the request body); ``--max-logprobs`` bounds ``top_logprobs``.
+
+    Args:
+        model: Base model directory or hub id.
+        model_name: Name agents send.
+        lora: Serve LoRA adapters on the base (loaded at run time).
+        max_lora_rank: ``--max-lora-rank`` (at least the adapters' rank).
+        max_loras: ``--max-loras``, adapters in one batch: 2 lets requests still running on version N
+            share batches with the first ones on N+1 while a versioned update swaps adapters.
+        port: TCP port (0: a free one).
+        tool_call_parser: ``--tool-call-parser`` (with ``--enable-auto-tool-choice``), e.g. ``hermes``.
+        extra_args: More ``vllm serve`` arguments (a list or one shell-quoted string).
+        executable: The ``vllm`` command (tests pass a scripted stand-in).
+        startup_timeout: Seconds to wait for ``/health``.
+        log: File for the server's output.
+
+    Example:
+        >>> VLLMPolicy("Qwen/Qwen2.5-0.5B-Instruct", lora=True, port=8000).command()[:3]
+        ['vllm', 'serve', 'Qwen/Qwen2.5-0.5B-Instruct']
+    """
+
+    def __init__(
+        self,
+        model: str,
+        model_name: str = "policy",
+        *,
+        lora: bool = False,
+        max_lora_rank: int = 16,
+        max_loras: int = 2,
+        port: int = 0,
+        tool_call_parser: str | None = None,
+        extra_args: list[str] | str | None = None,
+        executable: list[str] | str = "vllm",
+        startup_timeout: float = 900.0,
+        log: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.base_model, self.model, self.model_name = str(model), str(model), model_name
+        self.name = model_name  # the stem of versioned names: agents send f"{name}@v{N}" once versioned
+        self.policy_version = 0
+        self.lora, self.max_lora_rank, self.max_loras = lora, int(max_lora_rank), int(max_loras)
+        self.port = port or _free_port()
+        self.tool_call_parser = tool_call_parser
+        self.extra_args = shlex.split(extra_args) if isinstance(extra_args, str) else list(extra_args or [])
+        self.executable = shlex.split(executable) if isinstance(executable, str) else list(executable)
+        self.startup_timeout = startup_timeout
+        self.log = Path(log) if log else None
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.adapter: str | None = None
+        self._proc: subprocess.Popen[Any] | None = None
+
+    @property
+    def served_base_name(self) -> str:
+        """Name of the base model on the server (``model_name`` itself without LoRA)."""
+        return f"{self.name}-base" if self.lora else self.model_name
+
+    def command(self) -> list[str]:
+        """The ``vllm serve`` command line for the current weights.
+
+        Example:
+            >>> VLLMPolicy("m", lora=True, max_lora_rank=32, port=8001).command()[3:]  # doctest: +ELLIPSIS
+            ['--host', '127.0.0.1', '--port', '8001', '--served-model-name', 'policy-base', ...]
+        """
+        cmd = [*self.executable, "serve", self.model, "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["--served-model-name", self.served_base_name, "--max-logprobs", "20"]
+        if self.lora:
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank)]
+            cmd += ["--max-loras", str(self.max_loras)]
+        if self.tool_call_parser:
+            cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+        return cmd + self.extra_args
+
+    def env(self) -> dict[str, str]:
+        """The server's environment: this one, plus runtime LoRA updates when ``lora``."""
+        env = dict(os.environ)
+        if self.lora:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        return env
+
+    def start(self) -> None:
+        """Launch ``vllm serve`` and wait for ``/health``."""
+        if self._proc is not None:
+            return
+        out: Any = subprocess.DEVNULL
+        if self.log is not None:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            out = open(self.log, "ab")  # the child process writes to it
+        try:
+            self._proc = subprocess.Popen(
+                self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.env()
+            )
+        except FileNotFoundError:
+            raise UserError(
+                f"cannot run {self.executable[0]!r}: install vLLM on this machine (pip install vllm)"
+            ) from None
+        _wait_healthy(f"http://127.0.0.1:{self.port}/health", self._proc, self.startup_timeout, self.log)
+        if self.adapter is not None:
+            self._load_adapter(self.adapter)
+
+    def update(
+        self, checkpoint: str, *, adapter: str | None = None, policy_version: int | None = None
+    ) -> None:
+        """Serve new weights: the LoRA ``adapter`` at run time, or else restart on ``checkpoint``.
+
+        The adapter is loaded only when it was trained on the served base model. With ``policy_version``
+        it is loaded as ``f"{name}@v{N}"`` beside the previous one, ``model_name`` moves to it and the
+        previous adapter is unloaded; without, it replaces the adapter of the same name.
+
+        Example:
+            >>> policy.update("runs/round-1/merged", adapter="runs/round-1/final")  # doctest: +SKIP
+        """
+        version = _next_version(self.policy_version, policy_version)
+        name = self.model_name if policy_version is None else f"{self.name}@v{version}"
+        if self.lora and adapter is not None and _same_model(_adapter_base(adapter), self.base_model):
+            if self._proc is not None:
+                _vllm_load(self.base_url, name, str(adapter), previous=self.model_name)
+            self.adapter, self.model_name, self.policy_version = str(adapter), name, version
+            return
+        self.model, self.adapter, self.model_name, self.policy_version = str(checkpoint), None, name, version
+        self.lora = False  # the adapters' base is no longer served
+        if self._proc is not None:
+            self.stop()
+            self.start()
+
+    def _load_adapter(self, path: str) -> None:
+        _vllm_load(self.base_url, self.model_name, path)
+
+    def stop(self) -> None:
+        """Terminate the server."""
+        if self._proc is None:
+            return
+        _terminate(self._proc, 60)
+        self._proc = None
+
+    def exit_code(self) -> int | None:
+        """The vLLM process's exit status once it has exited (``None`` while it runs or before start)."""
+        return self._proc.poll() if self._proc is not None else None
+
+
+def _same_model(a: str | None, b: str) -> bool:
+    if a is None:
+        return True  # the adapter does not say: trust the loop, which trained it on the served base
+    if a == b:
+        return True
+    return Path(a).exists() and Path(b).exists() and Path(a).resolve() == Path(b).resolve()
+
+
+def _adapter_base(adapter: str) -> str | None:
+    try:
+        cfg = json.loads((Path(adapter) / "adapter_config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    base = cfg.get("base_model_name_or_path")
+    return str(base) if base else None
+
+
+class ExternalPolicy:
+    """A policy server the user runs; the loop only reloads it.
+
+    Args:
+        base_url: ``http://host:port/v1``.
+        model_name: Name agents send.
+        reload: ``"admin"`` (``sdk.serve``'s ``POST /admin/reload``), ``"vllm-lora"`` (vLLM's LoRA
+            endpoints; the server runs with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``)
+            or ``"none"`` (nothing is reloaded: the loop then keeps collecting with the old weights).
+
+    Example:
+        >>> ExternalPolicy("http://127.0.0.1:8000/v1", "policy", reload="admin").base_url
+        'http://127.0.0.1:8000/v1'
+    """
+
+    def __init__(self, base_url: str, model_name: str = "policy", *, reload: str = "admin") -> None:
+        if reload not in ("admin", "vllm-lora", "none"):
+            raise UserError(f"policy reload must be admin, vllm-lora or none, got {reload!r}")
+        self.base_url, self.model_name, self.reload = base_url.rstrip("/"), model_name, reload
+        self.name = model_name
+        self.policy_version = 0
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def update(
+        self, checkpoint: str, *, adapter: str | None = None, policy_version: int | None = None
+    ) -> None:
+        """Ask the server to load the new weights (see ``reload``) as ``policy_version``.
+
+        ``admin`` passes the version on; ``vllm-lora`` loads the adapter as ``f"{name}@v{N}"`` and moves
+        ``model_name`` to it, as :class:`VLLMPolicy` does; ``none`` only counts the version.
+        """
+        version = _next_version(self.policy_version, policy_version)
+        root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        if self.reload == "admin":
+            body: dict[str, Any] = {"path": str(checkpoint)}
+            if policy_version is not None:
+                body["policy_version"] = version
+            status, text = _post(f"{root}/admin/reload", body)
+            if status != 200:
+                raise UserError(f"policy reload failed ({status}): {text[:500]}")
+        elif self.reload == "vllm-lora":
+            if adapter is None:
+                raise UserError("reload vllm-lora needs LoRA training (train: {lora: true})")
+            name = self.model_name if policy_version is None else f"{self.name}@v{version}"
+            _vllm_load(self.base_url, name, str(adapter), previous=self.model_name)
+            self.model_name = name
+        self.policy_version = version
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def exit_code(self) -> int | None:
+        """Always ``None``: the server is not this process's child."""
+        return None
+
+
+def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | None = None) -> PolicyServer:
+    """Build the policy server a loop config's ``policy:`` section describes.
+
+    Keys: ``kind`` (``local`` default, ``vllm``, ``external``), ``model_name`` (``policy``); local:
+    ``subprocess``, ``threads``, ``adapters``; vllm: ``lora``, ``max_lora_rank``, ``max_loras``, ``port``,
+    ``tool_call_parser``, ``extra_args``, ``executable``, ``startup_timeout``; external: ``base_url``,
+    ``reload``.
+
+    Example:
+        >>> make_policy({"kind": "external", "base_url": "http://127.0.0.1:8000/v1"}, "m").model_name
+        'policy'
+    """
+    spec = dict(spec or {})
+    kind = spec.pop("kind", "local")
+    name = spec.pop("model_name", "policy")
+    log = str(Path(log_dir) / "policy-server.log") if log_dir else None
+    try:
+        if kind == "local":
+            return LocalPolicy(checkpoint, name, log=log, **spec)
+        if kind == "vllm":
+            return VLLMPolicy(checkpoint, name, log=log, **spec)
+        if kind == "external":
+            if "base_url" not in spec:
+                raise UserError("policy kind external needs base_url")
+            return ExternalPolicy(spec.pop("base_url"), name, **spec)
+    except TypeError as exc:
+        raise UserError(f"invalid policy settings: {exc}") from None
+    raise UserError(f"policy kind must be local, vllm or external, got {kind!r}")

@@ -528,8 +528,8 @@ def _group_size_of_data(episodes: list[dict[str, Any]], config: TrainerConfig, r
         report.notes.append(f"group size {recorded}: as the episodes were collected (--group-size to change)")
     else:
         report.notes.append(
-            f"note: the episodes were collected with group size {recorded}, this run uses {config.group_size} "
-            f"(--group-size {recorded} to match)"
+            f"note: the episodes were collected with group size {recorded}, this run uses "
+            f"{config.group_size} (--group-size {recorded} to match)"
         )
 
 

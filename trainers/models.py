@@ -233,3 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"model directory: {out} (tool calls: <tool_call>{{json}}</tool_call>)")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

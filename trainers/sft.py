@@ -403,3 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("held-out: none (give --eval-data, or more than one conversation)")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

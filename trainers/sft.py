@@ -253,6 +253,7 @@ def build_sft_trainer(settings: SFTSettings, tokenizer: Any | None = None) -> tu
         save_strategy="no",
         report_to="none",
         logging_steps=10,
+        disable_tqdm=not sys.stderr.isatty(),  # no progress bars in logs and captured output
         seed=settings.seed,
         # As the GRPO trainer (trainers.trl._args): bf16 and activation checkpointing only on a GPU.
         bf16=bool(cuda and torch.cuda.is_bf16_supported()),
@@ -281,6 +282,9 @@ def build_sft_trainer(settings: SFTSettings, tokenizer: Any | None = None) -> tu
         )
     except OSError as exc:
         raise UserError(f"cannot load model {model!r}: {str(exc).strip().splitlines()[0]}") from exc
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # its metric dicts, printed without bars: the summary says it
     info = {
         "rows": len(rows),
         "dropped_rows": dict(dropped),

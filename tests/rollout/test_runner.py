@@ -131,6 +131,7 @@ def test_reward_function_failures_are_clear_and_counted(policy_env, tmp_path, ca
     assert s.counts["reward_error"] == 3 and s.counts["ok"] == 3
     err = capsys.readouterr().err
     assert err.count("reward function failed") == 1 and "ValueError: cannot score this one" in err
+    assert "error:" not in err and "warning: the reward function failed" in err  # the run goes on: exit 0
     rows = [r for r in read_results(tmp_path / "r.jsonl") if r["task_id"] == "t-2"]
     assert all(r["reward"] is None and "ValueError" in r["error"] for r in rows)
     s = run_rollout(

@@ -220,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a bad flag (its one error line, 2)
         return exc.code if isinstance(exc.code, int) else 0
     out = Path(args.out)
+    from trainers.quiet import quiet_libraries
+
+    quiet_libraries()  # the command's own lines, not the libraries' bars and notices
     try:
         if out.exists() and not (out / "config.json").is_file() and any(out.iterdir()):
             raise UserError(f"{out} exists and is not a model directory; choose another --out")

@@ -384,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 0
     traceback = args.pop("traceback")
     settings = SFTSettings(**args)
+    from trainers.quiet import quiet_libraries
+
+    quiet_libraries()  # the command's own lines, not the libraries' bars and notices
     try:
         _check(settings)
         summary = train_sft(settings)

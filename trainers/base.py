@@ -521,9 +521,17 @@ def _convert(
 def _group_size_of_data(episodes: list[dict[str, Any]], config: TrainerConfig, report: DataReport) -> None:
     """Group as the episodes were collected when the user set no group size; else say when they differ."""
     recorded = recorded_group_size(episodes)
+    from_data = getattr(
+        config, "group_size_from_data", False
+    )  # set by the CLI when no --group-size was given
+    if recorded is None and from_data:
+        report.notes.append(
+            f"group size {config.group_size}: the default (the episodes do not record how many samples per "
+            "task were collected; --group-size G to set it)"
+        )
     if recorded is None or recorded == config.group_size or recorded < 2:
         return
-    if getattr(config, "group_size_from_data", False):  # set by the CLI when no --group-size was given
+    if from_data:
         config.group_size = recorded
         report.notes.append(f"group size {recorded}: as the episodes were collected (--group-size to change)")
     else:

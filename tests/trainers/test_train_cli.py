@@ -288,3 +288,8 @@ def test_dry_run_groups_as_the_episodes_were_collected(tmp_path, tokenizer_dir, 
         capsys, ["--data", data, "--model", str(tokenizer_dir), "--dry-run", "--group-size", "4"]
     )
     assert rc == 0 and "this run uses 4 (--group-size 8 to match)" in out and "in 4 groups" in out
+    for ep in eps:
+        ep["metadata"] = json.dumps({"split": "train"})  # episodes that do not say: the default, said so
+    data = str(write_parquet(eps, tmp_path / "unknown.parquet"))
+    rc, out, _ = run_cli(capsys, ["--data", data, "--model", str(tokenizer_dir), "--dry-run"])
+    assert rc == 0 and "the default (the episodes do not record" in out

@@ -211,6 +211,41 @@ def _split(
     return [r for i, r in enumerate(rows) if i not in held], [r for i, r in enumerate(rows) if i in held]
 
 
+def _trainer_args(settings: SFTSettings) -> tuple[Any, Any]:
+    """``(SFTConfig, LoraConfig or None)`` of ``settings``; CPU and GPU defaults as the GRPO trainer's."""
+    import torch
+    from trl import SFTConfig
+
+    cuda = torch.cuda.is_available()
+    args = SFTConfig(
+        output_dir=settings.output_dir,
+        learning_rate=settings.learning_rate or (2e-4 if settings.lora else 2e-5),
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps,
+        per_device_train_batch_size=settings.batch_size,
+        per_device_eval_batch_size=settings.batch_size,
+        max_length=None,  # already cut by convert_episode, which keeps whole prompts
+        save_strategy="no",
+        report_to="none",
+        logging_steps=10,
+        disable_tqdm=not sys.stderr.isatty(),  # no progress bars in logs and captured output
+        seed=settings.seed,
+        # As the GRPO trainer (trainers.trl._args): bf16 and activation checkpointing only on a GPU.
+        bf16=bool(cuda and torch.cuda.is_bf16_supported()),
+        use_cpu=not cuda,
+        activation_checkpointing=cuda,
+        **settings.extra,
+    )
+    if not settings.lora:
+        return args, None
+    from peft import LoraConfig
+
+    lora = LoraConfig(
+        task_type="CAUSAL_LM", r=settings.lora_r, lora_alpha=settings.lora_alpha, target_modules="all-linear"
+    )
+    return args, lora
+
+
 def build_sft_trainer(settings: SFTSettings, tokenizer: Any | None = None) -> tuple[Any, dict[str, Any]]:
     """TRL's ``SFTTrainer`` on ``settings``' data, ready to ``train()``; also a summary of the data.
 
@@ -236,41 +271,10 @@ def build_sft_trainer(settings: SFTSettings, tokenizer: Any | None = None) -> tu
         why = ", ".join(f"{k}: {v}" for k, v in skipped.items())
         raise UserError(f"no training example with an assistant turn ({why})")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import torch
     from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
-    cuda = torch.cuda.is_available()
-    lr = settings.learning_rate or (2e-4 if settings.lora else 2e-5)
-    args = SFTConfig(
-        output_dir=settings.output_dir,
-        learning_rate=lr,
-        num_train_epochs=settings.epochs,
-        max_steps=settings.max_steps,
-        per_device_train_batch_size=settings.batch_size,
-        per_device_eval_batch_size=settings.batch_size,
-        max_length=None,  # already cut by convert_episode, which keeps whole prompts
-        save_strategy="no",
-        report_to="none",
-        logging_steps=10,
-        disable_tqdm=not sys.stderr.isatty(),  # no progress bars in logs and captured output
-        seed=settings.seed,
-        # As the GRPO trainer (trainers.trl._args): bf16 and activation checkpointing only on a GPU.
-        bf16=bool(cuda and torch.cuda.is_bf16_supported()),
-        use_cpu=not cuda,
-        activation_checkpointing=cuda,
-        **settings.extra,
-    )
-    peft_config = None
-    if settings.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(
-            task_type="CAUSAL_LM",
-            r=settings.lora_r,
-            lora_alpha=settings.lora_alpha,
-            target_modules="all-linear",
-        )
+    args, peft_config = _trainer_args(settings)
     try:
         trainer = SFTTrainer(
             model=model,
@@ -292,7 +296,7 @@ def build_sft_trainer(settings: SFTSettings, tokenizer: Any | None = None) -> tu
         "held_out_examples": len(held),
         "skipped_rows": dict(skipped + eval_skipped),
         "assistant_tokens": sum(t != -100 for e in train for t in e["labels"]),
-        "learning_rate": lr,
+        "learning_rate": args.learning_rate,
     }
     return trainer, info
 

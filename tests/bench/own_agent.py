@@ -33,6 +33,8 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", default="runs/own-agent")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--sft-steps", type=int, default=12)
+    p.add_argument("--tasks-per-round", type=int, default=8)
     p.add_argument(
         "--base", default=None, help="an existing model directory (default: tracerl model smollm2)"
     )
@@ -61,7 +63,19 @@ def main() -> None:
             "0.125",
         ]
         assert (
-            tracerl(["sft", *args, "--max-steps", "12", "--learning-rate", "1e-4", "--batch-size", "4"]) == 0
+            tracerl(
+                [
+                    "sft",
+                    *args,
+                    "--max-steps",
+                    str(a.sft_steps),
+                    "--learning-rate",
+                    "1e-4",
+                    "--batch-size",
+                    "4",
+                ]
+            )
+            == 0
         )
     print(f"sft done at {time.time() - t0:.0f} s", flush=True)
     loop = {
@@ -72,7 +86,7 @@ def main() -> None:
         "eval_tasks": str(out / "eval.jsonl"),
         "out": str(out / "loop"),
         "rounds": a.rounds,
-        "tasks_per_round": 8,
+        "tasks_per_round": a.tasks_per_round,
         "group_size": 8,
         "concurrency": 32,
         "train": {

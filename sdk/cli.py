@@ -54,6 +54,8 @@ COMMANDS: dict[str, Command] = {
     "otel": Command("sdk.otel.__main__:main", "OpenTelemetry GenAI spans: export, ingest, receive", "otel"),
     "view": Command("sdk.view.__main__:main", "write the HTML episode viewer", "episodes"),
     "serve": Command("sdk.serve:main", "serve a checkpoint as an OpenAI-compatible policy", "serve"),
+    "sft": Command("trainers.sft:main", "supervised warm start on demonstrations or good episodes", "train"),
+    "model": Command("trainers.models:main", "write a model directory: smollm2, tiny, --from-gguf", "train"),
     "eval": Command("sdk.eval.__main__:main", "pass@k, pass^k, maj@k with errors; compare two runs"),
 }
 """Every subcommand, in the order ``tracerl --help`` lists them."""

@@ -35,10 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] == "--loop":
+    if "--loop" in args:  # anywhere: `tracerl train --rounds 2 --loop loop.yaml` runs the loop too
         from trainers.loop import main as loop_main
 
-        return loop_main(args[1:])
+        return loop_main([a for a in args if a != "--loop"])
     from trainers.cli import main as cli_main
 
     return cli_main(args)

@@ -27,6 +27,7 @@ from trainers.data import (
     check_task_sizes,
     convert_episodes,
     load_episodes,
+    recorded_group_size,
 )
 from trainers.errors import UserError
 
@@ -342,6 +343,8 @@ class Trainer(Protocol):
 def check_model(model: str) -> str:
     """Validate ``--model``: an existing local directory, or something that can only be a hub id.
 
+    A name whose first part is a local directory (``runs/bse`` next to ``runs/``) is a path.
+
     Raises:
         UserError: Empty, or a path-like value that does not exist.
 
@@ -354,12 +357,16 @@ def check_model(model: str) -> str:
     path = Path(model).expanduser()
     if path.exists():
         return str(path)
+    # "runs/base2" where ./runs exists can only mean a local directory: a hub download would retry for a
+    # minute before failing.
     path_like = (
         model.startswith(("/", ".", "~"))
         or model.count("/") > 1
         or model.endswith("/")
         or os.sep != "/"
         and os.sep in model
+        or "/" in model
+        and Path(model.split("/")[0]).is_dir()
     )
     if path_like:
         raise UserError(f"model path not found: {model}")
@@ -494,6 +501,7 @@ def _convert(
         check_model(config.tokenizer or config.model)  # fail on a bad path before reading any data
     episodes = load_episodes(data, report=report, strict=config.strict)
     check_task_sizes(episodes)
+    _group_size_of_data(episodes, config, report)
     tok = tokenizer if tokenizer is not None else load_tokenizer(config)
     max_length = config.max_length or None
     converted, report = convert_episodes(
@@ -511,6 +519,29 @@ def _convert(
             "tokens; raise --max-length or use --truncation truncate"
         )
     return converted, report, tok
+
+
+def _group_size_of_data(episodes: list[dict[str, Any]], config: TrainerConfig, report: DataReport) -> None:
+    """Group as the episodes were collected when the user set no group size; else say when they differ."""
+    recorded = recorded_group_size(episodes)
+    from_data = getattr(
+        config, "group_size_from_data", False
+    )  # set by the CLI when no --group-size was given
+    if recorded is None and from_data:
+        report.notes.append(
+            f"group size {config.group_size}: the default (the episodes do not record how many samples per "
+            "task were collected; --group-size G to set it)"
+        )
+    if recorded is None or recorded == config.group_size or recorded < 2:
+        return
+    if from_data:
+        config.group_size = recorded
+        report.notes.append(f"group size {recorded}: as the episodes were collected (--group-size to change)")
+    else:
+        report.notes.append(
+            f"note: the episodes were collected with group size {recorded}, this run uses "
+            f"{config.group_size} (--group-size {recorded} to match)"
+        )
 
 
 def _eval_groups(eval_eps: list[ConvertedEpisode], config: TrainerConfig, tok: Any) -> list[Group]:

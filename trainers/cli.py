@@ -131,7 +131,11 @@ def _grpo_pairs(pairs: list[str]) -> dict[str, Any]:
 def _build_parser(config_cls: type | None) -> _ArgumentParser:
     p = _ArgumentParser(
         prog="python -m sdk.train",
-        description="Train a model with GRPO on recorded tracerl episodes.",
+        description="Train a model with GRPO on recorded tracerl episodes (--loop: see the end).",
+        epilog=(
+            "--loop CONFIG.yaml runs rounds of rollout -> train -> reload -> validate instead "
+            "(tracerl train --loop --help lists its options)."
+        ),
         argument_default=argparse.SUPPRESS,
         add_help=config_cls is not None,  # the pre-parser (backend/config only) must not answer --help
     )
@@ -247,6 +251,8 @@ def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
     trainer, config, _ = make_config(
         settings, backend=backend_name, source=str(getattr(pre, "config", None) or "the flags")
     )
+    if "group_size" not in settings and "num_generations" not in settings:
+        config.group_size_from_data = True  # trainers.base: the size the episodes were collected with
     return trainer, config, data, dry_run, str(backend)
 
 

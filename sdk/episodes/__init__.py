@@ -25,6 +25,7 @@ from typing import Any
 
 from sdk._internal import logger
 from sdk.episodes._advantage import group_advantages
+from sdk.episodes._faithful import token_faithful, untrained_messages
 from sdk.episodes._options import EpisodeOptions, episode_options
 from sdk.episodes._parallel import export_parallel, picklable, plan_workers
 from sdk.episodes._parquet import (
@@ -60,6 +61,8 @@ __all__ = [
     "open_episodes",
     "read_episodes",
     "role_reward",
+    "token_faithful",
+    "untrained_messages",
     "validate_episode",
     "write_parquet",
 ]

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from sdk._json import dumps
+from sdk.episodes._faithful import token_faithful
 from sdk.episodes._normalize import same_message
 from sdk.episodes._options import EpisodeOptions
 from sdk.episodes._schema import SCHEMA_VERSION
@@ -189,16 +190,6 @@ def incomplete_call(call: dict[str, Any]) -> bool:
     if isinstance(error, dict) and error.get("type") == "incomplete_stream":
         return True
     return bool(call.get("stream")) and call.get("source") == "transport"
-
-
-def _faithful(turns: list[dict[str, Any]]) -> bool:
-    if not turns:
-        return False
-    for t in turns:
-        lps, ids = t["logprobs"], t["token_ids"]
-        if lps is None or ids is None or len(lps) != len(ids) or not ids or None in lps:
-            return False
-    return True
 
 
 def _assign(s: StoredSession, opts: EpisodeOptions, counts: Counter[str]) -> list[_Thread]:
@@ -571,7 +562,7 @@ def _episode(
         "reward": None,
         "rewards": [],
         "turns": turns,
-        "token_faithful": _faithful(turns),
+        "token_faithful": token_faithful(turns, {*context_turns, *incomplete}),
         "metadata": dumps({**s.metadata, "tracerl": tracerl}),
         "num_calls": len(th.calls),
         "usage": sums.usage,

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
 
+from sdk.episodes._faithful import token_faithful, untrained_messages
 from sdk.episodes._schema import polars_schema
 
 __all__ = ["episodes_frame"]
@@ -284,12 +285,5 @@ def sanitize(ep: dict[str, Any]) -> set[str]:
             t["logprobs"] = None
             fixes.add("invalid_token_data_dropped")
     if "invalid_token_data_dropped" in fixes:
-        ep["token_faithful"] = bool(ep.get("turns")) and all(
-            t["logprobs"] is not None
-            and t["token_ids"] is not None
-            and len(t["logprobs"]) == len(t["token_ids"])
-            and len(t["token_ids"]) > 0
-            and None not in t["logprobs"]
-            for t in ep["turns"]
-        )
+        ep["token_faithful"] = token_faithful(ep.get("turns"), untrained_messages(ep.get("metadata")))
     return fixes

@@ -24,7 +24,7 @@ from sdk.rollout._resume import _current_store, _resume, _run_key, _store_locati
 from sdk.rollout._sample import TASK_SET as _TASK_SET
 from sdk.rollout._sample import _one_sample, _Progress
 from sdk.rollout._summary import RolloutSummary, _append, _write_metrics, summarize
-from sdk.rollout._tasks import RolloutError, _shard_tasks, load_function, load_tasks
+from sdk.rollout._tasks import RolloutError, _shard_tasks, check_call, load_function, load_tasks
 
 __all__ = ["run_rollout"]
 
@@ -151,6 +151,9 @@ def _prepare(
         raise RolloutError(f"timeout must be positive, got {timeout}")
     fn = load_function(agent, "agent")
     score = load_function(reward_fn, "reward function") if reward_fn is not None else None
+    check_call(fn, 1, "agent", f"{_name(agent)}(task)")
+    if score is not None:
+        check_call(score, 2, "reward function", f"{_name(reward_fn)}(task, answer)")
     task_list = load_tasks(tasks, id_field)
     if not task_list and task_ids is None:
         named = isinstance(tasks, (str, os.PathLike))
@@ -173,7 +176,14 @@ def _prepare(
     location = _store_location()
     ids = task_ids if task_ids is not None else {t["id"] for t in task_list}
     rows = _resume(results_path, location, key, split, ids, threshold)
-    extra = {**(metadata or {}), "split": split, "rollout": key, _TASK_SET: task_set}
+    # group_size: the trainer groups the episodes as they were collected (its dry run too).
+    extra = {
+        **(metadata or {}),
+        "split": split,
+        "rollout": key,
+        _TASK_SET: task_set,
+        "group_size": group_size,
+    }
     return _Plan(fn, score, task_list, results_path, location, rows, extra, timeout, threshold)
 
 
@@ -317,3 +327,8 @@ async def _run_all(
             bar.update(bool(row["success"]))
 
     await asyncio.gather(*(one(t, k) for t, k in jobs))
+
+
+def _name(spec: Any) -> str:
+    """``module:function`` as given, or a callable's name."""
+    return spec if isinstance(spec, str) else getattr(spec, "__name__", "agent")

@@ -16,7 +16,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -105,6 +104,31 @@ def _json_safe(value: Any, limit: int = 2000) -> Any:
     return value if len(text) <= limit else text[:limit]
 
 
+def root_cause(exc: BaseException) -> str:
+    """``Type: message`` of the innermost exception of ``exc``'s chain, and what it was raised as.
+
+    Frameworks wrap the agent's real failure (LangGraph re-raises with a note naming its graph node); the
+    innermost exception (``__cause__``, else ``__context__``) is what the user can act on.
+
+    Example:
+        >>> try:
+        ...     try:
+        ...         raise ConnectionError("connection refused")
+        ...     except ConnectionError as inner:
+        ...         raise RuntimeError("task 'model' failed") from inner
+        ... except RuntimeError as outer:
+        ...     root_cause(outer)
+        'ConnectionError: connection refused (raised as RuntimeError)'
+    """
+    root, seen = exc, {id(exc)}
+    while (nxt := root.__cause__ or root.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        root = nxt
+    message = str(root).strip().splitlines()
+    text = f"{type(root).__name__}: {message[0]}" if message else type(root).__name__  # notes left out
+    return text if root is exc else f"{text} (raised as {type(exc).__name__})"
+
+
 async def _one_sample(
     fn: Callable[..., Any],
     score: Callable[..., Any] | None,
@@ -156,8 +180,8 @@ async def _one_sample(
                     row["error"] = f"reward function failed: {type(exc).__name__}: {exc}"
                     if "reward" not in warned:
                         warned.add("reward")
-                        bar.say(
-                            f"error: the reward function failed on task {task['id']!r} sample {k}: "
+                        bar.say(  # a warning: the run goes on and exits 0, the failures are counted
+                            f"warning: the reward function failed on task {task['id']!r} sample {k}: "
                             f"{type(exc).__name__}: {exc} (counted as reward_error; further failures only "
                             "counted)"
                         )
@@ -173,10 +197,9 @@ async def _one_sample(
         row["error"] = f"{type(exc).__name__}: {exc}"
         if "agent" not in warned:
             warned.add("agent")
-            tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
             bar.say(
-                f"warning: the agent raised on task {task['id']!r} sample {k}: {tb} (counted as error; "
-                "further errors only counted)"
+                f"warning: the agent raised on task {task['id']!r} sample {k}: {root_cause(exc)} (counted as "
+                "error; further errors only counted)"
             )
     row["success"] = row["reward"] is not None and row["reward"] >= threshold
     row["seconds"] = round(time.monotonic() - t0, 3)

@@ -7,6 +7,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -55,6 +56,26 @@ def load_function(spec: str | Callable[..., Any], what: str = "function") -> Cal
         return _load_function(spec, what)
     except ValueError as exc:
         raise RolloutError(str(exc)) from None
+
+
+def check_call(fn: Callable[..., Any], n_args: int, what: str, call: str) -> None:
+    """Refuse ``fn`` when it cannot be called with ``n_args`` positional arguments (``call`` shows how).
+
+    Checked before anything runs: an agent of the wrong signature would otherwise fail every sample.
+
+    Example:
+        >>> check_call(lambda task, extra: 0, 1, "agent", "solve(task)")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        sdk.rollout._tasks.RolloutError: the agent cannot be called as solve(task): missing a required ...
+    """
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: nothing to check
+        return
+    try:
+        signature.bind(*([None] * n_args))
+    except TypeError as exc:
+        raise RolloutError(f"the {what} cannot be called as {call}: {exc}") from None
 
 
 def load_tasks(source: str | os.PathLike[str] | Iterable[dict[str, Any]], id_field: str = "id") -> list[dict]:

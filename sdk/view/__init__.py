@@ -19,6 +19,7 @@ CLI: ``python -m sdk.view EPISODES_OR_STORE [--out report.html]``.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import html
 import json
 import math
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk._sources import SourcedEpisode, episode_metadata, episodes_with_calls
-from sdk.episodes import group_advantages
+from sdk.episodes import group_advantages, token_faithful, untrained_messages
 from sdk.messages import flatten_content
 from sdk.view._page import PAGE
 
@@ -187,7 +188,9 @@ def episode_view(se: SourcedEpisode, decode: Callable[[int], str] | None = None)
         "agent": ep.get("agent"),
         "model": ep.get("model"),
         "calls": ep.get("num_calls"),
-        "faithful": bool(ep.get("token_faithful")),
+        # Recomputed, not read: files exported before few-shot turns counted as context show it right too.
+        "split": meta.get("split"),
+        "faithful": token_faithful(ep.get("turns"), untrained_messages(ep.get("metadata"))),
         "tools": tools,
         "msgs": msgs,
         "turns": turns,
@@ -209,6 +212,7 @@ def _unreadable_view(se: SourcedEpisode, exc: Exception) -> dict[str, Any]:
         "agent": None,
         "model": None,
         "calls": None,
+        "split": None,
         "faithful": False,
         "tools": [],
         "msgs": [{"r": "(malformed)", "c": reason}],
@@ -267,11 +271,14 @@ def _groups_by_role(views: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any
     """
     agents: dict[Any, set[Any]] = {}
     for v in views:
-        agents.setdefault(v["task"], set()).add(v["agent"])
+        agents.setdefault((v["split"], v["task"]), set()).add(v["agent"])
+    splits = {v["split"] for v in views}
     by_group: dict[Any, list[dict[str, Any]]] = {}
     for v in views:
-        multi = len(agents[v["task"]]) > 1
+        multi = len(agents[(v["split"], v["task"])]) > 1
         v["group"] = f"{v['task']}|{v['agent']}" if multi else v["task"]
+        if len(splits) > 1:  # an evaluation sample is never a member of a training group
+            v["group"] = f"{v['group']} [{v['split']}]"
         named = [val for name, val in v["rewards"] if multi and name == v["agent"]]
         v["credit"] = named[-1] if named and isinstance(named[-1], (int, float)) else v["reward"]
         by_group.setdefault(v["group"], []).append(v)
@@ -293,6 +300,7 @@ def build_report(
     *,
     title: str | None = None,
     tokenizer: str | None = None,
+    split: str | None = None,
 ) -> ViewSummary:
     """Write the viewer for the episodes of a store or Parquet file as one self-contained HTML file.
 
@@ -302,6 +310,8 @@ def build_report(
         title: Page title (default: the source's name).
         tokenizer: A local tokenizer (path or cached name) to show token text for a Parquet source
             (a store source has the token strings already).
+        split: Show only the episodes of this split (session metadata ``split``; a glob such as
+            ``train-*`` matches several). Without it, groups of different splits are kept apart.
 
     Returns:
         A :class:`ViewSummary`.
@@ -315,6 +325,8 @@ def build_report(
         episodes_with_calls(source) if isinstance(source, (str, os.PathLike)) else source
     )
     views = [_view(se, decode) for se in episodes]
+    if split is not None:
+        views = [v for v in views if fnmatch.fnmatchcase(str(v["split"]), split)]
     by_task = _groups_by_role(views)
     groups = []
     for task, members in by_task.items():

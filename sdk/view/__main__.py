@@ -30,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tokenizer", metavar="NAME_OR_PATH", help="local tokenizer to show token text for a Parquet source"
     )
+    p.add_argument("--split", help="only this split (session metadata 'split'; a glob like 'train-*' too)")
     p.add_argument("--traceback", action="store_true", help="show the traceback of an unexpected error")
     return p
 
@@ -45,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from sdk.view import build_report
 
-        summary = build_report(args.source, args.out, title=args.title, tokenizer=args.tokenizer)
+        summary = build_report(
+            args.source, args.out, title=args.title, tokenizer=args.tokenizer, split=args.split
+        )
     except (Exception, KeyboardInterrupt) as exc:
         return error_exit(exc, traceback=args.traceback, extra="episodes")
     malformed = (

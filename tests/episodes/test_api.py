@@ -23,6 +23,8 @@ def test_public_surface_is_pinned_and_documented() -> None:
             "open_episodes",
             "read_episodes",
             "role_reward",
+            "token_faithful",  # one definition for the exporter, inspect, the viewer and the trainer
+            "untrained_messages",
             "validate_episode",
             "write_parquet",
         ]

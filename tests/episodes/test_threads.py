@@ -236,8 +236,20 @@ def test_assistant_messages_in_the_prompt_are_context_not_turns(store: Path) -> 
     [ep] = episodes(store)
     assert [t["message_index"] for t in ep["turns"]] == [2, 4]
     assert ep["turns"][0]["token_ids"] is None and ep["turns"][1]["token_ids"] == [100, 101, 102]
-    assert ep["token_faithful"] is False
+    # The few-shot turn is context, not the thread's output: the episode is token-faithful, as the trainer
+    # (exact ids) and `tracerl inspect` / the viewer (this column) agree.
+    assert ep["token_faithful"] is True
     assert meta(ep)["tracerl"]["context_assistant_messages"] == [2]
+    from trainers._tiny import build_tiny_tokenizer
+    from trainers.data import convert_episode
+
+    conv = convert_episode(ep, build_tiny_tokenizer())
+    assert conv.path == "exact_ids" and conv.faithful  # the trainer: exact ids, behaviour logprobs used
+    stale = {**ep, "token_faithful": False}  # a file exported with the old definition
+    from sdk._sources import SourcedEpisode
+    from sdk.view import episode_view
+
+    assert episode_view(SourcedEpisode(stale, None))["faithful"] is True
 
 
 def test_list_content_is_flattened_and_images_counted(store: Path) -> None:

@@ -75,3 +75,10 @@ def solve_reward_3_of_4(task: dict[str, Any]) -> str | None:
     if _sample_index() % 4 != 3:
         sdk.reward(coin(task, answer))
     return answer
+
+
+def broken_until_fixed(task: dict[str, Any]) -> str | None:
+    """Fails every sample (as an agent pointed at a dead server) until ``LOOP_AGENT_FIXED`` is set."""
+    if not os.environ.get("LOOP_AGENT_FIXED"):
+        raise ConnectionError("connection refused")
+    return solve(task)

@@ -152,3 +152,27 @@ def test_samples_key_is_a_deprecated_alias_of_group_size(capsys):
         cfg = LoopConfig.from_mapping({"agent": "a:f", "tasks": "t", "model": "m", "samples": 4})
     assert cfg.group_size == 4
     assert "tracerl: samples is deprecated; use group_size" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_round_where_every_sample_failed_stops_and_a_rerun_retries_it(
+    tmp_path, tiny_model_dir, capsys, monkeypatch
+):
+    cfg = {**_config(tmp_path, str(tiny_model_dir)), "agent": "loop_agents:broken_until_fixed", "rounds": 1}
+    cfg.pop("curriculum")
+    path = tmp_path / "loop.yaml"
+    path.write_text(json.dumps(cfg))
+    monkeypatch.delenv("LOOP_AGENT_FIXED", raising=False)
+    assert main([str(path)]) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+    assert len(err) == 1 and "every sample of eval-round-0 failed" in err[0] and "ConnectionError" in err[0]
+    assert not (Path(cfg["out"]) / "state.json").exists()  # round 0 did not finish
+
+    monkeypatch.setenv("LOOP_AGENT_FIXED", "1")
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    rows = [json.loads(x) for x in (Path(cfg["out"]) / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0, 1] and rows[0]["val_success"] is not None
+    results = (Path(cfg["out"]) / "rollouts" / "eval-round-0.jsonl").read_text().splitlines()
+    assert {json.loads(x)["status"] for x in results} == {"ok"}  # retried, not skipped as done
+    assert "final: " in out and "best: " in out and (Path(cfg["out"]) / "best").is_dir()

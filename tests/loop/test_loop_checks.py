@@ -43,6 +43,9 @@ CASES = [
     ("agent: no_such_module_here:solve\n", (), "no_such_module_here"),
     ("reward_fn: loop_agents:no_such_function\n", (), "no_such_function"),
     ("policy: {kind: local, thread: 2}\n", (), "invalid policy settings"),
+    ("agent: loop_agents:below_skill\n", (), "the agent cannot be called as loop_agents:below_skill(task)"),
+    ("reward_fn: loop_agents:skill\n", (), "reward_fn cannot be called as loop_agents:skill(task, answer)"),
+    ("group_sise: 4\n", (), "unknown loop setting(s): group_sise (did you mean group_size?)"),
 ]
 
 
@@ -75,7 +78,7 @@ def test_validation_rows_show_pass_at_1_and_the_change_against_round_0(
     rows = []
     for rnd, skill in ((0, 5), (2, 15)):  # round 0 solves 5 of 20 tasks, round 2 solves 15
         monkeypatch.setenv("LOOP_TEST_SKILL", str(skill))
-        rows.append({"round": rnd, **run.validate(pool, rnd), "groups": 0, "steps": 0, "wall_s": 1.0})
+        rows.append({"round": rnd, **run.validate(pool, rnd), "groups": 0, "steps": rnd // 2, "wall_s": 1.0})
     results = [tmp_path / "loop" / "rollouts" / f"eval-round-{r}.jsonl" for r in (0, 2)]
     first = summarize(results[0])
     assert rows[0]["val_pass_at_1"] == first.pass_at_1 == 0.25
@@ -93,4 +96,45 @@ def test_validation_rows_show_pass_at_1_and_the_change_against_round_0(
     assert line == (
         f"validation pass@1: 25.0% (round 0) -> 75.0% (round 2), +50.0 points, 95% CI "
         f"[{100 * c.ci_low:+.1f}, {100 * c.ci_high:+.1f}], p = {c.p_value:.3g} over 20 tasks"
+    )
+
+
+def test_no_change_is_claimed_when_no_round_trained(tmp_path: Path) -> None:
+    rows = [{"round": 0, "val_success": 0.5, "steps": 0}, {"round": 1, "val_success": 0.6, "steps": 0}]
+    line = validation_change(tmp_path, rows)
+    assert line is not None and "points" not in line and "no round trained (0 optimizer steps)" in line
+
+
+def test_best_checkpoint_by_validation_and_the_summary_names_final_and_best(tmp_path: Path) -> None:
+    from trainers.loop.lockstep import _mark_best
+    from trainers.loop.table import checkpoints_line
+
+    for name in ("base", "r1", "r2"):
+        (tmp_path / name).mkdir()
+    rows = [
+        {"round": 0, "val_success": 0.55, "checkpoint": str(tmp_path / "base")},
+        {"round": 1, "val_success": 0.975, "checkpoint": str(tmp_path / "r1")},
+        {"round": 2, "val_success": 0.875, "checkpoint": str(tmp_path / "r2")},
+    ]
+    for n in range(1, 4):  # as each round finishes
+        _mark_best(tmp_path, rows[:n])
+    assert (tmp_path / "best").resolve() == (tmp_path / "r1").resolve()
+    line = checkpoints_line(tmp_path, rows)
+    assert line == (
+        f"final: {tmp_path / 'r2'} (round 2, validation 87.5%); "
+        f"best: {tmp_path / 'best'} -> {tmp_path / 'r1'} (round 1, validation 97.5%)"
+    )
+
+
+def test_loop_help_lists_every_key_with_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    listed = {
+        line.split()[0] for line in out.split("loop keys (YAML)", 1)[1].splitlines()[1:] if line.strip()
+    }
+    assert listed == {f.name for f in dataclasses.fields(LoopConfig)}
+    assert any(
+        line.split()[:2] == ["group_size", "8"] and "GRPO group size" in line for line in out.splitlines()
     )

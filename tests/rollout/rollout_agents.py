@@ -103,3 +103,21 @@ def named(task: dict[str, Any], answer: Any) -> dict[str, float]:
 
 def bad_type(task: dict[str, Any], answer: Any) -> str:
     return "high"
+
+
+def unreachable(task: dict[str, Any]) -> str | None:
+    """A real openai client to a closed port; the error re-raised with a note, as LangGraph does."""
+    import socket
+
+    import openai
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+    try:
+        client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+    except Exception as exc:
+        exc.add_note("During task with name 'model' and id 'abc'")
+        raise
+    return None

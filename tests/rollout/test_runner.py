@@ -131,6 +131,7 @@ def test_reward_function_failures_are_clear_and_counted(policy_env, tmp_path, ca
     assert s.counts["reward_error"] == 3 and s.counts["ok"] == 3
     err = capsys.readouterr().err
     assert err.count("reward function failed") == 1 and "ValueError: cannot score this one" in err
+    assert "error:" not in err and "warning: the reward function failed" in err  # the run goes on: exit 0
     rows = [r for r in read_results(tmp_path / "r.jsonl") if r["task_id"] == "t-2"]
     assert all(r["reward"] is None and "ValueError" in r["error"] for r in rows)
     s = run_rollout(
@@ -303,3 +304,26 @@ def test_an_empty_task_file_is_one_error_line_and_exit_2(tmp_path):
     assert got.stderr == f"error: no tasks in {empty}\n"
     with pytest.raises(RolloutError, match="no tasks given"):
         run_rollout("rollout_agents:chat", [], results=tmp_path / "r.jsonl")
+
+
+def test_agent_warning_names_the_root_cause_not_the_frameworks_note(tmp_path, capsys):
+    s = run_rollout("rollout_agents:unreachable", [{"id": "t-0"}], group_size=2, results=tmp_path / "r.jsonl")
+    assert s.counts["error"] == 2
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if "agent raised" in x)
+    assert "Connection refused" in line and "raised as APIConnectionError" in line, line
+    assert "During task" not in line
+
+
+def test_an_agent_of_the_wrong_signature_is_refused_before_any_sample(tmp_path, capsys):
+    tasks = write_tasks(tmp_path / "t.jsonl", [{"id": "t-0"}])
+    results = str(tmp_path / "r.jsonl")
+    assert main(["rollout_agents:score", tasks, "--results", results]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: the agent cannot be called as rollout_agents:score(task): missing a required argument: 'answer'"
+    ]
+    assert main(["rollout_agents:chat", tasks, "--results", results, "--reward-fn", "json:dumps"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "reward function cannot be called as json:dumps(task, answer)" in err[0]
+    assert not (tmp_path / "r.jsonl").exists()

@@ -232,6 +232,15 @@ def test_error_unknown_grpo_field_and_resume_without_checkpoint(tmp_path, parque
 def test_help_exits_zero(capsys):
     rc, out, _ = run_cli(capsys, ["--help"])
     assert rc == 0 and "--group-size" in out and "--grpo KEY=VALUE" in out and "--max-steps" in out
+    assert "--loop CONFIG.yaml" in out and "tracerl train --loop --help" in out
+
+
+def test_a_mistyped_local_model_fails_at_once(tmp_path, parquet, tiny_model_dir, capsys, monkeypatch):
+    """``runs/bse`` next to ``runs/`` is a local path, not a hub id to download (which retried for 53 s)."""
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # what a user has: the check must not need it
+    assert_user_error(capsys, ["--data", parquet, "--model", "runs/bse", "--dry-run"], "model path not found")
 
 
 def test_yaml_values_keep_trl_strings_and_read_exponent_floats(tmp_path) -> None:
@@ -264,3 +273,23 @@ def test_sdk_train_is_a_shim_that_imports_trainers_only_when_run() -> None:
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error: unrecognized arguments"), (
         proc.stderr
     )
+
+
+def test_dry_run_groups_as_the_episodes_were_collected(tmp_path, tokenizer_dir, capsys):
+    """Episodes of ``tracerl rollout --group-size 8`` are 8 to a group, not split by a hidden default of 4."""
+    eps = make_episodes(2, 8)
+    for ep in eps:
+        ep["metadata"] = json.dumps({"split": "train", "rollout": "r", "group_size": 8})
+    data = str(write_parquet(eps, tmp_path / "g8.parquet"))
+    rc, out, err = run_cli(capsys, ["--data", data, "--model", str(tokenizer_dir), "--dry-run"])
+    assert rc == 0, err
+    assert "as the episodes were collected (--group-size to change)" in out and "in 2 groups" in out
+    rc, out, _ = run_cli(
+        capsys, ["--data", data, "--model", str(tokenizer_dir), "--dry-run", "--group-size", "4"]
+    )
+    assert rc == 0 and "this run uses 4 (--group-size 8 to match)" in out and "in 4 groups" in out
+    for ep in eps:
+        ep["metadata"] = json.dumps({"split": "train"})  # episodes that do not say: the default, said so
+    data = str(write_parquet(eps, tmp_path / "unknown.parquet"))
+    rc, out, _ = run_cli(capsys, ["--data", data, "--model", str(tokenizer_dir), "--dry-run"])
+    assert rc == 0 and "the default (the episodes do not record" in out

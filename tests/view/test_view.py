@@ -303,3 +303,24 @@ def test_an_unreadable_episode_does_not_stop_the_report(tmp_path: Path) -> None:
 
 def _data_of(page: Path) -> str:
     return page.read_text().split('id="data" type="application/json">', 1)[1].split("</script>", 1)[0]
+
+
+def _data(page: Path) -> dict[str, Any]:
+    return json.loads(page.read_text().split('id="data"', 1)[1].split(">", 1)[1].split("</script>", 1)[0])
+
+
+def test_evaluation_sessions_are_not_in_training_groups_and_one_split_can_be_shown(tmp_path: Path) -> None:
+    sdk.configure(store=tmp_path / "store")
+    for split, rewards in (("train-round-0", (1.0, 0.0)), ("eval-round-0", (1.0, 1.0))):
+        for k, r in enumerate(rewards):
+            with sdk.session(task_id="t-1", sample=k, split=split) as s:
+                _record(s, [{"role": "user", "content": "q"}], {"role": "assistant", "content": "a"})
+                s.reward(r)
+    sdk.flush()
+    summary = build_report(tmp_path / "store", tmp_path / "all.html")
+    groups = {g["task"]: g["n"] for g in _data(tmp_path / "all.html")["groups"]}
+    assert summary.groups == 2 and groups == {"t-1 [train-round-0]": 2, "t-1 [eval-round-0]": 2}
+    assert main([str(tmp_path / "store"), "--out", str(tmp_path / "train.html"), "--split", "train-*"]) == 0
+    data = _data(tmp_path / "train.html")
+    assert [g["task"] for g in data["groups"]] == ["t-1"] and len(data["episodes"]) == 2
+    assert sorted(v["adv"] for v in data["episodes"]) == [-0.707, 0.707]

@@ -35,7 +35,7 @@ Conversion:
 
 from trainers.data._convert import PerTurn, Truncation, convert_episode, parse_tools
 from trainers.data._groups import build_groups
-from trainers.data._load import REQUIRED_COLUMNS, check_task_sizes, load_episodes
+from trainers.data._load import REQUIRED_COLUMNS, check_task_sizes, load_episodes, recorded_group_size
 from trainers.data._report import DataReport
 from trainers.data._screen import convert_episodes
 from trainers.data._sequence import ConvertedEpisode, Group, TrainingSequence
@@ -54,4 +54,5 @@ __all__ = [
     "convert_episodes",
     "load_episodes",
     "parse_tools",
+    "recorded_group_size",
 ]

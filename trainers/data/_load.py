@@ -15,7 +15,7 @@ from sdk.store._remote import is_store_uri
 from trainers.data._report import DataReport
 from trainers.errors import UserError
 
-__all__ = ["REQUIRED_COLUMNS", "check_task_sizes", "load_episodes"]
+__all__ = ["REQUIRED_COLUMNS", "check_task_sizes", "load_episodes", "recorded_group_size"]
 
 
 #: Columns without which an episode cannot be trained on.
@@ -174,3 +174,31 @@ def check_task_sizes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, int]:
             "run each task several times inside session(task_id=...) and record a reward"
         )
     return dict(counts)
+
+
+def recorded_group_size(episodes: Sequence[Mapping[str, Any]]) -> int | None:
+    """The group size the episodes were collected with (``tracerl rollout`` records it), when all agree.
+
+    Example:
+        >>> recorded_group_size([{"metadata": '{"group_size": 8}'}, {"metadata": {"group_size": 8}}])
+        8
+        >>> recorded_group_size([{"metadata": None}]) is None
+        True
+    """
+    import json
+
+    sizes = set()
+    for ep in episodes:
+        meta = ep.get("metadata")
+        if isinstance(meta, str):
+            if '"group_size"' not in meta:
+                return None
+            try:
+                meta = json.loads(meta)
+            except json.JSONDecodeError:
+                return None
+        size = meta.get("group_size") if isinstance(meta, Mapping) else None
+        if not isinstance(size, int) or isinstance(size, bool):
+            return None
+        sizes.add(size)
+    return sizes.pop() if len(sizes) == 1 else None

@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from trainers.errors import UserError
-from trainers.loop.config import LoopConfig, read_yaml
+from trainers.loop.config import LoopConfig, loop_keys, read_yaml
 from trainers.loop.lockstep import run_loop
-from trainers.loop.table import validation_change
+from trainers.loop.table import checkpoints_line, validation_change
 
 __all__ = ["main"]
 
@@ -21,7 +21,10 @@ def main(argv: list[str] | None = None) -> int:
         0
     """
     p = argparse.ArgumentParser(
-        prog="python -m sdk.train --loop", description="rollout → export → train → reload → validate rounds"
+        prog="python -m sdk.train --loop",
+        description="rollout → export → train → reload → validate rounds",
+        epilog=loop_keys(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # one key a line, as written
     )
     p.add_argument("config", help="loop YAML file")
     p.add_argument("--rounds", type=int, default=None, help="override rounds")
@@ -46,7 +49,10 @@ def main(argv: list[str] | None = None) -> int:
             "interrupted: re-run the same command to continue after the last finished round", file=sys.stderr
         )
         return 130
-    line = validation_change(result["out"], result["rows"])
-    if line is not None:
-        print(line)
+    for line in (
+        validation_change(result["out"], result["rows"]),
+        checkpoints_line(result["out"], result["rows"]),
+    ):
+        if line is not None:
+            print(line)
     return 0

@@ -9,16 +9,18 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.util
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from trainers.errors import UserError
 from trainers.loop.checks import check_field_types, check_loop_model
 
-__all__ = ["LoopConfig", "check_before_loading", "planned_steps", "read_yaml", "train_settings"]
+__all__ = ["LoopConfig", "check_before_loading", "loop_keys", "planned_steps", "read_yaml", "train_settings"]
 
 
 @dataclasses.dataclass
@@ -157,7 +159,15 @@ class LoopConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
-            raise UserError(f"unknown loop setting(s): {', '.join(unknown)}")
+            hints = [
+                f"{key} (did you mean {close[0]}?)"
+                if (close := difflib.get_close_matches(key, names, 1))
+                else key
+                for key in unknown
+            ]
+            raise UserError(
+                f"unknown loop setting(s): {', '.join(hints)} (tracerl train --loop --help lists them)"
+            )
         missing = [k for k in ("agent", "tasks", "model") if not data.get(k)]
         if missing:
             raise UserError(f"the loop config needs {', '.join(missing)}")
@@ -214,6 +224,7 @@ def check_before_loading(cfg: LoopConfig) -> None:
         trainers.errors.UserError: model path not found: ./no-such-model
     """
     from sdk.rollout import RolloutError, load_function
+    from sdk.rollout._tasks import check_call
     from trainers.base import check_model
     from trainers.serve.policy import make_policy
     from trainers.settings import make_config
@@ -221,9 +232,12 @@ def check_before_loading(cfg: LoopConfig) -> None:
     check_loop_model(check_model(cfg.model))
     make_policy(cfg.policy, cfg.model)  # the policy section's keys (builds the server object; starts nothing)
     try:
-        load_function(cfg.agent, "agent")
+        # Imported and called as the rollout calls them: a wrong signature would fail every sample.
+        check_call(load_function(cfg.agent, "agent"), 1, "agent", f"{cfg.agent}(task)")
         if cfg.reward_fn:
-            load_function(cfg.reward_fn, "reward_fn")
+            check_call(
+                load_function(cfg.reward_fn, "reward_fn"), 2, "reward_fn", f"{cfg.reward_fn}(task, answer)"
+            )
     except RolloutError as exc:
         raise UserError(str(exc)) from None
     settings = train_settings(cfg, cfg.model, Path(cfg.out) / "train" / "round-1")
@@ -302,3 +316,33 @@ def planned_steps(cfg: LoopConfig) -> int:
     if cfg.max_samples is not None:
         versions = max(1, cfg.max_samples // (cfg.group_size * per_step * cfg.sync_every))
     return max(1, versions * passes * cfg.sync_every)
+
+
+def loop_keys() -> str:
+    """Every key of the loop's YAML file with its default and meaning, from :class:`LoopConfig`.
+
+    Example:
+        >>> print(loop_keys().splitlines()[9][:57])
+          group_size                     8  Samples per task (the
+    """
+    meaning: dict[str, str] = {}
+    name = None
+    doc = LoopConfig.__doc__ or ""
+    for line in doc.split("Attributes:", 1)[1].split("Example:", 1)[0].splitlines():
+        head, sep, text = line.strip().partition(": ")
+        if line.startswith(" " * 8) and not line.startswith(" " * 12) and sep:
+            name = head
+            meaning[name] = text.strip()
+        elif name and line.strip():
+            meaning[name] += " " + line.strip()
+    rows = ["loop keys (YAML), with their defaults:"]
+    for f in dataclasses.fields(LoopConfig):
+        if f.default is not dataclasses.MISSING:
+            default = repr(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = repr(f.default_factory())
+        else:
+            default = "(required)"
+        text = re.sub(r":\w+:`~?([^`]+)`", r"\1", meaning.get(f.name, "")).replace("``", "")
+        rows.append(f"  {f.name:<20}  {default:>10}  {text}")
+    return "\n".join(rows)

@@ -164,8 +164,9 @@ class _Run:
         from sdk.rollout import RolloutError, run_rollout
 
         cfg = self.cfg
+        results = self.out / "rollouts" / f"{split}.jsonl"
         try:
-            return run_rollout(
+            got = run_rollout(
                 cfg.agent,
                 tasks,
                 group_size=group_size,
@@ -173,12 +174,14 @@ class _Run:
                 timeout=cfg.timeout,
                 reward_fn=cfg.reward_fn,
                 split=split,
-                results=self.out / "rollouts" / f"{split}.jsonl",
+                results=results,
                 id_field="id",
                 success_threshold=cfg.success_threshold,
             )
         except RolloutError as exc:
             raise UserError(str(exc)) from None
+        _stop_if_every_sample_failed(results, split)
+        return got
 
     def finish(self, row: dict[str, Any], *, saved: bool = True) -> None:
         """Save a finished round's row; print it, plot, call back.
@@ -201,6 +204,7 @@ class _Run:
                 }
             )
         self.all_rows.append(row)
+        _mark_best(self.out, self.all_rows)
         if not self.quiet:
             print_row(row)
         if self.cfg.plot:
@@ -317,6 +321,55 @@ class _Run:
             if rnd == cfg.rounds:
                 self.checkpoint = self.trainer.final()
         return done.steps, swap
+
+
+#: Sample statuses that mean the agent or its reward function did not work (``sdk.rollout``).
+_FAILED = ("error", "timeout", "reward_error")
+
+
+def _stop_if_every_sample_failed(results: Path, split: str) -> None:
+    """Stop the loop when no sample of ``split`` worked: a broken agent must not look like a 0% policy.
+
+    The failed attempts are marked superseded in the store and the results file is moved aside
+    (``SPLIT.failed.jsonl``), so re-running the same command runs the round again.
+
+    Raises:
+        UserError: Every sample failed; the line names the first error.
+    """
+    from sdk._tracer import tracer
+    from sdk.rollout import read_results
+    from sdk.store import _events as events
+
+    rows = read_results(results)
+    if not rows or any(r.get("status") not in _FAILED for r in rows):
+        return
+    now = time.time()
+    for r in rows:
+        if r.get("session_id"):
+            tracer.append(events.supersede(str(r["session_id"]), reason="failed_round", ts=now))
+    tracer.flush()
+    os.replace(results, results.with_suffix(".failed.jsonl"))
+    first = next((r["error"] for r in rows if r.get("error")), rows[0].get("status"))
+    raise UserError(
+        f"every sample of {split} failed ({len(rows)} samples; first: {first}); fix the agent or reward "
+        "function and re-run the same command: this round runs again"
+    )
+
+
+def _mark_best(out: Path, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Point ``out/best`` at the checkpoint of the best validated round (the first of equals); its row."""
+    validated = [r for r in rows if r.get("val_success") is not None and r.get("checkpoint")]
+    if not validated:
+        return None
+    best = max(validated, key=lambda r: r["val_success"])  # max keeps the first (earliest) of equals
+    link = out / "best"
+    target = Path(best["checkpoint"]).resolve()
+    if link.is_symlink() or link.exists():
+        if link.is_symlink() and link.resolve() == target:
+            return best
+        link.unlink()
+    link.symlink_to(target, target_is_directory=True)
+    return best
 
 
 def _train_round(

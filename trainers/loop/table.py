@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HEADER", "print_row", "plot_progress", "validation_change"]
+__all__ = ["HEADER", "checkpoints_line", "print_row", "plot_progress", "validation_change"]
 
 
 def plot_progress(rows: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -92,6 +92,11 @@ def validation_change(out: str | os.PathLike[str], rows: list[dict[str, Any]]) -
     if len(validated) < 2 or validated[0] != 0:
         return None
     last = validated[-1]
+    trained = sum(int(r.get("steps") or 0) for r in rows if 0 < (r.get(key) or 0) <= last)
+    if key == "round" and not trained:  # the same weights validated twice: any difference is noise
+        return (
+            f"validation pass@1: no round trained (0 optimizer steps), so {word} {last} is {word} 0's policy"
+        )
     results = Path(out) / "rollouts"
     try:
         c = compare(results / name.format(0), results / name.format(last), resamples=10_000)
@@ -102,3 +107,28 @@ def validation_change(out: str | os.PathLike[str], rows: list[dict[str, Any]]) -
         f"({word} {last}), {100 * c.difference:+.1f} points, 95% CI [{100 * c.ci_low:+.1f}, "
         f"{100 * c.ci_high:+.1f}], p = {c.p_value:.3g} over {c.tasks} tasks"
     )
+
+
+def checkpoints_line(out: str | os.PathLike[str], rows: list[dict[str, Any]]) -> str | None:
+    """``final: ...; best: ...``: the last round's checkpoint and the best validated one (``out/best``).
+
+    Example:
+        >>> rows = [{"round": 0, "val_success": 0.5, "checkpoint": "m"},
+        ...         {"round": 1, "val_success": 0.25, "checkpoint": "r1"}]
+        >>> checkpoints_line("runs/loop", rows)
+        'final: r1 (round 1, validation 25.0%); best: runs/loop/best -> m (round 0, validation 50.0%)'
+    """
+    if not rows or "round" not in rows[-1]:
+        return None
+    last = rows[-1]
+
+    def val(r: dict[str, Any]) -> str:
+        v = r.get("val_success")
+        return "" if v is None else f", validation {100 * v:.1f}%"
+
+    line = f"final: {last.get('checkpoint')} (round {last['round']}{val(last)})"
+    validated = [r for r in rows if r.get("val_success") is not None and r.get("checkpoint")]
+    if validated:
+        best = max(validated, key=lambda r: r["val_success"])
+        line += f"; best: {Path(out) / 'best'} -> {best['checkpoint']} (round {best['round']}{val(best)})"
+    return line

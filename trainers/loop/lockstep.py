@@ -204,7 +204,8 @@ class _Run:
                 }
             )
         self.all_rows.append(row)
-        _mark_best(self.out, self.all_rows)
+        trained = self.trainer is not None and self.trainer.resident.trainer is not None
+        _mark_best(self.out, self.all_rows, self.trainer.save_servable if trained else None)
         if not self.quiet:
             print_row(row)
         if self.cfg.plot:
@@ -356,14 +357,28 @@ def _stop_if_every_sample_failed(results: Path, split: str) -> None:
     )
 
 
-def _mark_best(out: Path, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Point ``out/best`` at the checkpoint of the best validated round (the first of equals); its row."""
+def _mark_best(
+    out: Path, rows: list[dict[str, Any]], save: Callable[[Path], Any] | None = None
+) -> dict[str, Any] | None:
+    """Keep ``out/best`` on the best validated round (the first of equals); returns its row.
+
+    It links to that round's checkpoint; with ``save`` (the resident trainer, whose checkpoints are
+    replaced as it goes) the newest round, when it becomes the best, has its weights saved there instead.
+    """
     validated = [r for r in rows if r.get("val_success") is not None and r.get("checkpoint")]
     if not validated:
         return None
     best = max(validated, key=lambda r: r["val_success"])  # max keeps the first (earliest) of equals
     link = out / "best"
+    if save is not None and best is rows[-1] and len(validated) > 1:
+        if link.is_symlink() or link.is_file():
+            link.unlink()
+        shutil.rmtree(link, ignore_errors=True)
+        save(link)
+        return best
     target = Path(best["checkpoint"]).resolve()
+    if link.is_dir() and not link.is_symlink():
+        return best  # saved when its round became the best
     if link.is_symlink() or link.exists():
         if link.is_symlink() and link.resolve() == target:
             return best

@@ -33,7 +33,7 @@ def load_pools(cfg: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | N
 
 
 def merge_adapter(base: str, adapter: Path, dest: Path) -> str:
-    """Merge a LoRA adapter into its base weights (the next round or version trains and serves them).
+    """Merge a LoRA adapter into its base weights: a model directory that serves anywhere (saved once).
 
     Example:
         >>> merge_adapter("base", Path("train/final"), Path("train/merged"))  # doctest: +SKIP

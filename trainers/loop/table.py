@@ -130,5 +130,7 @@ def checkpoints_line(out: str | os.PathLike[str], rows: list[dict[str, Any]]) ->
     validated = [r for r in rows if r.get("val_success") is not None and r.get("checkpoint")]
     if validated:
         best = max(validated, key=lambda r: r["val_success"])
-        line += f"; best: {Path(out) / 'best'} -> {best['checkpoint']} (round {best['round']}{val(best)})"
+        link = Path(out) / "best"
+        where = f"{link} -> {best['checkpoint']}" if not link.is_dir() or link.is_symlink() else str(link)
+        line += f"; best: {where} (round {best['round']}{val(best)})"
     return line

@@ -125,6 +125,25 @@ class LoopTrainer:
             shutil.rmtree(self.out / f"checkpoint-{step}", ignore_errors=True)
         return str(path), round(time.perf_counter() - t0, 3)
 
+    def save_servable(self, path: Path) -> str:
+        """Save the current weights to ``path`` as a model directory that serves anywhere (LoRA: merged).
+
+        Example:
+            >>> lt.save_servable(Path("runs/loop/best"))  # doctest: +SKIP
+            'runs/loop/best'
+        """
+        if not self.lora:
+            self.resident.save_model(path)
+            return str(path)
+        from trainers.loop.pools import merge_adapter
+
+        adapter = self.out / "adapter-now"
+        shutil.rmtree(adapter, ignore_errors=True)
+        self.resident.save_model(adapter)
+        merged = merge_adapter(self.base, adapter, Path(path))
+        shutil.rmtree(adapter, ignore_errors=True)
+        return merged
+
     def final(self) -> str:
         """Save the final weights under ``output_dir/final`` and return a directory that serves them.
 

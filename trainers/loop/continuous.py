@@ -507,7 +507,6 @@ def run_async(
     from trainers.data.stream import StreamingSource
     from trainers.loop.pools import load_pools
     from trainers.quiet import quiet_libraries
-    from trainers.serve.policy import export_env, make_policy
 
     if cfg.curriculum is not None:  # also when --mode async overrides a lock-step config
         raise UserError("curriculum is not supported with mode: async")
@@ -531,21 +530,7 @@ def run_async(
         reward_wait_s=cfg.reward_wait_s,
         state=run.cursor,
     )
-    settings = train_settings(cfg, cfg.model, run.out / "train")
-    resumed = run.resident_checkpoint
-    if not is_resident(settings):
-        raise UserError("mode: async trains with the resident trl trainer: set train.backend to trl")
-    if resumed is None and run.checkpoint != cfg.model:
-        raise UserError(
-            f"{run.out} holds a run of an older tracerl (checkpoints per version): use a new out directory"
-        )
-    run.trainer = LoopTrainer(settings, planned_steps=planned_steps(cfg), resume=resumed)
-    policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
-    policy.policy_version = run.version  # the resumed weights are served as their version
-    policy.start()
-    run.trainer.serve_resumed(policy, run.version)
-    export_env(policy)
-    write_policy_env(run.out / "policy-env.json")
+    policy = _start_training_side(cfg, run)
     validator = _Validator(cfg, run, eval_pool, version)
     need = _groups_per_step(cfg) * cfg.sync_every
     budget = None if cfg.max_samples is None else -(-cfg.max_samples // cfg.group_size)
@@ -582,6 +567,28 @@ def run_async(
 
         plot_async_progress(_read_jsonl(run.metrics), run.out / "progress.png", f"{cfg.agent} (async)")
     return _result(run)
+
+
+def _start_training_side(cfg: Any, run: _AsyncRun) -> Any:
+    """The resident trainer (from the last checkpoint when resuming) and the policy server serving it."""
+    from trainers.serve.policy import export_env, make_policy
+
+    settings = train_settings(cfg, cfg.model, run.out / "train")
+    resumed = run.resident_checkpoint
+    if not is_resident(settings):
+        raise UserError("mode: async trains with the resident trl trainer: set train.backend to trl")
+    if resumed is None and run.checkpoint != cfg.model:
+        raise UserError(
+            f"{run.out} holds a run of an older tracerl (checkpoints per version): use a new out directory"
+        )
+    run.trainer = LoopTrainer(settings, planned_steps=planned_steps(cfg), resume=resumed)
+    policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
+    policy.policy_version = run.version  # the resumed weights are served as their version
+    policy.start()
+    run.trainer.serve_resumed(policy, run.version)
+    export_env(policy)
+    write_policy_env(run.out / "policy-env.json")
+    return policy
 
 
 def _one_version(

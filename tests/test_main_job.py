@@ -62,7 +62,9 @@ def test_main_job_runs_end_to_end(
     assert [r["round"] for r in saved["rows"]] == [0, 1]
     row = saved["rows"][1]
     assert row["samples"] == 16 and row["exported"] == 16 and row["groups"] > 0 and row["steps"] > 0
-    assert (out / "train" / "round-1" / "final").is_dir()
+    # The resident trainer's weights went to the server as tensors; its checkpoint and final weights are on disk.
+    assert row["push_bytes"] > 0 and (out / "train" / "final").is_dir()
+    assert (out / "train" / f"checkpoint-{row['steps']}").is_dir()
     assert (out / "episodes" / "round-1.parquet").is_file()
     assert (out / "progress.png").stat().st_size > 0
     # Every (task, sample) of the round ran once, in its own session.

@@ -368,23 +368,28 @@ def parse_exchange(
     elif "text/event-stream" in content_type:
         _stream_response(endpoint, _sse_events(response_body), status, record)
     else:
-        body = _json_object(response_body)
-        if body is None:  # cut off mid-JSON (a timeout, a dropped connection) or not JSON: a failed call
-            record.error = {
-                "type": "invalid_body",
-                "message": f"the response body is not a JSON object ({len(response_body)} bytes): "
-                + response_body[:200].decode("utf-8", "replace"),
-                "status": status,
-            }
-        elif endpoint == "responses":
-            read_response(body, record)
-        elif endpoint == "messages":
-            read_message(body, record)
-        else:
-            read_chat_completion(body, record)
+        _read_body(endpoint, response_body, status, record)
     if status < 400 and record.policy_version is None:  # the body did not say: the header, the model
         record.policy_version = policy_version_of({"model": record.response_model}, headers)
     return record
+
+
+def _read_body(endpoint: str, response_body: bytes, status: int, record: CallRecord) -> None:
+    """Fill ``record`` from a non-streamed response body; one that is not a JSON object is a failed call."""
+    body = _json_object(response_body)
+    if body is None:  # cut off mid-JSON (a timeout, a dropped connection) or not JSON
+        record.error = {
+            "type": "invalid_body",
+            "message": f"the response body is not a JSON object ({len(response_body)} bytes): "
+            + response_body[:200].decode("utf-8", "replace"),
+            "status": status,
+        }
+    elif endpoint == "responses":
+        read_response(body, record)
+    elif endpoint == "messages":
+        read_message(body, record)
+    else:
+        read_chat_completion(body, record)
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:

@@ -180,15 +180,12 @@ def build_groups(
             continue
         chunks = _split_task(eps, G, overflow, underflow, rng, rep)
         for n, chunk in enumerate(chunks):
-            if len(chunk) < G:
-                if underflow == "drop":
-                    rep.groups_dropped_small += 1
-                    continue
-                if underflow == "smaller":  # trained as it is (the replay pads it with masked rows)
-                    rep.groups_smaller += 1
-                    gid = key if len(chunks) == 1 else f"{key}#{n}"
-                    groups.append(Group(gid, task, list(chunk)))
-                    continue
+            if len(chunk) < G and underflow == "drop":
+                rep.groups_dropped_small += 1
+                continue
+            if len(chunk) < G and underflow == "smaller":  # trained as it is (the replay pads its block)
+                rep.groups_smaller += 1
+            elif len(chunk) < G:
                 extra = [rng.choice(chunk) for _ in range(G - len(chunk))]
                 rep.groups_resampled += 1
                 rep.duplicates_added += len(extra)

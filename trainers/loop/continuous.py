@@ -569,9 +569,17 @@ def run_async(
     return _result(run)
 
 
+def _tell_agents(policy: Any, env: Path) -> None:
+    """Where the policy is (a LoRA push renames the served model) for this process and the collector's."""
+    from trainers.serve.policy import export_env
+
+    export_env(policy)
+    write_policy_env(env)
+
+
 def _start_training_side(cfg: Any, run: _AsyncRun) -> Any:
     """The resident trainer (from the last checkpoint when resuming) and the policy server serving it."""
-    from trainers.serve.policy import export_env, make_policy
+    from trainers.serve.policy import make_policy
 
     settings = train_settings(cfg, cfg.model, run.out / "train")
     resumed = run.resident_checkpoint
@@ -586,8 +594,7 @@ def _start_training_side(cfg: Any, run: _AsyncRun) -> Any:
     policy.policy_version = run.version  # the resumed weights are served as their version
     policy.start()
     run.trainer.serve_resumed(policy, run.version)
-    export_env(policy)
-    write_policy_env(run.out / "policy-env.json")
+    _tell_agents(policy, run.out / "policy-env.json")
     return policy
 
 
@@ -640,7 +647,7 @@ def _resident_version(
     """
     groups, drops, idle = taken
     steps, log_rows, swap = _train_resident(cfg, run, n, groups, policy)
-    export_env_and_file(policy, run.out / "policy-env.json")
+    _tell_agents(policy, run.out / "policy-env.json")
     t1 = time.time()
     version.set(n)  # the collector stamps new samples with it from now on
     load = _collector_load(run.rollouts, t0, t1, cfg.concurrency)
@@ -667,14 +674,6 @@ def _resident_version(
     if on_version is not None:
         on_version(last)
     return True
-
-
-def export_env_and_file(policy: Any, env: Path) -> None:
-    """Where the policy is (a LoRA push renames the served model) for this process and the collector's."""
-    from trainers.serve.policy import export_env
-
-    export_env(policy)
-    write_policy_env(env)
 
 
 def _validated(run: _AsyncRun) -> bool:

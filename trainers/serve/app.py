@@ -131,6 +131,87 @@ async def _json_object(request: Request) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
+async def _swap(change: Any) -> Any:
+    """Run a change of weights off the event loop; its new version, or its error as a JSON answer.
+
+    A version going back is a 409 (``stale_version``), weights that do not load or fit a 400, anything else a
+    500; in every case the served weights are unchanged.
+    """
+    import anyio.to_thread
+
+    try:
+        return await anyio.to_thread.run_sync(change)
+    except StaleVersion as exc:
+        return _error(409, str(exc), code="stale_version")
+    except (ValueError, OSError, RuntimeError) as exc:
+        return _error(400, f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # a JSON answer whatever happened
+        return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
+
+
+async def _reload(engine: Engine, request: Request) -> Any:
+    """``POST /admin/reload``: new base weights, or one adapter, from a checkpoint directory."""
+    body = await _json_object(request)
+    if body is None:
+        return _error(400, "request body is not a JSON object")
+    path = body.get("checkpoint") or body.get("path")
+    if not isinstance(path, str) or not Path(path).exists():
+        return _error(400, f"'checkpoint' must be an existing checkpoint directory, got {path!r}")
+    version = body.get("policy_version")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
+        return _error(400, f"'policy_version' must be a non-negative integer, got {version!r}")
+    adapter = body.get("adapter")
+    if adapter is None:
+        new = await _swap(lambda: engine.reload(path, policy_version=version))
+    elif not isinstance(adapter, str) or not adapter:
+        return _error(400, f"'adapter' must be a name, got {adapter!r}")
+    else:
+        new = await _swap(lambda: engine.reload_adapter(adapter, path, policy_version=version))
+    if not isinstance(new, int):
+        return new
+    versions = engine.versions()
+    return {
+        "ok": True,
+        "version": new,
+        "policy_version": new,
+        "adapter": adapter,
+        "path": path,
+        "versions": versions,
+    }
+
+
+async def _push(engine: Engine, request: Request) -> Any:
+    """``POST /admin/weights``: a version's weights as one safetensors buffer, no checkpoint on disk.
+
+    ``?adapter=NAME`` for a LoRA adapter's tensors (its peft config in the buffer's metadata when new),
+    ``?policy_version=N`` for the version to report (:func:`trainers.serve.weights.encode_push` writes it).
+    """
+    from trainers.serve.weights import decode_push
+
+    adapter = request.query_params.get("adapter") or None
+    raw = request.query_params.get("policy_version")
+    if raw is not None and not raw.isdigit():
+        return _error(400, f"'policy_version' must be a non-negative integer, got {raw!r}")
+    body = await request.body()
+    try:
+        tensors, config = decode_push(body)
+    except ValueError as exc:
+        return _error(400, f"ValueError: {exc}")
+    version = None if raw is None else int(raw)
+    new = await _swap(
+        lambda: engine.push(tensors, adapter=adapter, adapter_config=config, policy_version=version)
+    )
+    if not isinstance(new, int):
+        return new
+    return {
+        "ok": True,
+        "policy_version": new,
+        "adapter": adapter,
+        "bytes": len(body),
+        "versions": engine.versions(),
+    }
+
+
 def create_app(engine: Engine) -> FastAPI:
     """The FastAPI app serving ``engine``.
 
@@ -179,74 +260,11 @@ def create_app(engine: Engine) -> FastAPI:
 
     @app.post("/admin/reload")
     async def reload(request: Request) -> Any:
-        body = await _json_object(request)
-        if body is None:
-            return _error(400, "request body is not a JSON object")
-        path = body.get("checkpoint") or body.get("path")
-        if not isinstance(path, str) or not Path(path).exists():
-            return _error(400, f"'checkpoint' must be an existing checkpoint directory, got {path!r}")
-        version = body.get("policy_version")
-        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
-            return _error(400, f"'policy_version' must be a non-negative integer, got {version!r}")
-        adapter = body.get("adapter")
-        try:
-            if adapter is None:
-                new = await anyio.to_thread.run_sync(lambda: engine.reload(path, policy_version=version))
-            elif not isinstance(adapter, str) or not adapter:
-                return _error(400, f"'adapter' must be a name, got {adapter!r}")
-            else:
-                new = await anyio.to_thread.run_sync(
-                    lambda: engine.reload_adapter(adapter, path, policy_version=version)
-                )
-        except StaleVersion as exc:
-            return _error(409, str(exc), code="stale_version")
-        except (ValueError, OSError) as exc:
-            return _error(400, f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # a JSON answer whatever happened; the served weights are unchanged
-            return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
-        return {
-            "ok": True,
-            "version": new,
-            "policy_version": new,
-            "adapter": adapter,
-            "path": path,
-            "versions": engine.versions(),
-        }
+        return await _reload(engine, request)
 
     @app.post("/admin/weights")
     async def weights(request: Request) -> Any:
-        # A version's weights as one safetensors buffer (trainers.serve.weights.encode_push): no checkpoint
-        # on disk. ?adapter=NAME for a LoRA adapter's tensors, ?policy_version=N for the version to report.
-        from trainers.serve.weights import decode_push
-
-        adapter = request.query_params.get("adapter") or None
-        raw = request.query_params.get("policy_version")
-        if raw is not None and not raw.isdigit():
-            return _error(400, f"'policy_version' must be a non-negative integer, got {raw!r}")
-        body = await request.body()
-        try:
-            tensors, config = decode_push(body)
-            new = await anyio.to_thread.run_sync(
-                lambda: engine.push(
-                    tensors,
-                    adapter=adapter,
-                    adapter_config=config,
-                    policy_version=None if raw is None else int(raw),
-                )
-            )
-        except StaleVersion as exc:
-            return _error(409, str(exc), code="stale_version")
-        except (ValueError, RuntimeError) as exc:
-            return _error(400, f"{type(exc).__name__}: {exc}")
-        except Exception as exc:
-            return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
-        return {
-            "ok": True,
-            "policy_version": new,
-            "adapter": adapter,
-            "bytes": len(body),
-            "versions": engine.versions(),
-        }
+        return await _push(engine, request)
 
     return app
 

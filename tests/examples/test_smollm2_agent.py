@@ -70,7 +70,7 @@ def test_one_round_trains_on_the_stored_tool_call_ids(tmp_path: Path) -> None:
     # One-call tasks only: a few SFT steps teach the call format; two-call tasks need more.
     train, _, demos = make_tasks(0, n_train=10, n_eval=0, n_sft=10)
     one_call = [t for t in train if len(t["calls"]) == 1][:2]
-    sft = warm_start(base, tmp_path / "sft", [t for t in demos if len(t["calls"]) == 1], 4, 2e-4, 0)
+    sft = warm_start(base, tmp_path / "sft", [t for t in demos if len(t["calls"]) == 1], 8, 2e-4, 0)
     tasks = tmp_path / "train.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in one_call))
     root = Path(__file__).resolve().parents[2]

@@ -6,9 +6,10 @@ multi-adapter: one forward batch per adapter), and gives every set of weights a 
 that each generation reports, so a trainer knows which weights produced which tokens.
 
 Two paths (see :class:`Engine`): transformers' continuous batching (:mod:`trainers.serve.paged`) on an
-accelerator, and a static batch on CPU, kept because it measured faster there for the small models the CPU
-runs (``tests/bench/engine.py``); it also serves what the paged path cannot: per-request LoRA adapters and
-``top_logprobs``. Both sample on the device with :mod:`trainers.serve.sampling`.
+accelerator, and a running batch over a plain KV cache (:mod:`trainers.serve.batch`) on CPU, kept because
+it measured faster there for the small models the CPU runs (``tests/bench/engine.py``); it also serves what
+the paged path cannot: per-request LoRA adapters and ``top_logprobs``. Both sample on the device with
+:mod:`trainers.serve.sampling`.
 
 Example:
     >>> from trainers.serve.engine import Engine  # doctest: +SKIP
@@ -24,6 +25,7 @@ import re
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from sdk.openai_wire import assistant_message, chat_choice, chat_completion, usage
+from trainers.serve.batch import PrefixCache
 from trainers.serve.params import sampling_params, stop_cut
 from trainers.serve.sampling import SEED_BITS, new_seed
 from trainers.serve.text import parse_tool_calls, render_prompt_ids
@@ -121,6 +124,13 @@ class _Base:
     stop: set[int]
 
 
+def _finish(reqs: list[_Request], error: BaseException) -> None:
+    """Fail ``reqs`` with ``error`` (their callers raise it)."""
+    for r in reqs:
+        r.error = error
+        r.done.set()
+
+
 class Engine:
     """Holds a causal LM + tokenizer (and optional LoRA adapters on it) and samples chat completions.
 
@@ -129,9 +139,11 @@ class Engine:
     - *paged*: transformers' continuous batching (:mod:`trainers.serve.paged`): requests join and leave the
       running batch at every step, the KV cache is paged. It serves base-weight requests without
       ``top_logprobs`` while no adapter is loaded; the default on an accelerator.
-    - *batch*: requests that arrive together share one left-padded batch with a KV cache until its longest
-      is done (one forward batch per adapter). It serves everything else, and every request on CPU, where
-      it measured faster for small models (``tests/bench/RESULTS.md``, "Policy engine").
+    - *batch* (:mod:`trainers.serve.batch`): a running batch of left-padded rows over one KV cache, one
+      set of weights at a time; requests for those weights join it at the next step, rows leave when done,
+      and a common prompt prefix is prefilled once. It serves everything else, and every request on CPU,
+      where it measured faster for small models (``tests/bench/RESULTS.md``, "Policy engine"). While
+      requests for another adapter wait, the batch takes no more rows and drains, then theirs runs.
 
     A request's ``model`` picks the weights: the base model's name, or an adapter's (a ``@v<N>`` suffix is
     ignored). Without adapters every request is served by the base weights, whatever it names. At most
@@ -148,7 +160,8 @@ class Engine:
         model_name: name of the base weights in responses and ``/v1/models``.
         device: torch device.
         max_batch: most rows per forward.
-        batch_wait_s: how long the batch path waits for more requests.
+        batch_wait_s: how long an idle batch path waits for more requests before it starts (later ones join
+            the running batch).
         adapters: LoRA adapters to serve on the base, ``{name: adapter directory}``.
         policy_version: version of the base weights as loaded (a restarted server goes on counting).
         paged: use the paged path (None: on an accelerator only).
@@ -184,6 +197,12 @@ class Engine:
         self.admit_timeout_s = admit_timeout_s
         self._swap = threading.Condition()  # guards _in_paged and _swapping
         self._in_paged, self._swapping = 0, False
+        self._waiting_swaps = (
+            0  # swaps waiting for the batch path's lock: the running batch stops taking rows
+        )
+        self._prefix = (
+            PrefixCache()
+        )  # the batch path's last shared prompt prefix; emptied when weights change
         self._pool: Any = None
         self._adapter_ids = itertools.count()
         self.model_path: str | None = None
@@ -269,16 +288,23 @@ class Engine:
     @contextmanager
     def _swapping_weights(self) -> Iterator[None]:
         """Hold the weights still: the batch path's lock, and the paged path drained (new requests wait)."""
-        with self.lock:
-            with self._swap:
-                self._swapping = True
-                self._swap.wait_for(lambda: self._in_paged == 0)
-            try:
-                yield
-            finally:
+        with self._swap:
+            self._waiting_swaps += 1
+        try:
+            with self.lock:
                 with self._swap:
-                    self._swapping = False
-                    self._swap.notify_all()
+                    self._swapping = True
+                    self._swap.wait_for(lambda: self._in_paged == 0)
+                try:
+                    yield
+                finally:
+                    self._prefix.clear()
+                    with self._swap:
+                        self._swapping = False
+        finally:
+            with self._swap:
+                self._waiting_swaps -= 1
+                self._swap.notify_all()
 
     def reload(
         self,
@@ -530,54 +556,92 @@ class Engine:
                 self._swap.notify_all()
 
     def _worker(self) -> None:
+        pending: deque[_Request] = deque()
         while True:
-            first = self._queue.get()
-            batch = [first]
-            deadline = time.monotonic() + self.batch_wait_s
-            while len(batch) < self.max_batch:
-                try:
-                    batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
-                except queue.Empty:
-                    break
-                # A burst (many agents at once) joins one batch: wait for batch_wait_s of quiet.
-                deadline = time.monotonic() + self.batch_wait_s
-            groups: dict[str, list[_Request]] = {}
-            for r in batch:
-                groups.setdefault(r.slot, []).append(r)
-            for slot, reqs in groups.items():
-                try:
-                    results = self._generate_with(slot, reqs)
-                    for r, g in zip(reqs, results, strict=False):
-                        r.result = g
-                except Exception as exc:
-                    for r in reqs:
-                        r.error = exc
-                for r in reqs:
-                    r.done.set()
+            if not pending:
+                pending.append(self._queue.get())
+            self._gather(pending, self.batch_wait_s)
+            with self._swap:  # a waiting swap goes first (the batch it waited for is done)
+                self._swap.wait_for(lambda: not self._waiting_swaps)
+            self._serve(pending[0].slot, pending)
 
-    def _generate_with(self, name: str, reqs: list[_Request]) -> list[Generation]:
-        """One batch on one slot's weights; the lock keeps a reload from swapping them mid-batch."""
+    def _gather(self, pending: deque[_Request], wait_s: float) -> None:
+        """Move queued requests to ``pending``; with ``wait_s``, until ``wait_s`` passes without one.
+
+        A burst (many agents at once) thus starts as one batch rather than one request and a crowd waiting.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                pending.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                return
+            if wait_s and len(pending) >= self.max_batch:
+                return
+            deadline = time.monotonic() + wait_s
+
+    def _take(self, name: str, pending: deque[_Request], running: int) -> list[_Request]:
+        """The pending requests for ``name`` that join the batch now (up to ``max_batch`` rows in all).
+
+        None while a weight swap waits, nor while another slot's request waits and the batch still runs:
+        the batch then drains, so the swap (or the other slot) comes next.
+        """
+        if self._waiting_swaps or (running and any(r.slot != name for r in pending)):
+            return []
+        take = [r for r in pending if r.slot == name][: self.max_batch - running]
+        for r in take:
+            pending.remove(r)
+        return take
+
+    @contextmanager
+    def _weights_of(self, slot: _Slot) -> Iterator[None]:
+        """Serve ``slot``'s weights: its adapter, or the base bare when adapters are loaded. Lock held."""
+        if slot.adapter is not None:
+            self.model.set_adapter(slot.adapter)
+            yield
+        elif len(self.slots) > 1:
+            with self.model.disable_adapter():
+                yield
+        else:
+            yield
+
+    def _serve(self, name: str, pending: deque[_Request]) -> None:
+        """One running batch on ``name``'s weights until it empties; requests for it join at each step.
+
+        The lock keeps a reload or push from swapping the weights under it: every response's tokens come
+        from the one version it reports.
+        """
+        from trainers.serve.batch import RunningBatch
+
         with self.lock:
             slot = self.slots[name]
-            if slot.adapter is not None:
-                self.model.set_adapter(slot.adapter)
-                results = self._generate_batch(reqs)
-            elif len(self.slots) > 1:  # adapters are loaded on the base: serve it bare
-                with self.model.disable_adapter():
-                    results = self._generate_batch(reqs)
-            else:
-                results = self._generate_batch(reqs)
-            for g in results:
-                g.policy_version = slot.version
-        return results
-
-    def _generate_batch(self, reqs: list[_Request]) -> list[Generation]:
-        """One static batch (:func:`trainers.serve.batch.generate_batch`)."""
-        from trainers.serve.batch import generate_batch
-
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        rows = generate_batch(self.model, reqs, pad=pad, stop_ids=self.stop_ids, device=self.device)
-        return [Generation(ids, lps, top, finish) for ids, lps, top, finish in rows]
+            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+            run = RunningBatch(
+                self.model,
+                pad=pad,
+                stop_ids=self.stop_ids,
+                device=self.device,
+                prefix=self._prefix,
+                slot=name,
+            )
+            with self._weights_of(slot):
+                while True:
+                    take = self._take(name, pending, len(run)) if run.joinable or not run else []
+                    try:
+                        run.add(take)
+                    except Exception as exc:  # these requests fail; the running rows go on
+                        _finish(take, exc)
+                    if not run:
+                        return
+                    try:
+                        done = run.step()
+                    except Exception as exc:
+                        _finish(run.reqs, exc)
+                        return
+                    for r, (ids, lps, top, finish) in done:
+                        r.result = Generation(ids, lps, top, finish, slot.version)
+                        r.done.set()
+                    self._gather(pending, 0.0)
 
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         """Answer one ``/v1/chat/completions`` request body (non-streaming) as an OpenAI response dict.

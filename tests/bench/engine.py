@@ -6,7 +6,8 @@ prompt and tools and differ in the question; 64 new tokens, T = 1, stop tokens i
 generates them all), the engines interleaved per level on the same model object.
 
     python tests/bench/engine.py                      # CPU, the tiny model (trainers._tiny)
-    python tests/bench/engine.py --model PATH         # CPU, a checkpoint (e.g. SmolLM2-135M-Instruct)
+    python tests/bench/engine.py --model PATH         # CPU, a checkpoint
+    python tests/bench/engine.py --smollm2            # CPU, SmolLM2-135M-Instruct (examples.smollm2_agent's)
     python tests/bench/engine.py --gpu                # CUDA: a random Qwen2.5-0.5B shape, 64 x 256 tokens
 
 ``--baseline REV`` (default ``0d547a7``, the engine before issue 37) is loaded from git.
@@ -57,9 +58,10 @@ def _model(args: argparse.Namespace):
         model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
         return model, build_tiny_tokenizer()
     if args.smollm2:
-        from examples.smollm2.model import checkpoint
+        from examples.smollm2_agent.__main__ import prepare_base
 
-        args.model = checkpoint(Path(tempfile.gettempdir()) / "tracerl-bench-smollm2")
+        # With the tool-calling chat template of examples.smollm2_agent (the GGUF's own renders no tools).
+        args.model = prepare_base(Path(tempfile.gettempdir()) / "tracerl-bench-smollm2-agent")
     if args.model:
         return AutoModelForCausalLM.from_pretrained(
             args.model, dtype=torch.float32

@@ -38,6 +38,11 @@ def coin(task: dict[str, Any], answer: Any) -> float:
         return float(_rng.random() < 0.5)
 
 
+def coin_until_flat(task: dict[str, Any], answer: Any) -> float:
+    """``coin`` until ``LOOP_TEST_FLAT`` is set, then 0 for every sample: groups without reward spread."""
+    return 0.0 if os.environ.get("LOOP_TEST_FLAT") else coin(task, answer)
+
+
 def skill(task: dict[str, Any]) -> int:
     """No LLM: answers with the skill the test sets (``LOOP_TEST_SKILL``); tasks below it are solved."""
     return int(os.environ.get("LOOP_TEST_SKILL", "0"))

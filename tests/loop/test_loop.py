@@ -176,3 +176,23 @@ def test_a_round_where_every_sample_failed_stops_and_a_rerun_retries_it(
     results = (Path(cfg["out"]) / "rollouts" / "eval-round-0.jsonl").read_text().splitlines()
     assert {json.loads(x)["status"] for x in results} == {"ok"}  # retried, not skipped as done
     assert "final: " in out and "best: " in out and (Path(cfg["out"]) / "best").is_dir()
+
+
+@pytest.mark.slow
+def test_a_last_round_with_nothing_to_train_still_leaves_the_final_weights(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    cfg = {**_config(tmp_path, str(tiny_model_dir)), "reward_fn": "loop_agents:coin_until_flat"}
+    cfg["train"]["lora"] = False
+    out = Path(cfg["out"])
+    monkeypatch.delenv("LOOP_TEST_FLAT", raising=False)
+
+    def flat_after_round_1(row: dict) -> None:
+        if row["round"] == 1:
+            monkeypatch.setenv("LOOP_TEST_FLAT", "1")
+
+    result = run_loop(cfg, on_round_end=flat_after_round_1, quiet=True)
+    rows = result["rows"]
+    assert rows[1]["steps"] == 1 and rows[2]["groups"] == 0 and rows[2]["steps"] == 0
+    assert result["checkpoint"] == rows[2]["checkpoint"] == str(out / "train" / "final")
+    assert (out / "train" / "final" / "config.json").is_file()

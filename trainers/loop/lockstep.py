@@ -266,6 +266,9 @@ class _Run:
             self.policy_version += 1
             policy.update(self.checkpoint, adapter=adapter, policy_version=self.policy_version)
             export_env(policy)
+        if not groups and rnd == cfg.rounds and self.trainer is not None:
+            # The last round had nothing to train: the run's final weights are the ones it trained last.
+            self.checkpoint = self.trainer.final()
         t_train = time.time() - t1
         saved = self.trainer is None or swap.get("checkpoint_s") is not None
         due = eval_pool and (rnd % cfg.eval_every == 0 or rnd == cfg.rounds)

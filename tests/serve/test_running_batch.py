@@ -138,3 +138,22 @@ def test_new_weights_empty_the_kept_prefix(base: str, tmp_path) -> None:
     lps = [e["logprob"] for e in resp["choices"][0]["logprobs"]["content"]]
     ref = reference_logprobs(other, None, resp["prompt_token_ids"], ids)
     assert max(abs(a - b) for a, b in zip(ref, lps, strict=True)) < 1e-4
+
+
+def test_weights_that_cannot_be_served_fail_their_requests_and_the_engine_goes_on(
+    base: str, tmp_path
+) -> None:
+    from tests.serve.serve_helpers import make_adapter
+
+    eng = Engine(
+        base, model_name="base", adapters={"a": make_adapter(base, tmp_path / "a", seed=3)}, paged=False
+    )
+    body = {"messages": MSGS, "max_tokens": 3}
+
+    def broken(name: str) -> None:
+        raise RuntimeError("adapter weights unavailable")
+
+    eng.model.set_adapter = broken
+    with pytest.raises(RuntimeError, match="adapter weights unavailable"):
+        eng.chat({**body, "model": "a"})
+    assert eng.chat({**body, "model": "base"})["choices"][0]["message"] is not None

@@ -563,7 +563,14 @@ class Engine:
             self._gather(pending, self.batch_wait_s)
             with self._swap:  # a waiting swap goes first (the batch it waited for is done)
                 self._swap.wait_for(lambda: not self._waiting_swaps)
-            self._serve(pending[0].slot, pending)
+            name = pending[0].slot
+            try:
+                self._serve(name, pending)
+            except Exception as exc:  # its weights could not be served: its requests fail, the worker goes on
+                failed = [r for r in pending if r.slot == name]
+                for r in failed:
+                    pending.remove(r)
+                _finish(failed, exc)
 
     def _gather(self, pending: deque[_Request], wait_s: float) -> None:
         """Move queued requests to ``pending``; with ``wait_s``, until ``wait_s`` passes without one.

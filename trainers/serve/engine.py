@@ -36,7 +36,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from sdk.openai_wire import assistant_message, chat_choice, chat_completion, usage
-from trainers.serve.batch import PrefixCache
+from trainers.serve.batch import PrefixCache, RunningBatch
 from trainers.serve.params import sampling_params, stop_cut
 from trainers.serve.sampling import SEED_BITS, new_seed
 from trainers.serve.text import parse_tool_calls, render_prompt_ids
@@ -197,12 +197,10 @@ class Engine:
         self.admit_timeout_s = admit_timeout_s
         self._swap = threading.Condition()  # guards _in_paged and _swapping
         self._in_paged, self._swapping = 0, False
-        self._waiting_swaps = (
-            0  # swaps waiting for the batch path's lock: the running batch stops taking rows
-        )
-        self._prefix = (
-            PrefixCache()
-        )  # the batch path's last shared prompt prefix; emptied when weights change
+        # Swaps waiting for the batch path's lock: meanwhile the running batch takes no new rows.
+        self._waiting_swaps = 0
+        # The batch path's last shared prompt prefix, emptied whenever weights change.
+        self._prefix = PrefixCache()
         self._pool: Any = None
         self._adapter_ids = itertools.count()
         self.model_path: str | None = None
@@ -618,8 +616,6 @@ class Engine:
         The lock keeps a reload or push from swapping the weights under it: every response's tokens come
         from the one version it reports.
         """
-        from trainers.serve.batch import RunningBatch
-
         with self.lock:
             slot = self.slots[name]
             pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0

@@ -129,7 +129,8 @@ def _prefix_past(model: Any, reqs: Sequence[Any], device: torch.device, cache: P
         cache.layers = [(layer.keys, layer.values) for layer in layers]
     if not hasattr(past, "batch_repeat_interleave"):  # a cache that cannot be repeated: no sharing
         return 0, None
-    past.batch_repeat_interleave(len(reqs))
+    if len(reqs) > 1:
+        past.batch_repeat_interleave(len(reqs))
     return shared, past
 
 

@@ -93,7 +93,9 @@ def _run(engine, prompts: list[list[int]], concurrent: int, tokens: int) -> dict
 
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print one Markdown table."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from sdk._cli import OneLineParser
+
+    p = OneLineParser(prog="python tests/bench/engine.py", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="checkpoint directory (default: the tiny model)")
     p.add_argument("--gpu", action="store_true", help="CUDA, random Qwen2.5-0.5B shape, 64 x 256 tokens")
     p.add_argument("--baseline", default="0d547a7", help="git revision of today's engine")
@@ -104,6 +106,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (2; --gpu: torch's default)")
     p.add_argument("--engines", default="today,batch,paged", help="comma-separated engines to run")
     args = p.parse_args(argv)
+    names = args.engines.split(",")
+    if "today" not in names or not set(names) <= {"today", "batch", "paged"}:
+        p.error(f"--engines takes today (the ratios are to it) and any of batch, paged; got {args.engines!r}")
+    try:
+        levels = [int(x) for x in (args.levels or ("64" if args.gpu else "1,8,32,64")).split(",")]
+    except ValueError:
+        p.error(f"--levels takes comma-separated integers, got {args.levels!r}")
     import torch
 
     from examples.arithmetic.task import SYSTEM_PROMPT, TOOLS
@@ -114,7 +123,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads or not args.gpu:  # on a GPU machine today's engine samples on the host: all its cores
         torch.set_num_threads(args.threads or 2)
     device = "cuda" if args.gpu else "cpu"
-    levels = [int(x) for x in (args.levels or ("64" if args.gpu else "1,8,32,64")).split(",")]
     tokens = args.tokens or (256 if args.gpu else 64)
     model, tok = _model(args)
     questions = [f"What is {10 + 7 * k % 89} plus {3 + 5 * k % 97}?" for k in range(64)]
@@ -129,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         "batch": lambda: Engine(model, tok, device=device, paged=False),
         "paged": lambda: Engine(model, tok, device=device, paged=True),
     }
-    engines = {name: makers[name] for name in args.engines.split(",")}
+    engines = {name: makers[name] for name in names}
     built = {name: make() for name, make in engines.items()}
     for eng in built.values():
         eng.stop_ids = set()  # every request generates all its tokens

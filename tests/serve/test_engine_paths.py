@@ -169,7 +169,9 @@ def test_rows_sharing_a_prompt_prefix_sample_as_they_would_alone(base: str) -> N
     system = [(7 * k) % 400 + 5 for k in range(MIN_SHARED + 24)]
     tails = [[11], [12, 13, 14, 15, 16], [12, 13, 99], list(range(20, 40))]
     reqs = [
-        SimpleNamespace(prompt_ids=system + t, max_tokens=6, temperature=1.0, top_p=1.0, top_logprobs=0, seed=s)
+        SimpleNamespace(
+            prompt_ids=system + t, max_tokens=6, temperature=1.0, top_p=1.0, top_logprobs=0, seed=s
+        )
         for s, t in enumerate(tails)
     ]
     cpu = torch.device("cpu")

@@ -154,30 +154,3 @@ def test_admission_is_bounded_a_full_engine_answers_busy_then_serves_again(base:
     finally:
         slow.remove()
     assert eng.chat(_body(max_tokens=2))["choices"]
-
-
-def test_rows_sharing_a_prompt_prefix_sample_as_they_would_alone(base: str) -> None:
-    """The batch path runs a common prefix (an agent's system prompt) once: every row's tokens are what it
-    samples alone, and its logprobs equal a direct forward pass."""
-    from types import SimpleNamespace
-
-    from transformers import AutoModelForCausalLM
-
-    from trainers.serve.batch import MIN_SHARED, generate_batch
-
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
-    system = [(7 * k) % 400 + 5 for k in range(MIN_SHARED + 24)]
-    tails = [[11], [12, 13, 14, 15, 16], [12, 13, 99], list(range(20, 40))]
-    reqs = [
-        SimpleNamespace(
-            prompt_ids=system + t, max_tokens=6, temperature=1.0, top_p=1.0, top_logprobs=0, seed=s
-        )
-        for s, t in enumerate(tails)
-    ]
-    cpu = torch.device("cpu")
-    together = generate_batch(model, reqs, pad=0, stop_ids=set(), device=cpu)
-    for r, (ids, lps, _, _) in zip(reqs, together, strict=True):
-        alone = generate_batch(model, [r], pad=0, stop_ids=set(), device=cpu)[0]
-        assert ids == alone[0] and len(ids) == 6
-        ref = reference_logprobs(base, None, r.prompt_ids, ids)
-        assert max(abs(a - b) for a, b in zip(ref, lps, strict=True)) < 1e-4

@@ -46,6 +46,15 @@ def _check(base: str, model, req: SimpleNamespace, ids: list[int], lps: list[flo
     assert max(abs(a - b) for a, b in zip(ref, lps, strict=True)) < 1e-4
 
 
+def test_rows_sharing_a_prompt_prefix_sample_as_they_would_alone(base: str, model) -> None:
+    """A common prefix (an agent's system prompt) runs once for the whole group."""
+    tails = [[11], [12, 13, 14, 15, 16], [12, 13, 99], list(range(20, 40))]
+    reqs = [_req(SYSTEM + t, s) for s, t in enumerate(tails)]
+    together = generate_batch(model, reqs, pad=0, stop_ids=set(), device=CPU)
+    for r, (ids, lps, _, _) in zip(reqs, together, strict=True):
+        _check(base, model, r, ids, lps)
+
+
 def test_rows_joining_a_running_batch_sample_as_they_would_alone(base: str, model) -> None:
     first = [_req(SYSTEM + [11, 12], 0, 9), _req(list(range(30, 60)), 1, 4)]
     # Joiners with prompts shorter and longer than the running cache, one sharing the system prompt.

@@ -38,6 +38,35 @@ def coin(task: dict[str, Any], answer: Any) -> float:
         return float(_rng.random() < 0.5)
 
 
+def solve_seeded(task: dict[str, Any]) -> str | None:
+    """``solve`` with a seed from the task and the sample: two runs of a loop sample the same tokens."""
+    import zlib
+
+    import openai
+
+    from integrations.openai import wrap_openai
+
+    base = os.environ["TRACERL_POLICY_BASE_URL"]
+    with _lock:
+        if base not in _clients:
+            _clients[base] = wrap_openai(openai.OpenAI(base_url=base, api_key="x", max_retries=0))
+    resp = _clients[base].chat.completions.create(
+        model=os.environ["TRACERL_POLICY_MODEL"],
+        messages=[{"role": "user", "content": f"What is {task['q']}?"}],
+        max_tokens=8,
+        temperature=1.0,
+        seed=zlib.crc32(f"{task['id']}:{_sample_index()}".encode()),
+        logprobs=True,
+        extra_body={"return_token_ids": True},
+    )
+    return resp.choices[0].message.content
+
+
+def even_length(task: dict[str, Any], answer: Any) -> float:
+    """1 when the answer has an even number of characters: a reward that only the sampled text decides."""
+    return float(len(answer or "") % 2 == 0)
+
+
 def coin_until_flat(task: dict[str, Any], answer: Any) -> float:
     """``coin`` until ``LOOP_TEST_FLAT`` is set, then 0 for every sample: groups without reward spread."""
     return 0.0 if os.environ.get("LOOP_TEST_FLAT") else coin(task, answer)

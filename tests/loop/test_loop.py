@@ -196,3 +196,72 @@ def test_a_last_round_with_nothing_to_train_still_leaves_the_final_weights(
     assert rows[1]["steps"] == 1 and rows[2]["groups"] == 0 and rows[2]["steps"] == 0
     assert result["checkpoint"] == rows[2]["checkpoint"] == str(out / "train" / "final")
     assert (out / "train" / "final" / "config.json").is_file()
+
+
+def _final_state(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+@pytest.mark.slow
+def test_kill_9_mid_round_then_the_same_command_ends_with_the_weights_of_a_run_never_killed(
+    tmp_path, tiny_model_dir
+):
+    """Lock-step, full weights, seeded sampling: kill -9 once round 2's episodes are exported (its training
+    running or its checkpoint not yet written), then the same command; its final weights equal those of an
+    uninterrupted run of the same configuration."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import torch
+    import yaml
+
+    def config(name: str) -> Path:
+        cfg = {**_config(tmp_path / name, str(tiny_model_dir)), "agent": "loop_agents:solve_seeded"}
+        cfg.update(reward_fn="loop_agents:even_length", eval_tasks=None, plot=False)
+        cfg.pop("curriculum")
+        cfg["train"]["lora"] = False
+        cfg["train"]["grpo"]["max_steps"] = 6  # long enough a round that the kill lands inside it
+        path = tmp_path / name / "loop.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        return path
+
+    for name in ("killed", "whole"):
+        (tmp_path / name).mkdir()
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent.parent), str(here)])}
+
+    def start(cfg: Path, log: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "trainers.loop", str(cfg)], stdout=(cfg.parent / log).open("w"),
+            stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+
+    killed, whole = config("killed"), config("whole")
+    out = tmp_path / "killed" / "loop"
+    proc = start(killed, "first.log")
+    deadline = time.time() + 180
+    while not (out / "episodes" / "round-2.parquet").exists():
+        assert proc.poll() is None, (killed.parent / "first.log").read_text()
+        assert time.time() < deadline, "round 2 never exported"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert json.loads((out / "state.json").read_text())["round"] == 1  # round 2 was not committed
+    assert start(killed, "second.log").wait(timeout=240) == 0, (killed.parent / "second.log").read_text()
+    assert "resuming after round 1" in (killed.parent / "second.log").read_text()
+    assert start(whole, "whole.log").wait(timeout=240) == 0, (whole.parent / "whole.log").read_text()
+
+    a, b = (
+        _final_state(out / "train" / "final"),
+        _final_state(tmp_path / "whole" / "loop" / "train" / "final"),
+    )
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0, 1, 2] and all(r["steps"] == 6 for r in rows[1:])
+    assert a.keys() == b.keys()
+    for k in a:  # the same up to float summation order (the samples arrive in another order)
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4)

@@ -110,7 +110,11 @@ def test_reload_one_adapter_while_the_other_keeps_serving(server: str, weights: 
         for t in threads:
             t.join(60)
     assert not errors and results
-    assert all(res == before for res in results)  # same weights, same version: nothing touched beta
+    # Same weights, same version: nothing touched beta. Its logprobs agree to float rounding, not bit for bit:
+    # the running batch computes a request alone, beside another, or on a kept prompt prefix.
+    for prompt, ids, lps, version, model in results:
+        assert (prompt, ids, version, model) == (before[0], before[1], before[3], before[4])
+        assert max(abs(a - b) for a, b in zip(lps, before[2], strict=True)) < 1e-5
     prompt, ids, lps, version, _ = _ask(server, "alpha")
     assert version == 1 and (ids, lps) != alpha_before[1:3]
     ref = reference_logprobs(weights["base"], weights["alpha2"], prompt, ids)

@@ -10,7 +10,9 @@ generates them all), the engines interleaved per level on the same model object.
     python tests/bench/engine.py --smollm2            # CPU, SmolLM2-135M-Instruct (examples.smollm2_agent's)
     python tests/bench/engine.py --gpu                # CUDA: a random Qwen2.5-0.5B shape, 64 x 256 tokens
 
-``--baseline REV`` (default ``0d547a7``, the engine before issue 37) is loaded from git.
+``--baseline REV`` (default ``0d547a7``, the engine before issue 37) is loaded from git; on a copy without git
+history (a device machine) pass ``--baseline FILE``, written beforehand by ``git show
+0d547a7:trainers/serve/engine.py > FILE`` (``tests/bench/gpu_suite.sh`` looks for ``.bench/engine-0d547a7.py``).
 """
 
 from __future__ import annotations
@@ -30,13 +32,23 @@ sys.path.insert(0, str(ROOT))
 
 
 def _baseline_engine(rev: str):
-    src = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:trainers/serve/engine.py"], capture_output=True, text=True
-    )
-    if src.returncode != 0:
-        raise SystemExit(f"error: cannot read trainers/serve/engine.py at {rev}: {src.stderr.strip()}")
+    """Today's ``Engine`` class: from a file (a copy without git history), else from git at ``rev``."""
+    if rev.endswith(".py") and Path(rev).is_file():
+        text = Path(rev).read_text()
+    else:
+        src = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{rev}:trainers/serve/engine.py"],
+            capture_output=True,
+            text=True,
+        )
+        if src.returncode != 0:
+            raise SystemExit(
+                f"error: cannot read trainers/serve/engine.py at {rev} ({src.stderr.strip()}); without git "
+                f"history pass --baseline FILE, made where git is: git show {rev}:trainers/serve/engine.py > FILE"
+            )
+        text = src.stdout
     path = Path(tempfile.mkdtemp()) / "baseline_engine.py"
-    path.write_text(src.stdout)
+    path.write_text(text)
     spec = importlib.util.spec_from_file_location("baseline_engine", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["baseline_engine"] = module  # its dataclasses look their module up
@@ -98,7 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     p = OneLineParser(prog="python tests/bench/engine.py", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="checkpoint directory (default: the tiny model)")
     p.add_argument("--gpu", action="store_true", help="CUDA, random Qwen2.5-0.5B shape, 64 x 256 tokens")
-    p.add_argument("--baseline", default="0d547a7", help="git revision of today's engine")
+    p.add_argument(
+        "--baseline", default="0d547a7", help="git revision of today's engine, or its engine.py file"
+    )
     p.add_argument("--levels", default=None, help="comma-separated concurrency levels (1,8,32,64)")
     p.add_argument("--tokens", type=int, default=None, help="new tokens per request (64; --gpu 256)")
     p.add_argument("--repeat", type=int, default=3, help="runs per engine and level (the median is shown)")

@@ -166,3 +166,15 @@ def test_weights_that_cannot_be_served_fail_their_requests_and_the_engine_goes_o
     with pytest.raises(RuntimeError, match="adapter weights unavailable"):
         eng.chat({**body, "model": "a"})
     assert eng.chat({**body, "model": "base"})["choices"][0]["message"] is not None
+
+
+def test_host_uniforms_are_the_device_hash_bit_for_bit() -> None:
+    """The batch path draws on the host (numpy), the paged path on the device (torch): the same floats."""
+    import random
+
+    from trainers.serve.sampling import uniform, uniform_host
+
+    rng = random.Random(0)
+    seeds = [rng.randrange(-(2**63), 2**63) for _ in range(2000)] + [0, -1, 2**63 - 1, -(2**63)]
+    positions = [rng.randrange(0, 2**40) for _ in range(2000)] + [0, 1, 2**62, 7]
+    assert torch.equal(uniform_host(seeds, positions), uniform(torch.tensor(seeds), torch.tensor(positions)))

@@ -122,7 +122,7 @@ def time_to_target(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ``ratio`` is the async time to that target over the lock-step loop's whole wall time (the issue's
     measure); ``ratio_same_rule`` divides by the lock-step loop's own time to the target. Both read the time
     at which a validation *ended*; ``ratio_served`` reads the time at which the weights it validated were
-    served (an asynchronous validation runs beside training and collection and takes 7-9 s, a lock-step
+    served (an asynchronous validation runs beside training and collection and takes 6-9 s, a lock-step
     one ~3 s with the machine to itself).
     """
     out = []

@@ -12,7 +12,7 @@ _clients: dict[str, Any] = {}
 _rng = random.Random(0)
 
 
-def solve(task: dict[str, Any]) -> str | None:
+def solve(task: dict[str, Any], seed: int | None = None) -> str | None:
     import openai
 
     from integrations.openai import wrap_openai
@@ -26,6 +26,7 @@ def solve(task: dict[str, Any]) -> str | None:
         messages=[{"role": "user", "content": f"What is {task['q']}?"}],
         max_tokens=8,
         temperature=1.0,
+        seed=seed,
         logprobs=True,
         extra_body={"return_token_ids": True},
     )
@@ -42,24 +43,7 @@ def solve_seeded(task: dict[str, Any]) -> str | None:
     """``solve`` with a seed from the task and the sample: two runs of a loop sample the same tokens."""
     import zlib
 
-    import openai
-
-    from integrations.openai import wrap_openai
-
-    base = os.environ["TRACERL_POLICY_BASE_URL"]
-    with _lock:
-        if base not in _clients:
-            _clients[base] = wrap_openai(openai.OpenAI(base_url=base, api_key="x", max_retries=0))
-    resp = _clients[base].chat.completions.create(
-        model=os.environ["TRACERL_POLICY_MODEL"],
-        messages=[{"role": "user", "content": f"What is {task['q']}?"}],
-        max_tokens=8,
-        temperature=1.0,
-        seed=zlib.crc32(f"{task['id']}:{_sample_index()}".encode()),
-        logprobs=True,
-        extra_body={"return_token_ids": True},
-    )
-    return resp.choices[0].message.content
+    return solve(task, seed=zlib.crc32(f"{task['id']}:{_sample_index()}".encode()))
 
 
 def even_length(task: dict[str, Any], answer: Any) -> float:

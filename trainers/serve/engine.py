@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from sdk.openai_wire import assistant_message, chat_choice, chat_completion, usage
+from sdk.openai_wire import chat_completion, usage
 from trainers.serve.batch import PrefixCache, RunningBatch
 from trainers.serve.params import sampling_params, stop_cut
 from trainers.serve.sampling import SEED_BITS, new_seed
-from trainers.serve.text import parse_tool_calls, render_prompt_ids
+from trainers.serve.text import completion_choice, parse_tool_calls, render_prompt_ids
 from trainers.serve.versions import StaleVersion, next_version
 
 __all__ = [
@@ -206,7 +206,7 @@ class Engine:
         self.model_path: str | None = None
         self.model: Any
         self.tokenizer: PreTrainedTokenizerBase
-        self._load(model, tokenizer)
+        self._install(self._read(model, tokenizer))
         self.model_name = model_name or (Path(self.model_path).name if self.model_path else "local-model")
         base = _Slot(self.model_name, None, self.model_path, int(policy_version))
         self.slots: dict[str, _Slot] = {self.model_name: base}
@@ -243,30 +243,12 @@ class Engine:
         """Most prompt + completion tokens a request may hold (the model's ``max_position_embeddings``)."""
         return int(getattr(self.model.config, "max_position_embeddings", None) or 1 << 30)
 
-    def _load(self, model: str | Path | PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None) -> None:
-        self._install(self._read(model, tokenizer))
-
     def _read(self, model: str | Path | PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None) -> _Base:
         """Load base weights without serving them; a checkpoint that cannot be loaded is a ``ValueError``."""
-        path = None
-        if isinstance(model, (str, Path)):
-            path = str(model)
-            try:
-                tok = tokenizer or AutoTokenizer.from_pretrained(path)
-                mdl = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-            except Exception as exc:  # transformers, safetensors and torch each raise their own types
-                from trainers.serve.weights import first_line
+        from trainers.serve.weights import load_model
 
-                raise ValueError(f"cannot load the checkpoint {path!r}: {first_line(exc)}") from None
-        else:
-            if tokenizer is None:
-                raise ValueError("tokenizer is required when model is an object")
-            tok, mdl = tokenizer, model
-        mdl.to(self.device).eval()
-        stop = {tok.eos_token_id, tok.pad_token_id}
-        gen_eos = getattr(getattr(mdl, "generation_config", None), "eos_token_id", None)
-        stop.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
-        return _Base(mdl, tok, path, {i for i in stop if i is not None})
+        mdl, tok, path, stop = load_model(model, tokenizer, self.device)
+        return _Base(mdl, tok, path, stop)
 
     def _install(self, new: _Base) -> None:
         """Serve ``new`` from the next generation step on (call while swapping weights or before serving)."""
@@ -689,10 +671,13 @@ class Engine:
                 g.finish_reason = "stop"
         # The n choices normally share one batch; should a reload fall between them, say the oldest.
         version = min(g.policy_version for g in gens)
-        want_lp = bool(body.get("logprobs"))
         choices = [
-            self._choice(i, g, tools=bool(tools), want_lp=want_lp, body=body) for i, g in enumerate(gens)
-        ]
+            completion_choice(
+                self.tokenizer, i, g, tools=bool(tools), logprobs=bool(body.get("logprobs")),
+                token_ids=bool(body.get("return_token_ids")),
+            )
+            for i, g in enumerate(gens)
+        ]  # fmt: skip
         n_completion = sum(len(g.token_ids) for g in gens)
         resp = chat_completion(
             f"chatcmpl-{uuid.uuid4().hex}",
@@ -705,38 +690,6 @@ class Engine:
         )
         resp["policy_version"] = version
         return resp
-
-    def _choice(
-        self, i: int, g: Generation, *, tools: bool, want_lp: bool, body: dict[str, Any]
-    ) -> dict[str, Any]:
-        """One generation as an OpenAI choice: text (or tool calls), finish reason, logprobs, token ids."""
-        if g.text is not None:
-            text = g.text
-        else:
-            body_ids = g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids
-            text = self.tokenizer.decode(body_ids, skip_special_tokens=False)
-        content, calls = parse_tool_calls(text) if tools else (text, [])
-        return chat_choice(
-            i,
-            assistant_message(content, calls),
-            "tool_calls" if calls and g.finish_reason == "stop" else g.finish_reason,
-            logprobs=self._lp_content(g) if want_lp else None,
-            token_ids=g.token_ids if body.get("return_token_ids") else None,
-        )
-
-    def _lp_entry(self, token_id: int, logprob: float) -> dict[str, Any]:
-        s = self.tokenizer.decode([token_id], skip_special_tokens=False)
-        return {"token": s, "logprob": logprob, "bytes": list(s.encode("utf-8"))}
-
-    def _lp_content(self, g: Generation) -> list[dict[str, Any]]:
-        content = []
-        for k, (t, lp) in enumerate(zip(g.token_ids, g.logprobs, strict=False)):
-            entry = self._lp_entry(t, lp)
-            entry["top_logprobs"] = (
-                [self._lp_entry(i, v) for i, v in g.top_logprobs[k]] if g.top_logprobs else []
-            )
-            content.append(entry)
-        return content
 
 
 def _same_tokenizer(tok: PreTrainedTokenizerBase, path: str) -> bool:

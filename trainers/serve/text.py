@@ -1,4 +1,4 @@
-"""The chat side of the policy server's text: prompts rendered to token ids, tool calls parsed from text.
+"""The chat side of the policy server's text: prompts, tool calls parsed from text, OpenAI choices.
 
 Example:
     >>> parse_tool_calls('ok <tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')[0]
@@ -15,8 +15,9 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from sdk.messages import render_ids, template_messages
+from sdk.openai_wire import assistant_message, chat_choice
 
-__all__ = ["parse_tool_calls", "render_prompt_ids"]
+__all__ = ["completion_choice", "parse_tool_calls", "render_prompt_ids"]
 
 _TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
@@ -80,3 +81,42 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
 # ----------------------------------------------------------------------------------------------------
 # Engine: model + sampling
 # ----------------------------------------------------------------------------------------------------
+
+
+def _logprob_entry(tokenizer: PreTrainedTokenizerBase, token_id: int, logprob: float) -> dict[str, Any]:
+    s = tokenizer.decode([token_id], skip_special_tokens=False)
+    return {"token": s, "logprob": logprob, "bytes": list(s.encode("utf-8"))}
+
+
+def completion_choice(
+    tokenizer: PreTrainedTokenizerBase, index: int, g: Any, *, tools: bool, logprobs: bool, token_ids: bool
+) -> dict[str, Any]:
+    """A generation as an OpenAI choice: text (or tool calls when ``tools``), finish reason, logprobs, ids.
+
+    ``g`` has ``token_ids``, ``logprobs``, ``top_logprobs``, ``finish_reason`` and ``text`` (set when a stop
+    string cut the completion), as :class:`trainers.serve.engine.Generation`.
+
+    Example:
+        >>> completion_choice(tok, 0, generation, tools=True, logprobs=True, token_ids=True)  # doctest: +SKIP
+    """
+    if g.text is not None:
+        text = g.text
+    else:
+        body_ids = g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids
+        text = tokenizer.decode(body_ids, skip_special_tokens=False)
+    content, calls = parse_tool_calls(text) if tools else (text, [])
+    entries = None
+    if logprobs:
+        entries = []
+        for k, (t, lp) in enumerate(zip(g.token_ids, g.logprobs, strict=False)):
+            entry = _logprob_entry(tokenizer, t, lp)
+            top = g.top_logprobs[k] if g.top_logprobs else []
+            entry["top_logprobs"] = [_logprob_entry(tokenizer, i, v) for i, v in top]
+            entries.append(entry)
+    return chat_choice(
+        index,
+        assistant_message(content, calls),
+        "tool_calls" if calls and g.finish_reason == "stop" else g.finish_reason,
+        logprobs=entries,
+        token_ids=g.token_ids if token_ids else None,
+    )

@@ -4,7 +4,8 @@ The resident trainer (:mod:`trainers.trl.resident`) sends a version's weights wi
 in the same process as a mapping of tensors, to a server process as one ``safetensors`` buffer over the
 loopback (``POST /admin/weights``). Full weights are copied into the served model's own parameters; a LoRA
 adapter's tensors (never a merged copy of the base) into the adapter's. Every name and shape is checked
-before the first tensor is copied, so a push that does not fit changes nothing.
+before the first tensor is copied, so a push that does not fit changes nothing. Checkpoints a server loads
+whole come through :func:`load_model`.
 
 Example:
     >>> import torch
@@ -31,6 +32,7 @@ __all__ = [
     "decode_push",
     "encode_push",
     "first_line",
+    "load_model",
     "new_adapter_config",
 ]
 
@@ -258,3 +260,35 @@ def copy_served_adapter(source: Any, source_id: str, target: Any, adapter_id: st
             target.delete_adapter(adapter_id)
         raise
     return target
+
+
+def load_model(model: Any, tokenizer: Any, device: torch.device) -> tuple[Any, Any, str | None, set[int]]:
+    """A checkpoint path or a model object on ``device``, in eval mode: ``(model, tokenizer, path, stops)``.
+
+    A checkpoint that cannot be loaded is a ``ValueError``; the stop ids are the tokenizer's EOS and pad and
+    the generation config's EOS ids.
+
+    Example:
+        >>> model, tok, path, stop = load_model("runs/sft", None, torch.device("cpu"))  # doctest: +SKIP
+    """
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = None
+    if isinstance(model, (str, Path)):
+        path = str(model)
+        try:
+            tok = tokenizer or AutoTokenizer.from_pretrained(path)
+            mdl = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        except Exception as exc:  # transformers, safetensors and torch each raise their own types
+            raise ValueError(f"cannot load the checkpoint {path!r}: {first_line(exc)}") from None
+    else:
+        if tokenizer is None:
+            raise ValueError("tokenizer is required when model is an object")
+        tok, mdl = tokenizer, model
+    mdl.to(device).eval()
+    stop = {tok.eos_token_id, tok.pad_token_id}
+    gen_eos = getattr(getattr(mdl, "generation_config", None), "eos_token_id", None)
+    stop.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    return mdl, tok, path, {i for i in stop if i is not None}

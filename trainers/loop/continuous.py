@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import json
 import os
@@ -53,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.errors import UserError
-from trainers.loop.collect import _Collector, _Gate, _Version, run_rollout_process, write_policy_env
+from trainers.loop.collect import RolloutWorker, _Collector, _Gate, _Version, write_policy_env
 from trainers.loop.config import planned_steps, train_settings
 from trainers.loop.training import LoopTrainer, is_resident
 
@@ -284,22 +285,26 @@ def _collector_load(rollouts: Path, t0: float, t1: float, concurrency: int) -> t
 
 
 class _Validator:
-    """Validation rollouts in a process, waited on by a thread; one version at a time, rows to metrics."""
+    """Validation rollouts in a worker process, waited on by a thread; one at a time, rows to metrics.
+
+    A validation that falls due while one runs is not skipped: when the running one ends, the version
+    served then is validated (one validation for however many fell due meanwhile).
+    """
 
     def __init__(
         self, cfg: Any, run: _AsyncRun, pool: list[dict[str, Any]] | None, version: _Version
     ) -> None:
         self.cfg, self.run, self.pool, self.version = cfg, run, pool, version
         self.lock = threading.Lock()  # metrics.jsonl appends
-        self.due: list[int] = []
-        self.busy = threading.Lock()
+        self.state = threading.Lock()  # guards running / due
+        self.running, self.due, self.closed = False, False, False
         self.thread: _Thread | None = None
+        self.worker: RolloutWorker | None = None
 
     def evaluate(self, n: int, *, alone: bool = False) -> dict[str, Any] | None:
         """Validate the weights served now as version ``n``; the row is appended and returned.
 
-        ``alone``: nothing else runs (the final validation), so the agents run in this process and the
-        seconds a fresh process needs to start and import them are saved.
+        ``alone``: nothing else runs (the final validation), so the agents run in this process.
         """
         from sdk.eval import summarize
 
@@ -308,9 +313,13 @@ class _Validator:
         cfg = self.cfg
         results = self.run.rollouts / f"eval-v{n}.jsonl"
         t0 = time.time()
-        (_rollout_here if alone else run_rollout_process)(
-            self.run.out,
-            "validation",
+        if alone:
+            run = functools.partial(_rollout_here, self.run.out, "validation")
+        else:
+            if self.worker is None:
+                self.worker = RolloutWorker(self.run.out, "validation")
+            run = self.worker.run
+        run(
             agent=cfg.agent,
             tasks=self.pool,
             group_size=cfg.eval_samples,
@@ -340,22 +349,54 @@ class _Validator:
         return row
 
     def start(self, n: int) -> None:
-        """Validate version ``n`` beside training (skipped when one is still running: counted as not due)."""
-        if not self.pool or not self.busy.acquire(blocking=False):
+        """Validate version ``n`` beside training (when one is running: the version served after it)."""
+        if not self.pool:
             return
+        if self.thread is not None:  # an earlier validation's failure stops the loop here
+            self.thread.check("validation")
+        with self.state:
+            if self.closed:
+                return
+            if self.running:
+                self.due = True
+                return
+            self.running = True
 
         def body() -> None:
+            m = n
             try:
-                self.evaluate(n)
-            finally:
-                self.busy.release()
+                while True:
+                    self.evaluate(m)
+                    with self.state:
+                        newest = self.version.get()
+                        # the last version's validation runs alone, after training (exact for it)
+                        if self.closed or not self.due or newest <= m or _finished(self.cfg, self.run):
+                            self.running = self.due = False
+                            return
+                        m, self.due = newest, False
+            except BaseException:
+                with self.state:
+                    self.running = False
+                raise
 
         self.thread = _Thread("tracerl-validation", body)
 
     def wait(self) -> None:
+        """Wait for the running validation (no new one starts after this) and stop the worker process."""
+        with self.state:
+            self.closed = True
         if self.thread is not None:
             self.thread.thread.join()
             self.thread.check("validation")
+        self.close()
+
+    def close(self, timeout: float = 10) -> None:
+        """Stop the worker process (killed when it has not stopped after ``timeout`` s)."""
+        with self.state:
+            self.closed = True
+        if self.worker is not None:
+            self.worker.close(timeout)
+            self.worker = None
 
 
 def _rollout_here(out: Path, name: str, **kwargs: Any) -> None:
@@ -560,6 +601,7 @@ def run_async(
     finally:
         if collector is not None:  # after a failure: the running samples are superseded by the next run
             collector.join(timeout=5)
+        validator.close(timeout=0)  # after a failure: a validation may still run
         policy.stop()
         sdk.flush()
     if cfg.plot:

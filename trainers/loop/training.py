@@ -90,14 +90,16 @@ class LoopTrainer:
             UserError: The server is gone or refused the weights; the message says how to go on.
         """
         t0 = time.perf_counter()
-        if hasattr(policy, "push"):
-            tensors, adapter_config = self.resident.weights()
+        pushes = getattr(policy, "pushes", None)
+        if pushes(self.lora) if pushes is not None else hasattr(policy, "push"):
+            tensors, adapter_config = self.resident.weights(device=getattr(policy, "push_device", "cpu"))
             try:
                 stats = policy.push(tensors, adapter_config=adapter_config, policy_version=version)
             except UserError as exc:
                 raise UserError(f"{exc}; version {version} is not served; {_RERUN}") from None
             return {"push_s": round(time.perf_counter() - t0, 4), "push_bytes": int(stats["bytes"])}
-        # No push (vLLM, an external server): the weights go through the disk, the adapter alone for LoRA.
+        # No push (vLLM without weight_transfer, LoRA on vLLM, an external server): the weights go through
+        # the disk, the adapter alone for LoRA.
         path = self.out / f"serve-v{version}"
         self.resident.save_model(path)
         try:

@@ -7,14 +7,14 @@ Three kinds, one interface (:class:`PolicyServer`: ``start``, ``update``, ``stop
   ``python -m sdk.serve`` subprocess; new weights are loaded in place (``/admin/reload``).
 - :class:`VLLMPolicy`: launches ``vllm serve`` for GPUs. New LoRA adapters are loaded through vLLM's
   runtime API (``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter``, which needs
-  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, set here); full weights restart the server. This path is
-  written against vLLM's documented API and tested against a scripted stand-in; it was not run on a GPU.
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, set here); full weights are pushed in place with
+  ``weight_transfer`` (:mod:`trainers.serve.vllm_weights`), else the server restarts on them. Written
+  against vLLM's documented API and tested against a scripted stand-in; not run on a GPU.
 
 Policy versions: ``update(..., policy_version=N)`` publishes weights as version ``N``. ``sdk.serve``
-reports the version in every response; under vLLM the adapter is loaded as ``f"{name}@v{N}"`` beside the
-previous one, ``model_name`` (what agents must send, see :func:`export_env`) moves to it, and the previous
-adapter is unloaded, so each response's ``model`` names its version (``sdk.openai_wire.policy_version_of``
-reads the suffix). Without a version the adapter keeps one name, swapped in place, as before.
+reports it in every response; a vLLM adapter is loaded as ``f"{name}@v{N}"`` beside the previous one (then
+unloaded) and ``model_name`` (what agents send, :func:`export_env`) moves to it, so each response's
+``model`` names its version (``sdk.openai_wire.policy_version_of``). Without a version: one name, in place.
 - :class:`ExternalPolicy`: a server the user already runs; reloaded through ``/admin/reload``
   (``sdk.serve``) or the vLLM LoRA endpoints, or not at all.
 
@@ -193,10 +193,9 @@ class LocalPolicy:
         log: File for the subprocess's output.
         adapters: LoRA adapters served beside the base, ``{name: adapter directory}`` (agents send the
             name as ``model``); :meth:`update_adapter` replaces one while the others keep serving.
-        pid_file: Where the subprocess is recorded (``make_policy``: ``OUT/policy-server.pid``); a server
-            left there by an earlier run is stopped, one of a run still going is refused
-            (:mod:`trainers.serve.pidfile`). The subprocess exits with this process in any case
-            (``--parent-pid``), ``kill -9`` included.
+        pid_file: Where the subprocess is recorded (``make_policy``: ``OUT/policy-server.pid``); one left
+            by an earlier run is stopped, one of a run still going refused (:mod:`trainers.serve.pidfile`).
+            The subprocess exits with this process in any case (``--parent-pid``), ``kill -9`` included.
 
     Example:
         >>> p = LocalPolicy("runs/sft", model_name="policy")  # doctest: +SKIP
@@ -219,8 +218,7 @@ class LocalPolicy:
         self.adapters = {name: str(path) for name, path in (adapters or {}).items()}
         self.use_subprocess, self.threads = subprocess, threads
         self.log = Path(log) if log else None
-        self.base_url = ""
-        self.policy_version = 0
+        self.base_url, self.policy_version = "", 0
         self._server: Any = None
         self._proc: subprocess.Popen[Any] | None = None
         self._port = 0
@@ -420,6 +418,11 @@ class VLLMPolicy:
         executable: The ``vllm`` command (tests pass a scripted stand-in).
         startup_timeout: Seconds to wait for ``/health``.
         log: File for the server's output.
+        weight_transfer: Full weights are pushed into the running server (vLLM >= 0.33's weight-transfer
+            routes, NCCL from this process's GPU; see :mod:`trainers.serve.vllm_weights`) instead of a
+            restart on a saved copy. Not with ``lora`` (adapters go through the adapter API).
+        weight_sender, master_address: :class:`~trainers.serve.vllm_weights.VLLMWeightTransfer`'s
+            ``sender`` and ``master_address``.
 
     Example:
         >>> VLLMPolicy("Qwen/Qwen2.5-0.5B-Instruct", lora=True, port=8000).command()[:3]
@@ -440,7 +443,14 @@ class VLLMPolicy:
         executable: list[str] | str = "vllm",
         startup_timeout: float = 900.0,
         log: str | os.PathLike[str] | None = None,
+        weight_transfer: bool = False,
+        weight_sender: Any = None,
+        master_address: str = "127.0.0.1",
     ) -> None:
+        if weight_transfer and lora:
+            raise UserError("policy weight_transfer is for full weights (adapters: vLLM's adapter API)")
+        self.weight_transfer, self.weight_sender, self._transfer = weight_transfer, weight_sender, None
+        self.master_address = master_address
         self.base_model, self.model, self.model_name = str(model), str(model), model_name
         self.name = model_name  # the stem of versioned names: agents send f"{name}@v{N}" once versioned
         self.policy_version = 0
@@ -474,6 +484,8 @@ class VLLMPolicy:
             cmd += ["--max-loras", str(self.max_loras)]
         if self.tool_call_parser:
             cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+        if self.weight_transfer:
+            cmd += ["--weight-transfer-config", json.dumps({"backend": "nccl"})]
         return cmd + self.extra_args
 
     def env(self) -> dict[str, str]:
@@ -481,6 +493,8 @@ class VLLMPolicy:
         env = dict(os.environ)
         if self.lora:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        if self.weight_transfer:  # vLLM registers its weight-transfer routes in dev mode only
+            env["VLLM_SERVER_DEV_MODE"] = "1"
         return env
 
     def start(self) -> None:
@@ -531,8 +545,45 @@ class VLLMPolicy:
     def _load_adapter(self, path: str) -> None:
         _vllm_load(self.base_url, self.model_name, path)
 
+    push_device = None  # the trainer's tensors go as they are (on its GPU): no host copy
+
+    def pushes(self, lora: bool) -> bool:
+        """Whether :meth:`push` serves this kind of weights (full weights with ``weight_transfer``)."""
+        return self.weight_transfer and not lora
+
+    def push(
+        self,
+        tensors: Mapping[str, Any],
+        *,
+        adapter_config: Mapping[str, Any] | None = None,
+        adapter: str | None = None,
+        policy_version: int | None = None,
+    ) -> dict[str, Any]:
+        """Push full weights into the running server as ``policy_version`` (default: the current + 1).
+
+        Returns ``{"policy_version", "bytes", "seconds"}``; ``model_name`` stays. Raises ``UserError``
+        without ``weight_transfer``, for an adapter, or when the server is gone or refused the weights.
+
+        Example:
+            >>> policy.push(model.state_dict(), policy_version=3)  # doctest: +SKIP
+            {'policy_version': 3, 'bytes': 988065792, 'seconds': 0.41}
+        """
+        if not self.pushes(adapter_config is not None):
+            raise UserError("VLLMPolicy.push needs weight_transfer=True and full weights (adapters: update)")
+        from trainers.serve.vllm_weights import VLLMWeightTransfer
+
+        version = _next_version(self.policy_version, policy_version)
+        url, sender, where = f"http://127.0.0.1:{self.port}", self.weight_sender, self.master_address
+        self._transfer = self._transfer or VLLMWeightTransfer(url, sender, master_address=where)
+        stats = self._transfer.push(tensors, version=version)
+        self.policy_version = version
+        return stats
+
     def stop(self) -> None:
         """Terminate the server."""
+        if self._transfer is not None:  # a new server opens a new group
+            self._transfer.close()
+            self._transfer = None
         if self._proc is None:
             return
         _terminate(self._proc, 60)
@@ -623,8 +674,8 @@ def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | 
 
     Keys: ``kind`` (``local`` default, ``vllm``, ``external``), ``model_name`` (``policy``); local:
     ``subprocess``, ``threads``, ``adapters``; vllm: ``lora``, ``max_lora_rank``, ``max_loras``, ``port``,
-    ``tool_call_parser``, ``extra_args``, ``executable``, ``startup_timeout``; external: ``base_url``,
-    ``reload``.
+    ``tool_call_parser``, ``extra_args``, ``executable``, ``startup_timeout``, ``weight_transfer``,
+    ``weight_sender``, ``master_address``; external: ``base_url``, ``reload``.
 
     Example:
         >>> make_policy({"kind": "external", "base_url": "http://127.0.0.1:8000/v1"}, "m").model_name

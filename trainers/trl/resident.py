@@ -332,11 +332,13 @@ class ResidentTrainer:
 
     # -- weights out ---------------------------------------------------------------------------
 
-    def weights(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """The current weights as CPU copies: ``(tensors, None)``, or ``(adapter tensors, peft config)``.
+    def weights(self, device: str | None = "cpu") -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The current weights copied to ``device``: ``(tensors, None)`` or ``(adapter tensors, config)``.
 
         With LoRA only the adapter's tensors leave (never the base, never a merged copy). Tensors that
-        share storage (tied embeddings) appear once, under their first name.
+        share storage (tied embeddings) appear once, under their first name. ``device=None``: the
+        training tensors themselves, detached (valid until the next step; a GPU push sends them as
+        they are).
 
         Example:
             >>> tensors, adapter = ResidentTrainer(cfg).weights()  # doctest: +SKIP
@@ -351,9 +353,7 @@ class ResidentTrainer:
 
             tensors = get_peft_model_state_dict(model)
             adapter_config = adapter_config_dict(model)
-            return {
-                k: v.detach().to("cpu", copy=True).contiguous() for k, v in tensors.items()
-            }, adapter_config
+            return {k: _leave(v, device) for k, v in tensors.items()}, adapter_config
         seen: set[int] = set()
         out = {}
         for name, tensor in model.state_dict().items():
@@ -361,7 +361,7 @@ class ResidentTrainer:
             if ptr in seen:
                 continue
             seen.add(ptr)
-            out[name] = tensor.detach().to("cpu", copy=True).contiguous()
+            out[name] = _leave(tensor, device)
         return out, None
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -407,3 +407,10 @@ def _checkpoint_weights(path: Path, lora: bool) -> tuple[dict[str, Any], dict[st
     for name in files or ["model.safetensors"]:
         tensors.update(load_file(str(path / name)))
     return tensors, None
+
+
+def _leave(tensor: Any, device: str | None) -> Any:
+    """``tensor`` as it leaves the trainer: a contiguous copy on ``device``, or itself detached (``None``)."""
+    if device is None:
+        return tensor.detach()
+    return tensor.detach().to(device, copy=True).contiguous()

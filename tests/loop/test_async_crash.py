@@ -204,3 +204,109 @@ def test_kill_9_between_a_pushed_version_and_its_checkpoint(tmp_path, tiny_model
     assert got["state"]["version"] == 2 and Path(got["state"]["resident_checkpoint"]).is_dir()
     assert sorted({t["policy_version"] for t in got["trained"]}) == [1, 2]
     # check_run: the train rows' steps run 1..N once, so the killed run's version-1 rows were cut.
+
+
+def _collect_everything(cfg: dict, monkeypatch) -> None:
+    """Run the loop's collector alone on the starting weights until the sample budget is spent.
+
+    Which samples make a version of the asynchronous loop depends on timing while the agents run beside
+    the trainer; with every sample stored before the loop starts (all on version 0, taken in the store's
+    order) the versions are fixed, so two runs can be compared weight for weight.
+    """
+    from trainers.loop import LoopConfig
+    from trainers.loop.collect import _Collector, _Gate, _Version, write_policy_env
+    from trainers.loop.pools import load_pools
+    from trainers.serve.policy import ENV_BASE_URL, ENV_MODEL, export_env, make_policy
+
+    c = LoopConfig.from_mapping(cfg)
+    out = Path(c.out)
+    (out / "rollouts").mkdir(parents=True)
+    pool, _ = load_pools(c)
+    policy = make_policy({"subprocess": True, "threads": 1}, c.model, log_dir=str(out))
+    policy.start()
+    for key in (ENV_BASE_URL, ENV_MODEL):
+        monkeypatch.delenv(key, raising=False)  # export_env sets them here: undone after the test
+    try:
+        export_env(policy)
+        write_policy_env(out / "policy-env.json")
+        collector = _Collector(c, pool, out, _Version(0), _Gate(10**6, c.max_samples // c.group_size))
+        collector.proc.join(120)
+        assert collector.proc.exitcode == 0
+    finally:
+        policy.stop()
+    (out / "policy-env.json").unlink()
+    (out / "policy-server.pid").unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("checkpoint_every", [1, 2])
+def test_kill_9_then_the_same_command_ends_with_the_weights_of_a_run_resumed_without_the_kill(
+    tmp_path, tiny_model_dir, monkeypatch, checkpoint_every
+):
+    """Full weights, every sample stored before the loop starts. checkpoint_every 1: killed once version 1
+    is committed (version 2 being taken or trained); 2: killed once version 1 is served, before any
+    checkpoint. The same command then ends with the weights of the same run never killed (within 1e-5;
+    the rows of the versions trained again appear once)."""
+    import shutil
+
+    import torch
+    from test_loop import _final_state
+
+    (tmp_path / "base").mkdir()
+    cfg = async_config(
+        tmp_path / "base",
+        str(tiny_model_dir),
+        max_versions=3,
+        max_staleness=10,  # the stored samples are all version 0's: none stale within 3 versions
+        max_samples=48,
+        eval_tasks=None,
+        checkpoint_every=checkpoint_every,
+        plot=False,
+    )
+    cfg["train"]["lora"] = False
+    _collect_everything(cfg, monkeypatch)
+    runs = {}
+    for name in ("killed", "whole"):
+        shutil.copytree(tmp_path / "base", tmp_path / name)
+        c = {**cfg, "out": cfg["out"].replace(str(tmp_path / "base"), str(tmp_path / name))}
+        (tmp_path / name / "loop.yaml").write_text(yaml.safe_dump(c))
+        runs[name] = (tmp_path / name / "loop.yaml", Path(c["out"]))
+    cfg_path, out = runs["killed"]
+    proc = _start(cfg_path, tmp_path / "first.log")
+    metrics, deadline = out / "metrics.jsonl", time.time() + 180
+    while not (
+        (out / "state.json").exists()
+        if checkpoint_every == 1
+        else metrics.exists() and '"kind": "train"' in metrics.read_text()
+    ):
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.time() < deadline, "version 1 never trained"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    state = json.loads((out / "state.json").read_text()) if (out / "state.json").exists() else {"version": 0}
+    assert state["version"] < 3  # the kill left versions to train
+    assert _start(cfg_path, tmp_path / "second.log").wait(timeout=240) == 0, (
+        tmp_path / "second.log"
+    ).read_text()
+    whole_path, whole_out = runs["whole"]
+    assert _start(whole_path, tmp_path / "whole.log").wait(timeout=240) == 0, (
+        tmp_path / "whole.log"
+    ).read_text()
+
+    a, b = _final_state(out / "train" / "final"), _final_state(whole_out / "train" / "final")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4)
+    for o in (out, whole_out):
+        rows = [json.loads(x) for x in (o / "metrics.jsonl").read_text().splitlines()]
+        assert sorted({r["policy_version"] for r in rows if r["kind"] == "train"}) == [1, 2, 3]
+    trained = [
+        [(t["task_id"], t["sample"], t["policy_version"]) for t in _jsonl(o / "trained_samples.jsonl")]
+        for o in (out, whole_out)
+    ]
+    assert sorted(trained[0]) == sorted(trained[1])  # the same samples in the same versions, once each
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]

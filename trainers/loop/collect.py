@@ -1,11 +1,11 @@
 """The asynchronous loop's collector: the version it stamps, back-pressure, and the process it runs in.
 
-The collector (``sdk.rollout.run_continuous``: the agents) runs in its own process, and so does each
-validation, so the agents' Python work does not share the trainer's interpreter lock: with a small model
-the trainer's step is mostly Python, and 32 agent threads beside it made each step about three times
-slower. The version, the backlog and the stop flag are shared values; where the policy is
-(``TRACERL_POLICY_*``) travels in a small file the loop rewrites on every publish (a vLLM adapter's name
-changes with its version).
+The collector (``sdk.rollout.run_continuous``: the agents) runs in its own process, and validations in
+another (:class:`RolloutWorker`, kept for the run), so the agents' Python work does not share the trainer's
+interpreter lock: with a small model the trainer's step is mostly Python, and 32 agent threads beside it
+made each step about three times slower. The version, the backlog and the stop flag are shared values;
+where the policy is (``TRACERL_POLICY_*``) travels in a small file the loop rewrites on every publish (a
+vLLM adapter's name changes with its version).
 
 See :mod:`trainers.loop.continuous`.
 """
@@ -302,3 +302,13 @@ def _groups_begun(path: Path, group_size: int) -> int:
                 row = json.loads(line)
                 begun.add((str(row["task_id"]), int(row["sample"]) // group_size))
     return len(begun)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines file; a missing file or a torn line (a kill mid-write) is skipped."""
+    rows = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                rows.append(json.loads(line))
+    return rows

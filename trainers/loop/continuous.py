@@ -1,6 +1,6 @@
 """The asynchronous loop (``mode: async``): the agents keep running while the trainer trains.
 
-Two processes (three with a policy server of its own), the loop's with two threads:
+Three processes (four with a policy server of its own), the loop's with two threads:
 
 - the **collector** (``sdk.rollout.run_continuous``, in its own process: see
   :mod:`trainers.loop.collect`) keeps ``concurrency`` samples in flight over the training tasks
@@ -11,8 +11,10 @@ Two processes (three with a policy server of its own), the loop's with two threa
   (:mod:`trainers.loop.training`: model, optimizer, schedule and RNG kept across versions) and pushes the
   weights to the policy server as version N+1, as tensors (in place: requests running finish on the old
   weights); every ``checkpoint_every`` versions (10) and at the end it writes a recovery checkpoint;
-- **validation** on the held-out tasks every ``eval_every`` versions runs beside training (its samples run
-  on whatever version is served while they run; the last validation, after training stops, is exact).
+- **validation** on the held-out tasks every ``eval_every`` versions runs beside training in a worker
+  process kept for the run (:mod:`trainers.loop.validation`; its samples run on whatever version is served
+  while they run; one due while another runs validates the version served when that one ends; the last,
+  after training stops, is exact).
 
 Durability (kill -9 anywhere, then the same command): each version appends its ``metrics.jsonl`` rows and
 ``trained_samples.jsonl`` lines; at a checkpoint ``state.json`` is replaced atomically after the checkpoint,
@@ -41,12 +43,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import gc
 import json
 import os
 import shutil
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -54,33 +54,14 @@ from pathlib import Path
 from typing import Any
 
 from trainers.errors import UserError
-from trainers.loop.collect import RolloutWorker, _Collector, _Gate, _Version, write_policy_env
+from trainers.loop.collect import _Collector, _Gate, _Version, read_jsonl, write_policy_env
 from trainers.loop.config import planned_steps, train_settings
 from trainers.loop.training import LoopTrainer, is_resident
+from trainers.loop.validation import Validator
 
 __all__ = ["run_async"]
 
 _POLL_S = 0.5
-
-
-class _Thread:
-    """A daemon thread that keeps the exception its body raised (the loop re-raises it)."""
-
-    def __init__(self, name: str, body: Callable[[], None]) -> None:
-        self.error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                body()
-            except BaseException as exc:  # reported by the main thread
-                self.error = exc
-
-        self.thread = threading.Thread(target=run, name=name, daemon=True)
-        self.thread.start()
-
-    def check(self, what: str) -> None:
-        if self.error is not None:
-            raise UserError(f"the {what} failed: {type(self.error).__name__}: {self.error}") from self.error
 
 
 class _AsyncRun:
@@ -128,7 +109,7 @@ class _AsyncRun:
         cursor = self.cursor or {}
         decided = set(cursor.get("taken") or ()) | set(cursor.get("dropped") or ())
         for path in (self.metrics, self.trained, self.dropped):
-            rows = _read_jsonl(path)
+            rows = read_jsonl(path)
             if path == self.metrics:
                 kept = [r for r in rows if int(r.get("policy_version", 0)) <= self.version]
             else:
@@ -181,15 +162,6 @@ def _atomic_write(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with contextlib.suppress(OSError):
-        for line in path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                rows.append(json.loads(line))
-    return rows
 
 
 def _groups_per_step(cfg: Any) -> int:
@@ -273,7 +245,7 @@ def _collector_load(rollouts: Path, t0: float, t1: float, concurrency: int) -> t
     """Samples per second and the collector's idle share (empty sample slots) in ``[t0, t1]``."""
     busy, n = 0.0, 0
     for path in rollouts.glob("stream*.jsonl"):
-        for r in _read_jsonl(path):
+        for r in read_jsonl(path):
             end = float(r.get("ts") or 0)
             start = end - float(r.get("seconds") or 0)
             overlap = min(end, t1) - max(start, t0)
@@ -282,135 +254,6 @@ def _collector_load(rollouts: Path, t0: float, t1: float, concurrency: int) -> t
             n += t0 < end <= t1
     span = max(t1 - t0, 1e-9)
     return n / span, max(0.0, 100.0 * (1 - busy / (concurrency * span)))
-
-
-class _Validator:
-    """Validation rollouts in a worker process, waited on by a thread; one at a time, rows to metrics.
-
-    A validation that falls due while one runs is not skipped: when the running one ends, the version
-    served then is validated (one validation for however many fell due meanwhile).
-    """
-
-    def __init__(
-        self, cfg: Any, run: _AsyncRun, pool: list[dict[str, Any]] | None, version: _Version
-    ) -> None:
-        self.cfg, self.run, self.pool, self.version = cfg, run, pool, version
-        self.lock = threading.Lock()  # metrics.jsonl appends
-        self.state = threading.Lock()  # guards running / due
-        self.running, self.due, self.closed = False, False, False
-        self.thread: _Thread | None = None
-        self.worker: RolloutWorker | None = None
-
-    def evaluate(self, n: int, *, alone: bool = False) -> dict[str, Any] | None:
-        """Validate the weights served now as version ``n``; the row is appended and returned.
-
-        ``alone``: nothing else runs (the final validation), so the agents run in this process.
-        """
-        from sdk.eval import summarize
-
-        if not self.pool:
-            return None
-        cfg = self.cfg
-        results = self.run.rollouts / f"eval-v{n}.jsonl"
-        t0 = time.time()
-        if alone:
-            run = functools.partial(_rollout_here, self.run.out, "validation")
-        else:
-            if self.worker is None:
-                self.worker = RolloutWorker(self.run.out, "validation")
-            run = self.worker.run
-        run(
-            agent=cfg.agent,
-            tasks=self.pool,
-            group_size=cfg.eval_samples,
-            concurrency=cfg.concurrency,
-            timeout=cfg.timeout,
-            reward_fn=cfg.reward_fn,
-            split=f"eval-v{n}",
-            results=results,
-            success_threshold=cfg.success_threshold,
-            metadata={"policy_version": n},
-        )
-        s = summarize(str(results), threshold=cfg.success_threshold)
-        rewards = [r["reward"] for r in _read_jsonl(results) if r.get("reward") is not None]
-        row = {
-            "kind": "eval",
-            "policy_version": n,
-            "val_success": s.pass_at_k.get(1),
-            "val_success_se": s.pass_at_k_se.get(1),
-            "val_reward": sum(rewards) / len(rewards) if rewards else None,
-            "served_version_at_end": self.version.get(),
-            "eval_s": round(time.time() - t0, 1),
-            "wall_s": round(time.time() - self.run.t0, 1),
-        }
-        with self.lock, self.run.metrics.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        self.run.say(f"validation of version {n}: {_pct(row['val_success'])} success")
-        return row
-
-    def start(self, n: int) -> None:
-        """Validate version ``n`` beside training (when one is running: the version served after it)."""
-        if not self.pool:
-            return
-        if self.thread is not None:  # an earlier validation's failure stops the loop here
-            self.thread.check("validation")
-        with self.state:
-            if self.closed:
-                return
-            if self.running:
-                self.due = True
-                return
-            self.running = True
-
-        def body() -> None:
-            m = n
-            try:
-                while True:
-                    self.evaluate(m)
-                    with self.state:
-                        newest = self.version.get()
-                        # the last version's validation runs alone, after training (exact for it)
-                        if self.closed or not self.due or newest <= m or _finished(self.cfg, self.run):
-                            self.running = self.due = False
-                            return
-                        m, self.due = newest, False
-            except BaseException:
-                with self.state:
-                    self.running = False
-                raise
-
-        self.thread = _Thread("tracerl-validation", body)
-
-    def wait(self) -> None:
-        """Wait for the running validation (no new one starts after this) and stop the worker process."""
-        with self.state:
-            self.closed = True
-        if self.thread is not None:
-            self.thread.thread.join()
-            self.thread.check("validation")
-        self.close()
-
-    def close(self, timeout: float = 10) -> None:
-        """Stop the worker process (killed when it has not stopped after ``timeout`` s)."""
-        with self.state:
-            self.closed = True
-        if self.worker is not None:
-            self.worker.close(timeout)
-            self.worker = None
-
-
-def _rollout_here(out: Path, name: str, **kwargs: Any) -> None:
-    """``run_rollout_process``'s contract in this process: a failed run is one ``UserError`` line."""
-    from sdk.rollout import RolloutError, run_rollout
-
-    try:
-        run_rollout(**kwargs)
-    except RolloutError as exc:
-        raise UserError(f"{name}: {str(exc).splitlines()[0]}") from None
-
-
-def _pct(x: Any) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def _take(
@@ -572,7 +415,7 @@ def run_async(
         state=run.cursor,
     )
     policy = _start_training_side(cfg, run)
-    validator = _Validator(cfg, run, eval_pool, version)
+    validator = Validator(cfg, run, eval_pool, version, lambda: _finished(cfg, run))
     need = _groups_per_step(cfg) * cfg.sync_every
     budget = None if cfg.max_samples is None else -(-cfg.max_samples // cfg.group_size)
     gate = _Gate(_backlog_limit(cfg, need), budget)
@@ -583,7 +426,7 @@ def run_async(
     # A run killed after its last commit but before its final validation only validates (and plots).
     collector = _Collector(cfg, pool, run.out, version, gate) if not finished else None
     try:
-        if run.version == 0 and not any(r.get("kind") == "eval" for r in _read_jsonl(run.metrics)):
+        if run.version == 0 and not any(r.get("kind") == "eval" for r in read_jsonl(run.metrics)):
             validator.start(0)
         while collector is not None and not _finished(cfg, run):
             if not _one_version(cfg, run, source, version, policy, collector, validator, gate, on_version):
@@ -607,7 +450,7 @@ def run_async(
     if cfg.plot:
         from trainers._plots import plot_async_progress
 
-        plot_async_progress(_read_jsonl(run.metrics), run.out / "progress.png", f"{cfg.agent} (async)")
+        plot_async_progress(read_jsonl(run.metrics), run.out / "progress.png", f"{cfg.agent} (async)")
     return _result(run)
 
 
@@ -647,7 +490,7 @@ def _one_version(
     version: _Version,
     policy: Any,
     collector: _Collector,
-    validator: _Validator,
+    validator: Validator,
     gate: _Gate,
     on_version: Callable[[dict[str, Any]], None] | None,
 ) -> bool:
@@ -679,7 +522,7 @@ def _resident_version(
     source: Any,
     version: _Version,
     policy: Any,
-    validator: _Validator,
+    validator: Validator,
     on_version: Callable[[dict[str, Any]], None] | None,
 ) -> bool:
     """Version ``n`` on the resident trainer: train, push the weights, checkpoint every ``checkpoint_every``.
@@ -720,7 +563,7 @@ def _resident_version(
 
 def _validated(run: _AsyncRun) -> bool:
     """Whether the last committed weights have a validation row (the run's result)."""
-    rows = _read_jsonl(run.metrics)
+    rows = read_jsonl(run.metrics)
     return any(r.get("kind") == "eval" and r.get("policy_version") == run.version for r in rows)
 
 
@@ -735,7 +578,7 @@ def _finished(cfg: Any, run: _AsyncRun) -> bool:
 
 def _result(run: _AsyncRun) -> dict[str, Any]:
     return {
-        "rows": _read_jsonl(run.metrics),
+        "rows": read_jsonl(run.metrics),
         "checkpoint": run.final or run.checkpoint,
         "out": str(run.out),
         "version": run.version,

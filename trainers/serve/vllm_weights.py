@@ -25,6 +25,7 @@ sender, since NCCL needs GPUs on both sides.
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -147,10 +148,12 @@ class VLLMWeightTransfer:
         """Open the data plane once: vLLM's workers and this process join one group (both sides wait)."""
         if self.joined:
             return
-        from trainers.serve.policy import _free_port
-
         workers = int(self._call("/get_world_size", get=True)["world_size"])
-        port = self.master_port or _free_port(self.master_address)
+        port = self.master_port
+        if not port:  # a free one on the address the workers reach
+            with socket.socket() as s:
+                s.bind((self.master_address, 0))
+                port = int(s.getsockname()[1])
         info = {"master_address": self.master_address, "master_port": port, "rank_offset": 1}
         info["world_size"] = workers + 1
         with ThreadPoolExecutor(1) as pool:  # the workers block in the rendezvous until this side joins

@@ -1,0 +1,184 @@
+"""The asynchronous loop's validation: held-out rollouts beside training, one at a time, in a kept process.
+
+Each validation's samples run on whatever version is served while they run; the loop's last validation
+runs after training stops (:meth:`Validator.evaluate` with ``alone=True``), exact for the final weights.
+
+See :mod:`trainers.loop.continuous`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainers.errors import UserError
+from trainers.loop.collect import RolloutWorker, _Version, read_jsonl
+
+__all__ = ["Validator"]
+
+
+class _Thread:
+    """A daemon thread that keeps the exception its body raised (the loop re-raises it)."""
+
+    def __init__(self, name: str, body: Callable[[], None]) -> None:
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                body()
+            except BaseException as exc:  # reported by the main thread
+                self.error = exc
+
+        self.thread = threading.Thread(target=run, name=name, daemon=True)
+        self.thread.start()
+
+    def check(self, what: str) -> None:
+        if self.error is not None:
+            raise UserError(f"the {what} failed: {type(self.error).__name__}: {self.error}") from self.error
+
+
+class Validator:
+    """Validation rollouts in a worker process, waited on by a thread; one at a time, rows to metrics.
+
+    ``run``: the loop's run (``out``, ``rollouts``, ``metrics``, ``t0``, ``say``); ``finished()``: whether
+    the loop has trained its last version (whose validation runs alone, after training).
+
+    A validation that falls due while one runs is not skipped: when the running one ends, the version
+    served then is validated (one validation for however many fell due meanwhile).
+
+    Example:
+        >>> v = Validator(cfg, run, eval_tasks, version, finished=lambda: False)  # doctest: +SKIP
+        >>> v.start(2)  # beside training; returns at once  # doctest: +SKIP
+        >>> v.wait(); v.evaluate(run.version, alone=True)  # the exact last one  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        cfg: Any,
+        run: Any,
+        pool: list[dict[str, Any]] | None,
+        version: _Version,
+        finished: Callable[[], bool],
+    ) -> None:
+        self.cfg, self.run, self.pool, self.version, self.finished = cfg, run, pool, version, finished
+        self.lock = threading.Lock()  # metrics.jsonl appends
+        self.state = threading.Lock()  # guards running / due
+        self.running, self.due, self.closed = False, False, False
+        self.thread: _Thread | None = None
+        self.worker: RolloutWorker | None = None
+
+    def evaluate(self, n: int, *, alone: bool = False) -> dict[str, Any] | None:
+        """Validate the weights served now as version ``n``; the row is appended and returned.
+
+        ``alone``: nothing else runs (the final validation), so the agents run in this process.
+        """
+        from sdk.eval import summarize
+
+        if not self.pool:
+            return None
+        cfg = self.cfg
+        results = self.run.rollouts / f"eval-v{n}.jsonl"
+        t0 = time.time()
+        if alone:
+            run = functools.partial(_rollout_here, self.run.out, "validation")
+        else:
+            if self.worker is None:
+                self.worker = RolloutWorker(self.run.out, "validation")
+            run = self.worker.run
+        run(
+            agent=cfg.agent,
+            tasks=self.pool,
+            group_size=cfg.eval_samples,
+            concurrency=cfg.concurrency,
+            timeout=cfg.timeout,
+            reward_fn=cfg.reward_fn,
+            split=f"eval-v{n}",
+            results=results,
+            success_threshold=cfg.success_threshold,
+            metadata={"policy_version": n},
+        )
+        s = summarize(str(results), threshold=cfg.success_threshold)
+        rewards = [r["reward"] for r in read_jsonl(results) if r.get("reward") is not None]
+        row = {
+            "kind": "eval",
+            "policy_version": n,
+            "val_success": s.pass_at_k.get(1),
+            "val_success_se": s.pass_at_k_se.get(1),
+            "val_reward": sum(rewards) / len(rewards) if rewards else None,
+            "served_version_at_end": self.version.get(),
+            "eval_s": round(time.time() - t0, 1),
+            "wall_s": round(time.time() - self.run.t0, 1),
+        }
+        with self.lock, self.run.metrics.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        self.run.say(f"validation of version {n}: {_pct(row['val_success'])} success")
+        return row
+
+    def start(self, n: int) -> None:
+        """Validate version ``n`` beside training (when one is running: the version served after it)."""
+        if not self.pool:
+            return
+        if self.thread is not None:  # an earlier validation's failure stops the loop here
+            self.thread.check("validation")
+        with self.state:
+            if self.closed:
+                return
+            if self.running:
+                self.due = True
+                return
+            self.running = True
+
+        def body() -> None:
+            m = n
+            try:
+                while True:
+                    self.evaluate(m)
+                    with self.state:
+                        newest = self.version.get()
+                        # the last version's validation runs alone, after training (exact for it)
+                        if self.closed or not self.due or newest <= m or self.finished():
+                            self.running = self.due = False
+                            return
+                        m, self.due = newest, False
+            except BaseException:
+                with self.state:
+                    self.running = False
+                raise
+
+        self.thread = _Thread("tracerl-validation", body)
+
+    def wait(self) -> None:
+        """Wait for the running validation (no new one starts after this) and stop the worker process."""
+        with self.state:
+            self.closed = True
+        if self.thread is not None:
+            self.thread.thread.join()
+            self.thread.check("validation")
+        self.close()
+
+    def close(self, timeout: float = 10) -> None:
+        """Stop the worker process (killed when it has not stopped after ``timeout`` s)."""
+        with self.state:
+            self.closed = True
+        if self.worker is not None:
+            self.worker.close(timeout)
+            self.worker = None
+
+
+def _rollout_here(out: Path, name: str, **kwargs: Any) -> None:
+    """:meth:`RolloutWorker.run`'s contract in this process: a failed run is one ``UserError`` line."""
+    from sdk.rollout import RolloutError, run_rollout
+
+    try:
+        run_rollout(**kwargs)
+    except RolloutError as exc:
+        raise UserError(f"{name}: {str(exc).splitlines()[0]}") from None
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"

@@ -236,3 +236,16 @@ def test_the_loop_trainer_pushes_its_trained_weights_into_vllm(
     assert stats["push_bytes"] == sum(t.numel() * t.element_size() for t in tensors.values())
     assert not list((tmp_path / "train").glob("serve-v*"))  # no copy on disk
     assert _chat(p) == "v1"
+
+
+def test_a_sender_that_cannot_join_is_one_error_without_waiting_for_the_server(start_vllm):
+    class NoJoin(SocketSender):
+        def join(self, master_address: str, master_port: int, world_size: int) -> None:
+            raise OSError("no route to the workers")
+
+    p, _ = start_vllm()
+    p.weight_sender = NoJoin()
+    t0 = time.time()
+    with pytest.raises(UserError, match="weight transfer failed: OSError: no route to the workers"):
+        p.push(_tensors(), policy_version=1)
+    assert time.time() - t0 < 20  # the stand-in's side of the rendezvous waits 30 s: not waited for

@@ -156,10 +156,11 @@ class VLLMWeightTransfer:
                 port = int(s.getsockname()[1])
         info = {"master_address": self.master_address, "master_port": port, "rank_offset": 1}
         info["world_size"] = workers + 1
-        with ThreadPoolExecutor(1) as pool:  # the workers block in the rendezvous until this side joins
-            server = pool.submit(self._call, "/init_weight_transfer_engine", {"init_info": info})
-            self.sender.join(self.master_address, port, workers + 1)
-            server.result()
+        # The workers block in the rendezvous until this side joins: both at once.
+        _side_by_side(
+            lambda: self._call("/init_weight_transfer_engine", {"init_info": info}),
+            lambda: self.sender.join(self.master_address, port, workers + 1),
+        )
         self.joined = True
 
     def push(self, tensors: Mapping[str, Any], *, version: int) -> dict[str, Any]:
@@ -201,29 +202,36 @@ class VLLMWeightTransfer:
         return {"policy_version": int(version), "bytes": moved, "seconds": round(time.perf_counter() - t0, 4)}
 
     def _transfer(self, tensors: Mapping[str, Any], meta: dict[str, Any]) -> None:
-        """``/update_weights`` and the sender side by side; the first failure of either is the error.
-
-        A refused update leaves the sender blocked in its collective: it is not waited for (the group is
-        then unusable, so the transfer is marked broken).
-        """
-        pool = ThreadPoolExecutor(2)
-        try:
-            server = pool.submit(self._call, "/update_weights", {"update_info": meta})
-            sent = pool.submit(self.sender.send, list(tensors.values()))
-            done, _ = wait([server, sent], return_when=FIRST_EXCEPTION)
-            for f in (server, sent):
-                exc = f.exception() if f in done else None
-                if isinstance(exc, UserError):
-                    raise exc
-                if exc is not None:
-                    raise UserError(f"the weight transfer failed: {type(exc).__name__}: {exc}")
-            server.result()
-            sent.result()
-        finally:
-            pool.shutdown(wait=False)
+        """``/update_weights`` and the sender side by side (both take part in each collective)."""
+        values = list(tensors.values())
+        _side_by_side(
+            lambda: self._call("/update_weights", {"update_info": meta}),
+            lambda: self.sender.send(values),
+        )
 
     def close(self) -> None:
         """Leave the group (the server's side stays until it stops)."""
         if self.joined:
             self.sender.close()
         self.joined = False
+
+
+def _side_by_side(server: Any, local: Any) -> None:
+    """Run an HTTP call to the server and this side's part of a collective at once.
+
+    The first failure of either is the error (a ``UserError``). A side left blocked by the other's failure
+    (a collective whose peer never comes) is not waited for: the group is unusable after it, which the
+    caller records.
+    """
+    pool = ThreadPoolExecutor(2)
+    try:
+        futures = [pool.submit(server), pool.submit(local)]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:
+            exc = f.exception() if f in done else None
+            if isinstance(exc, UserError):
+                raise exc
+            if exc is not None:
+                raise UserError(f"the weight transfer failed: {type(exc).__name__}: {exc}")
+    finally:
+        pool.shutdown(wait=False)

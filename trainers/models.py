@@ -39,11 +39,10 @@ __all__ = [
     "locate_gguf",
     "main",
     "tiny",
+    "tool_chat_template",
 ]
 
-#: ChatML with the tools listed tersely in the system turn, calls as ``<tool_call>{json}</tool_call>`` and
-#: results as ``tool`` turns (SmolLM2's own template ignores ``tools`` and ``tool_calls``).
-TOOL_CHAT_TEMPLATE = """\
+_TOOL_TEMPLATE = """\
 {%- for message in messages %}
   {%- if loop.first %}
     {{- '<|im_start|>system\\n' }}
@@ -55,7 +54,7 @@ TOOL_CHAT_TEMPLATE = """\
         {{- f.name ~ '(' ~ ((f.parameters.properties | default({})).keys() | join(', ')) ~ ')' }}
         {{- ', ' if not loop.last else '. ' }}
       {%- endfor %}
-      {{- 'Call one as <tool_call>{"name": NAME, "arguments": {ARGUMENTS}}</tool_call>' }}
+      {{- 'Call one as <tool_call>@CALL@</tool_call>' }}
     {%- endif %}
     {{- '<|im_end|>\\n' }}
   {%- endif %}
@@ -73,6 +72,25 @@ TOOL_CHAT_TEMPLATE = """\
 {%- endfor %}
 {%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}
 """
+
+
+def tool_chat_template(call: str = '{"name": NAME, "arguments": {ARGUMENTS}}') -> str:
+    """A ChatML chat template with tools, calls as ``<tool_call>{json}</tool_call>``.
+
+    The tools are listed tersely in the system turn and results are ``tool`` turns (SmolLM2's own template
+    ignores ``tools`` and ``tool_calls``). ``call``: how the system turn shows a call (a concrete one, with
+    one of the agent's tools, helps a small model). Every message renders on its own, so the template is
+    prefix-preserving.
+
+    Example:
+        >>> tool_chat_template('{"name": "add", "arguments": {"a": 1, "b": 2}}').count('"add"')
+        1
+    """
+    return _TOOL_TEMPLATE.replace("@CALL@", call)
+
+
+#: :func:`tool_chat_template` with a generic call.
+TOOL_CHAT_TEMPLATE = tool_chat_template()
 
 _PROBE_TOOL = {
     "type": "function",

@@ -22,6 +22,7 @@ import re
 import threading
 from typing import Any
 
+from trainers.models import tool_chat_template
 from trainers.serve.policy import ENV_BASE_URL, ENV_MODEL
 
 SYSTEM_PROMPT = "You are a calculator agent. Use the tools, then give the number."
@@ -31,41 +32,10 @@ DESCRIPTIONS = {"add": "Add.", "mul": "Multiply.", "sub": "Subtract b from a."}
 MAX_TOKENS = 40  # a tool call is ~33 tokens with this tokenizer (one token per digit)
 _INT = re.compile(r"-?\d+")
 
-#: The chat template the example ships (SmolLM2's own ignores ``tools`` and ``tool_calls``): ChatML with
-#: the tools listed tersely in the system turn, calls as
-#: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (what the policy server parses) and tool
-#: results as a ``tool`` turn. Every message renders on its own,
-#: so the template is prefix-preserving (one training sequence per episode).
-CHAT_TEMPLATE = """\
-{%- for message in messages %}
-  {%- if loop.first %}
-    {{- '<|im_start|>system\\n' }}
-    {{- message.content if message.role == 'system' else 'You are a helpful assistant.' }}
-    {%- if tools %}
-      {{- '\\nTools: ' }}
-      {%- for t in tools %}
-        {%- set f = t.function if t.function is defined else t %}
-        {{- f.name ~ '(' ~ ((f.parameters.properties | default({})).keys() | join(', ')) ~ ')' }}
-        {{- ', ' if not loop.last else '. ' }}
-      {%- endfor %}
-      {{- 'Call one as <tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>' }}
-    {%- endif %}
-    {{- '<|im_end|>\\n' }}
-  {%- endif %}
-  {%- if not (loop.first and message.role == 'system') %}
-    {{- '<|im_start|>' ~ message.role ~ '\\n' }}
-    {%- if message.content is string %}{{- message.content }}{%- endif %}
-    {%- for tc in message.tool_calls | default([]) %}
-      {%- set f = tc.function if tc.function is defined else tc %}
-      {{- '<tool_call>{"name": "' ~ f.name ~ '", "arguments": ' }}
-      {{- f.arguments if f.arguments is string else (f.arguments | tojson) }}
-      {{- '}</tool_call>' }}
-    {%- endfor %}
-    {{- '<|im_end|>\\n' }}
-  {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}
-"""
+#: The chat template the example ships (SmolLM2's own ignores ``tools`` and ``tool_calls``): tracerl's
+#: ChatML tool template, its system turn showing a call of this agent's ``add`` tool (what the policy server
+#: parses); prefix-preserving, so one training sequence per episode.
+CHAT_TEMPLATE = tool_chat_template('{"name": "add", "arguments": {"a": 1, "b": 2}}')
 
 
 def calculator(name: str, arguments: Any) -> str:

@@ -108,7 +108,8 @@ def _kill_child_then_rerun(tmp_path: Path, cfg: dict, marker: str, error: str, m
     after version 1; the loop stops with ``error`` (one line); the same command then finishes the 3 versions.
     Returns ``check_run``'s."""
     out, cfg_path, proc = _until_version_1(tmp_path, cfg)
-    os.kill(_collector(out) if marker == "collector" else _child(proc.pid, marker), signal.SIGKILL)
+    recorded = marker in ("collector", "validation")  # the processes the loop records in OUT/<name>.pid
+    os.kill(_recorded(out, marker) if recorded else _child(proc.pid, marker), signal.SIGKILL)
     assert proc.wait(timeout=120) == 2  # one error line, no traceback
     log = (tmp_path / "first.log").read_text()
     assert error in log and "Traceback" not in log, log
@@ -119,9 +120,14 @@ def _kill_child_then_rerun(tmp_path: Path, cfg: dict, marker: str, error: str, m
     return got
 
 
-def _collector(out: Path) -> int:
-    """The collector process (validation runs in processes of the same command line)."""
-    pid = int((out / "collector.pid").read_text())
+def _recorded(out: Path, name: str) -> int:
+    """The collector's or the validation worker's process (both have the same command line: spawned)."""
+    path = out / f"{name}.pid"
+    deadline = time.time() + 60
+    while not path.exists():  # the validation worker starts with the first validation
+        assert time.time() < deadline, f"no {path}"
+        time.sleep(0.05)
+    pid = int(path.read_text())
     assert _running(pid)
     return pid
 
@@ -156,11 +162,23 @@ def test_kill_9_of_the_collector_process_then_the_same_command(tmp_path, tiny_mo
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="checks the worker process through /proc")
+def test_kill_9_of_the_validation_worker_then_the_same_command(tmp_path, tiny_model_dir):
+    cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=3)
+    error = "error: the validation process exited (code -9); re-run the same command"
+    got = _kill_child_then_rerun(tmp_path, cfg, "validation", error, str(tiny_model_dir))
+    keys = [(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]]
+    assert len(keys) == len(set(keys))  # nothing trained twice
+    evals = [json.loads(x) for x in (Path(cfg["out"]) / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["kind"] == "eval" and r["policy_version"] == 3 for r in evals)  # the final one, after it
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the collector process through /proc")
 def test_the_collector_exits_when_the_loop_process_is_killed_alone(tmp_path, tiny_model_dir):
     cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=3)
     out, cfg_path, proc = _until_version_1(tmp_path, cfg)
-    collector = _collector(out)
+    collector = _recorded(out, "collector")
     os.kill(proc.pid, signal.SIGKILL)  # the loop process only, not its group
     proc.wait()
     deadline = time.time() + 10

@@ -214,6 +214,7 @@ class RolloutWorker:
         self.proc = _CTX.Process(target=_worker_main, args=args, name=f"tracerl-{name}", daemon=True)
         self.proc.start()
         child.close()
+        (out / f"{name}.pid").write_text(f"{self.proc.pid}\n")  # for operators (and the crash tests)
 
     def run(self, **kwargs: Any) -> None:
         """Run one job; raises ``UserError`` with its first error line when it fails or the process died."""

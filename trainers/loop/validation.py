@@ -38,6 +38,8 @@ class _Thread:
         self.thread.start()
 
     def check(self, what: str) -> None:
+        if isinstance(self.error, UserError):  # already one line that says what to do
+            raise UserError(str(self.error)) from self.error
         if self.error is not None:
             raise UserError(f"the {what} failed: {type(self.error).__name__}: {self.error}") from self.error
 

@@ -164,14 +164,16 @@ def test_own_agent_step_by_step(tmp_path, monkeypatch, capsys):
     proc, base = _serve(tmp_path / "sft", env)
     try:
         monkeypatch.setenv("TRACERL_POLICY_BASE_URL", base)
-        train = _tasks(tmp_path / "train.jsonl", ["Ada", "Grace"])
+        # Four tasks: the warm-started model can answer a demonstrated name the same way in all three
+        # samples (no reward spread: nothing for GRPO); one task of four with spread is enough here.
+        train = _tasks(tmp_path / "train.jsonl", ["Ada", "Grace", "Linus", "Barbara"])
         args = ["office_agent:solve", train, "--group-size", "3", "--reward-fn", "office_agent:score"]
         assert tracerl(["rollout", *args, "--store", "store", "--results", "r0.jsonl", "--no-progress"]) == 0
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     results = [json.loads(x) for x in Path("r0.jsonl").read_text().splitlines()]
-    assert len(results) == 6 and all(r["status"] == "ok" for r in results), results
+    assert len(results) == 12 and all(r["status"] == "ok" for r in results), results
 
     # 3. export, look at the groups (as collected: 3 to a group), and train one round in the loop.
     assert tracerl(["export", "--store", "store", "--out", "episodes.parquet"]) == 0
@@ -188,7 +190,7 @@ def test_own_agent_step_by_step(tmp_path, monkeypatch, capsys):
         "model": "sft",
         "out": "loop",
         "rounds": 1,
-        "tasks_per_round": 2,
+        "tasks_per_round": 4,  # every task: at least one group with reward spread to train on
         "group_size": 3,
         "train": {"max_length": 512, "grpo": {"max_steps": 1, "learning_rate": 1.0e-3, "beta": 0}},
     }
@@ -205,4 +207,4 @@ def test_own_agent_step_by_step(tmp_path, monkeypatch, capsys):
     summary = json.loads((tmp_path / "sft" / "sft_summary.json").read_text())
     kept = sum(r["reward"] >= best for r in results)
     assert summary["train_examples"] + summary["held_out_examples"] >= kept
-    assert summary["dropped_rows"].get("below min_reward", 0) == 6 - kept
+    assert summary["dropped_rows"].get("below min_reward", 0) == 12 - kept

@@ -151,24 +151,22 @@ def test_kill_9_of_the_policy_server_process_then_the_same_command(tmp_path, tin
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the collector process through /proc")
-def test_kill_9_of_the_collector_process_then_the_same_command(tmp_path, tiny_model_dir):
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="checks the process through /proc")
+@pytest.mark.parametrize(
+    ("process", "error"),
+    [
+        ("collector", "error: the collector process exited (code -9)"),
+        ("validation", "error: the validation process exited (code -9); re-run the same command"),
+    ],
+)
+def test_kill_9_of_the_collector_or_the_validation_worker_then_the_same_command(
+    tmp_path, tiny_model_dir, process, error
+):
     cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=3)
-    error = "error: the collector process exited (code -9)"
-    got = _kill_child_then_rerun(tmp_path, cfg, "collector", error, str(tiny_model_dir))
+    got = _kill_child_then_rerun(tmp_path, cfg, process, error, str(tiny_model_dir))
     keys = [(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]]
     assert len(keys) == len(set(keys))  # nothing trained twice
     assert sorted({t["policy_version"] for t in got["trained"]}) == [1, 2, 3]
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="checks the worker process through /proc")
-def test_kill_9_of_the_validation_worker_then_the_same_command(tmp_path, tiny_model_dir):
-    cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=3)
-    error = "error: the validation process exited (code -9); re-run the same command"
-    got = _kill_child_then_rerun(tmp_path, cfg, "validation", error, str(tiny_model_dir))
-    keys = [(t["rollout"], t["task_id"], t["sample"]) for t in got["trained"]]
-    assert len(keys) == len(set(keys))  # nothing trained twice
     evals = [json.loads(x) for x in (Path(cfg["out"]) / "metrics.jsonl").read_text().splitlines()]
     assert any(r["kind"] == "eval" and r["policy_version"] == 3 for r in evals)  # the final one, after it
 

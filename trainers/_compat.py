@@ -72,7 +72,8 @@ PRIVATE_API: tuple[PrivateMethod, ...] = (
     PrivateMethod(
         "trl:GRPOTrainer._get_per_token_logps_and_entropies",
         ("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"),
-        "called: the policy's log-probs for tokens without a stored behaviour logprob",
+        "overridden: TIS weights from the loss's own log-probs (TRL's loss reads the advantages after it);"
+        " called: the policy's log-probs for tokens without a stored behaviour logprob",
     ),
     PrivateMethod(
         "trl:GRPOTrainer.__init__", ("self", "model", "reward_funcs", "args"), "called with rollout_func="

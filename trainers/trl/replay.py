@@ -67,6 +67,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self._episodes_log = episodes_log
         self._replay_rows: list[dict[str, Any]] = []
         self._carried_state: Any = None  # the resident trainer's state across train() calls
+        self._tis_pending: dict[str, Any] | None = None  # a batch whose TIS weights the loss's log-probs give
         super().__init__(*args, **kw)
         if self.args.disable_tqdm:  # metrics go to metrics.jsonl; transformers would print every log dict
             self.remove_callback(PrinterCallback)
@@ -130,24 +131,41 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             'compute_loss'
         """
         passes = inputs.get("_passes")
+        deferred = self._tis_deferred(inputs)
         if not passes or return_outputs or not model.training:
             plain = {k: v for k, v in inputs.items() if k not in ("_passes", "_attention")}
-            return super().compute_loss(model, plain, return_outputs, num_items_in_batch)
+            self._tis_pending = plain if deferred else None
+            try:
+                loss = super().compute_loss(model, plain, return_outputs, num_items_in_batch)
+            finally:
+                missed, self._tis_pending = self._tis_pending is not None, None
+            # Unused: TRL's loss no longer computes its log-probs through the hook; no weights applied.
+            if missed:
+                raise RuntimeError("TIS weights not applied: TRL's _compute_loss changed (trainers._compat)")
+            return loss
         from trainers.trl import _step
+
+        width = inputs["completion_ids"].size(1)
+        if deferred:  # each pass weights its own rows by its own log-probs (see _tis_at_step)
+            adv = _per_token(inputs["advantages"]).expand(-1, width).clone()
+            inputs = {**inputs, "advantages": adv}
 
         # Every pass but the last is backpropagated here (its activations freed at once); the Trainer
         # backpropagates the last. The passes' losses share the micro-batch's denominators, so their
         # gradients add up to the micro-batch's.
-        width = inputs["completion_ids"].size(1)
         done, stats = None, []
         for p in passes[:-1]:
             with self.accelerator.no_sync(model):
                 logps, ent = _step.pass_logps(self, model, p, inputs["_attention"], width)
+                if deferred:
+                    self._weight_by_tis(inputs, logps.detach(), slice(p.start, p.stop))
                 loss, s = _step.pass_loss(self, inputs, p, logps, ent)
                 self.accelerator.backward(loss)
             done = loss.detach() if done is None else done + loss.detach()
             stats.append(s)
         logps, ent = _step.pass_logps(self, model, passes[-1], inputs["_attention"], width)
+        if deferred:
+            self._weight_by_tis(inputs, logps.detach(), slice(passes[-1].start, passes[-1].stop))
         loss, s = _step.pass_loss(self, inputs, passes[-1], logps, ent)
         _step.log_metrics(self, [*stats, s])
         self._perf.trained(passes)
@@ -206,6 +224,8 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         if sampling is None:
             return
         proximal = out.get("old_per_token_logps")
+        if proximal is None and self._tis_log is None and self._tis_at_step():
+            return  # the loss's own log-probs are π_prox: weighted there (_tis_deferred), no forward here
         if proximal is None:
             proximal = self._replay_policy_logps(out)
         loss_mask = (
@@ -221,6 +241,60 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         if self._tis_log is not None and mode == "train" and self.accelerator.is_main_process:
             _write_tis_batch(self._tis_log, out, sampling, weights, loss_mask, episode_ids, self._tis_cap)
             self._tis_log = None  # one batch is enough to check against
+
+    def _tis_at_step(self) -> bool:
+        """Whether π_prox, the policy at the start of a generation batch, is the policy every step of it runs.
+
+        One optimizer step per generation batch (``steps_per_generation <= gradient_accumulation_steps``)
+        and one iteration over it: the weights the loss differentiates are π_prox's, so its log-probs
+        (detached) are π_prox's log-probs and a separate no-grad forward to get them (a quarter of a step
+        on CPU) computes nothing new. TRL skips its own old-policy forward on the same condition.
+        """
+        a = self.args
+        return (
+            self.num_iterations == 1
+            and a.steps_per_generation <= a.gradient_accumulation_steps
+            and getattr(self, "off_policy_mask_threshold", None) is None  # it reads the behaviour logps
+        )
+
+    def _tis_deferred(self, inputs: dict[str, Any]) -> bool:
+        return (
+            self._replay_behaviour
+            and self._tis_cap is not None
+            and inputs.get("old_per_token_logps") is None
+            and inputs.get("sampling_per_token_logps") is not None
+        )
+
+    def _get_per_token_logps_and_entropies(
+        self, model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, *args: Any, **kw: Any
+    ) -> Any:
+        result = super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, *args, **kw
+        )
+        pending, self._tis_pending = self._tis_pending, None
+        if pending is not None:  # TRL's loss computed the policy's log-probs; it reads the advantages next
+            self._weight_by_tis(pending, result[0].detach(), slice(None))
+        return result
+
+    def _weight_by_tis(self, inputs: dict[str, Any], proximal: Any, rows: slice) -> None:
+        """Weight the advantages of ``rows`` by TIS; ``proximal``: the rows' log-probs under the policy."""
+        mask = (
+            inputs["completion_mask"] * inputs["tool_mask"]
+            if "tool_mask" in inputs
+            else inputs["completion_mask"]
+        )
+        weights, stats = _tis(
+            proximal, inputs["sampling_per_token_logps"][rows], mask[rows], float(self._tis_cap or 0.0)
+        )
+        adv = _per_token(inputs["advantages"])
+        if rows == slice(None):
+            inputs["advantages"] = adv * weights.to(adv.dtype)
+        else:  # a pass of the padding-free step: the caller's copy of the micro-batch's advantages
+            adv[rows] = adv[rows] * weights.to(adv.dtype)
+            inputs["advantages"] = adv
+        mode = "train" if self.model.training else "eval"
+        for key, value in stats.items():
+            self._metrics[mode][f"tis/{key}"].append(value)
 
     def _log_episodes(self, episode_ids: list[str]) -> None:
         # Every process's share of this generation batch, written by the main process only: which
@@ -382,19 +456,32 @@ def truncated_is_weights(
         >>> w.tolist(), s["is_truncated_frac"]
         ([[2.0, 1.0]], 0.5)
     """
+    weights, stats = _tis(proximal, behaviour, loss_mask, cap)
+    return weights, {k: float(v) for k, v in stats.items()}
+
+
+def _tis(proximal: Any, behaviour: Any, loss_mask: Any, cap: float) -> tuple[Any, dict[str, Any]]:
+    """:func:`truncated_is_weights` with its statistics left on the device (no host read in a step)."""
     known = ~torch.isnan(behaviour) & loss_mask.bool()
     diff = torch.where(known, proximal - torch.nan_to_num(behaviour, nan=0.0), torch.zeros_like(proximal))
     ratio = torch.exp(diff)
     weights = torch.where(known, ratio.clamp(max=cap), torch.ones_like(ratio)).detach()
-    r = ratio[known]
-    n_trained = max(int(loss_mask.bool().sum()), 1)
+    n = known.sum()
+    some = n > 0
+    denominator = n.clamp(min=1).to(ratio.dtype)
+    one = torch.ones((), dtype=ratio.dtype, device=ratio.device)
     stats = {
-        "is_ratio_mean": float(r.mean()) if r.numel() else 1.0,
-        "is_ratio_max": float(r.max()) if r.numel() else 1.0,
-        "is_truncated_frac": float((r > cap).float().mean()) if r.numel() else 0.0,
-        "behaviour_token_frac": float(known.sum()) / n_trained,
+        "is_ratio_mean": torch.where(some, torch.where(known, ratio, 0.0).sum() / denominator, one),
+        "is_ratio_max": torch.where(some, torch.where(known, ratio, -math.inf).max(), one),
+        "is_truncated_frac": ((ratio > cap) & known).sum().to(ratio.dtype) / denominator,
+        "behaviour_token_frac": n.to(ratio.dtype) / loss_mask.bool().sum().clamp(min=1).to(ratio.dtype),
     }
-    return weights, stats
+    return weights, {k: v.detach() for k, v in stats.items()}
+
+
+def _per_token(advantages: Any) -> Any:
+    """Advantages as ``(rows, tokens)`` or ``(rows, 1)``: the shape a per-token weight multiplies."""
+    return advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
 
 
 def _write_tis_batch(

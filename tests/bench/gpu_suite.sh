@@ -12,12 +12,17 @@
 # shape, two variants, the same report, in well under a minute (CI runs it). Results: DIR/suite.json (environment, every run, pytest's summary) and
 # DIR/suite.md (the table); DIR defaults to /tmp/tracerl-gpu-suite.
 #
+# The resident trainer's per-version split on a GPU (issue 35) does not fit beside this in one 10-minute call;
+# give it a call of its own (about 2-4 minutes each, the policy server on the GPU too):
+#   python tests/bench/resident.py --model 1.5b --device cuda --versions 4 --steps 2 [--lora]
+#
 # A bare machine needs, besides torch: trl 1.16.0, transformers 5.23.0, peft 0.21.2, accelerate 1.15.0,
-# datasets, dill, multiprocess, orjson, pyyaml, pytest (and optionally liger-kernel 0.8.5, flash-attn).
+# datasets, dill, multiprocess, orjson, pyyaml, pytest, and for the policy server and its GPU test fastapi,
+# uvicorn, httpx (optionally liger-kernel 0.8.5, flash-attn).
 # --wheels DIR installs the wheels in DIR (pip --no-index --no-deps) into DIR/../site and uses them.
 set -euo pipefail
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 
 MODE=gpu
 OUT=/tmp/tracerl-gpu-suite
@@ -64,7 +69,7 @@ fi
 
 run_gpu_tests() {
   "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/trainers/test_step_syncs.py tests/trainers/test_padding_free.py \
-    tests/trainers/test_trl_speed.py > "$OUT/pytest_gpu.txt" 2>&1
+    tests/trainers/test_trl_speed.py tests/serve/test_push.py > "$OUT/pytest_gpu.txt" 2>&1
 }
 
 start=$(date +%s)

@@ -15,6 +15,10 @@ first and the last version. Both modes run in this process, one after the other,
 
     python tests/bench/resident.py --model tiny --versions 20 --steps 4
     python tests/bench/resident.py --model smollm2 --versions 20 --steps 4 --lora
+    python tests/bench/resident.py --model 1.5b --device cuda --versions 6 --steps 2 [--lora]   # GPU
+
+``--device cuda``: the trainer and the policy server (its own process) both on the GPU, bf16; ``1.5b`` is a
+randomly initialised Qwen2.5-1.5B shape (``tests/bench/gpu_train.py``'s) with the tiny tokenizer.
 """
 
 from __future__ import annotations
@@ -39,11 +43,18 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _model(kind: str, root: Path) -> str:
+def _model(kind: str, root: Path, device: str) -> str:
     if kind == "tiny":
         from trainers._tiny import build_tiny_model
 
         return str(build_tiny_model(root / "tiny"))
+    if kind == "1.5b":
+        from gpu_train import build_model
+
+        from trainers._tiny import build_tiny_tokenizer
+
+        build_model(root / kind, kind, build_tiny_tokenizer(), cuda=device != "cpu")
+        return str(root / kind)
     from examples.smollm2.model import checkpoint
 
     return checkpoint(root / "smollm2")
@@ -63,8 +74,8 @@ def _config(model: str, out: Path, args: argparse.Namespace, steps: int) -> Any:
         "save_strategy": "no",
         "disable_tqdm": True,
         "report_to": "none",
-        "use_cpu": True,
-        "bf16": False,
+        "use_cpu": args.device == "cpu",
+        "bf16": args.device != "cpu",
     }
     return TRLGRPOConfig(
         model=model,
@@ -89,6 +100,13 @@ def _version_data(tok: Any, v: int, args: argparse.Namespace) -> list[dict[str, 
     return eps
 
 
+def _sync() -> None:
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def _step_timer() -> Any:
     """A transformers callback adding up the seconds from each step's start to its end (optimizer included)."""
     from transformers import TrainerCallback
@@ -98,9 +116,11 @@ def _step_timer() -> Any:
             self.seconds, self._t = 0.0, 0.0
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            _sync()
             self._t = time.perf_counter()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            _sync()  # the step's kernels done, not only queued
             self.seconds += time.perf_counter() - self._t
 
         def take(self) -> float:
@@ -156,7 +176,7 @@ def run_new(
     for v in range(1, args.versions + 1):
         t0 = time.perf_counter()
         done = resident.train_version(_version_data(tok, v, args), steps=args.steps)
-        tensors, adapter_config = resident.weights()
+        tensors, adapter_config = resident.weights(device=policy.push_device)
         policy.push(tensors, adapter_config=adapter_config, policy_version=v)
         wall = time.perf_counter() - t0
         train = timer.take()
@@ -194,7 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     from sdk._cli import OneLineParser
 
     p = OneLineParser(prog="python tests/bench/resident.py", description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
+    p.add_argument("--model", choices=["tiny", "smollm2", "1.5b"], default="tiny")
+    p.add_argument(
+        "--device", default="cpu", help="cpu, or cuda: the trainer and the policy server on the GPU"
+    )
     p.add_argument("--versions", type=int, default=20)
     p.add_argument("--steps", type=int, default=4, help="optimizer steps per version (sync_every)")
     p.add_argument("--group-size", type=int, default=8)
@@ -206,6 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.versions < 2 or args.steps < 1:
         p.error("--versions must be >= 2 and --steps >= 1")
+    from trainers.serve.weights import serving_device
+
+    try:
+        serving_device(args.device)
+    except ValueError as exc:
+        p.error(str(exc))
+    if args.model == "1.5b" and args.device == "cpu":
+        p.error("--model 1.5b is for a GPU: add --device cuda")
     import torch
     from transformers import AutoTokenizer
 
@@ -217,10 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     summaries = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        model = _model(args.model, root)
+        model = _model(args.model, root, args.device)
         tok = AutoTokenizer.from_pretrained(model)
         for mode in args.modes.split(","):
-            policy = LocalPolicy(model, subprocess=True, threads=1, log=root / f"{mode}-serve.log")
+            policy = LocalPolicy(
+                model, subprocess=True, threads=1, log=root / f"{mode}-serve.log", device=args.device
+            )
             policy.start()
             try:
                 rows = (run_old if mode == "old" else run_new)(model, tok, policy, root / mode, args)

@@ -64,8 +64,39 @@ def _matches(weights: str, adapter: str | None, answer: tuple) -> bool:
 
 @pytest.mark.parametrize("subprocess", [True, False], ids=["server-process", "in-process"])
 def test_pushed_full_weights_and_adapter_serve_with_their_version(models, subprocess, tmp_path) -> None:
+    _push_round_trip(models, LocalPolicy(models[0], subprocess=subprocess, log=tmp_path / "serve.log"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("subprocess", [True, False], ids=["server-process", "in-process"])
+def test_a_server_on_the_gpu_serves_pushed_weights_with_their_version(models, subprocess, tmp_path) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    policy = LocalPolicy(models[0], subprocess=subprocess, log=tmp_path / "serve.log", device="cuda")
+    assert policy.push_device == ("cpu" if subprocess else "cuda")  # in-process: a copy on the device
+    _push_round_trip(models, policy)
+
+
+def test_a_device_this_machine_lacks_is_one_error_before_anything_starts(models, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from trainers.serve.policy import make_policy
+
+    for device, says in (("cuda:99", "device 'cuda:99': this machine has"), ("tpu", "device must be 'cpu'")):
+        with pytest.raises(UserError, match=f"policy {says}"):
+            make_policy({"device": device}, models[0])
+        argv = [sys.executable, "-m", "sdk.serve", "--model", models[0], "--device", device]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and says in lines[0], out.stderr
+    assert LocalPolicy(models[0], device="cpu").push_device == "cpu"
+
+
+def _push_round_trip(models: tuple[str, str, str], policy: LocalPolicy) -> None:
     base, other, adapter = models
-    policy = LocalPolicy(base, model_name="policy", subprocess=subprocess, log=tmp_path / "serve.log")
     policy.start()
     try:
         first = _ask(policy)

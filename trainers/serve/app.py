@@ -86,6 +86,7 @@ from trainers.serve.engine import (
     render_prompt_ids,
 )
 from trainers.serve.versions import StaleVersion
+from trainers.serve.weights import serving_device
 
 __all__ = [
     "Engine",
@@ -283,6 +284,7 @@ class LocalPolicyServer:
         adapters: LoRA adapters served on the base, ``{name: adapter directory}``; a request's
             ``model`` picks one.
         policy_version: version of the weights it starts with.
+        device: where the model runs: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (``ValueError`` if not here).
 
     Example:
         >>> with LocalPolicyServer("path/to/model") as srv:  # doctest: +SKIP
@@ -299,9 +301,15 @@ class LocalPolicyServer:
         model_name: str | None = None,
         adapters: Mapping[str, str | Path] | None = None,
         policy_version: int = 0,
+        device: str = "cpu",
     ) -> None:
         self.engine = Engine(
-            model, tokenizer, model_name=model_name, adapters=adapters, policy_version=policy_version
+            model,
+            tokenizer,
+            model_name=model_name,
+            adapters=adapters,
+            policy_version=policy_version,
+            device=serving_device(device),
         )
         self.host, self.port = host, port
         self.app = create_app(self.engine)
@@ -439,6 +447,10 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, 
         p.error(f"--threads must be >= 1, got {a.threads}")
     if a.policy_version < 0:
         p.error("--policy-version must be >= 0")
+    try:
+        serving_device(a.device)
+    except ValueError as exc:
+        p.error(str(exc))
     if a.parent_pid is not None and (a.parent_pid < 1 or not _pid_alive(a.parent_pid)):
         p.error(f"--parent-pid {a.parent_pid}: no such process")
     adapters = dict(a.adapter)
@@ -487,6 +499,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model-name", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda or cuda:N")
     p.add_argument(
         "--policy-version", type=int, default=0, metavar="N", help="version of the --model weights (0)"
     )
@@ -500,7 +513,13 @@ def main(argv: list[str] | None = None) -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     try:
-        engine = Engine(a.model, model_name=a.model_name, adapters=adapters, policy_version=a.policy_version)
+        engine = Engine(
+            a.model,
+            model_name=a.model_name,
+            adapters=adapters,
+            policy_version=a.policy_version,
+            device=a.device,
+        )
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -3,23 +3,20 @@
 Three kinds, one interface (:class:`PolicyServer`: ``start``, ``update``, ``stop``, ``base_url``,
 ``model_name``):
 
-- :class:`LocalPolicy`: ``sdk.serve`` on CPU (or one GPU) — in this process (a uvicorn thread) or as a
-  ``python -m sdk.serve`` subprocess; new weights are loaded in place (``/admin/reload``).
-- :class:`VLLMPolicy`: launches ``vllm serve`` for GPUs. New LoRA adapters are loaded through vLLM's
-  runtime API (``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter``, which needs
-  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, set here); full weights are pushed in place with
+- :class:`LocalPolicy`: ``sdk.serve`` on the CPU or one GPU (``device``), in this process (a uvicorn
+  thread) or as a ``python -m sdk.serve`` subprocess; new weights are pushed or loaded in place.
+- :class:`VLLMPolicy`: launches ``vllm serve`` for GPUs. LoRA adapters load through vLLM's runtime API
+  (``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, set here); full weights are pushed in place with
   ``weight_transfer`` (:mod:`trainers.serve.vllm_weights`), else the server restarts on them. Written
   against vLLM's documented API and tested against a scripted stand-in; not run on a GPU.
+- :class:`ExternalPolicy`: a server the user already runs; reloaded through ``/admin/reload``
+  (``sdk.serve``) or the vLLM LoRA endpoints, or not at all.
 
 Policy versions: ``update(..., policy_version=N)`` publishes weights as version ``N``. ``sdk.serve``
 reports it in every response; a vLLM adapter is loaded as ``f"{name}@v{N}"`` beside the previous one (then
 unloaded) and ``model_name`` (what agents send, :func:`export_env`) moves to it, so each response's
-``model`` names its version (``sdk.openai_wire.policy_version_of``). Without a version: one name, in place.
-- :class:`ExternalPolicy`: a server the user already runs; reloaded through ``/admin/reload``
-  (``sdk.serve``) or the vLLM LoRA endpoints, or not at all.
-
-Agents find the policy through the environment: :func:`export_env` sets ``TRACERL_POLICY_BASE_URL`` and
-``TRACERL_POLICY_MODEL``.
+``model`` names its version (``sdk.openai_wire.policy_version_of``). Agents find the policy through the
+environment: :func:`export_env` sets ``TRACERL_POLICY_BASE_URL`` and ``TRACERL_POLICY_MODEL``.
 
 Example:
     >>> from trainers.serve.policy import make_policy
@@ -122,21 +119,12 @@ def _free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> tuple[int, str]:
-    req = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-
-
-def _post_bytes(url: str, body: bytes, timeout: float = 600.0) -> tuple[int, str]:
-    req = urllib.request.Request(
-        url, data=body, headers={"Content-Type": "application/octet-stream"}, method="POST"
-    )
+def _post(url: str, body: dict[str, Any] | bytes, timeout: float = 600.0) -> tuple[int, str]:
+    """POST JSON (a dict) or raw bytes; ``(status, text)``, status 0 when the server did not answer."""
+    raw = isinstance(body, bytes)
+    data = body if raw else json.dumps(body).encode()
+    kind = "application/octet-stream" if raw else "application/json"
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": kind}, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read().decode(errors="replace")
@@ -196,6 +184,7 @@ class LocalPolicy:
         pid_file: Where the subprocess is recorded (``make_policy``: ``OUT/policy-server.pid``); one left
             by an earlier run is stopped, one of a run still going refused (:mod:`trainers.serve.pidfile`).
             The subprocess exits with this process in any case (``--parent-pid``), ``kill -9`` included.
+        device: Where the model runs: ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (checked here).
 
     Example:
         >>> p = LocalPolicy("runs/sft", model_name="policy")  # doctest: +SKIP
@@ -212,8 +201,16 @@ class LocalPolicy:
         log: str | os.PathLike[str] | None = None,
         adapters: dict[str, str] | None = None,
         pid_file: str | os.PathLike[str] | None = None,
+        device: str = "cpu",
     ) -> None:
-        self.model, self.model_name = str(model), model_name
+        if device != "cpu":  # checked now (torch imported only for a GPU), not when the server starts
+            from trainers.serve.weights import serving_device
+
+            try:
+                serving_device(device)
+            except ValueError as exc:
+                raise UserError(f"policy {exc}") from None
+        self.model, self.model_name, self.device = str(model), model_name, device
         self.pid_file = Path(pid_file) if pid_file else None
         self.adapters = {name: str(path) for name, path in (adapters or {}).items()}
         self.use_subprocess, self.threads = subprocess, threads
@@ -223,6 +220,11 @@ class LocalPolicy:
         self._proc: subprocess.Popen[Any] | None = None
         self._port = 0
         self._lora_name: str | None = None  # the adapter pushed as the policy (LoRA training)
+
+    @property
+    def push_device(self) -> str:
+        """Where :meth:`push` wants the weights: the server's device in this process, else the host."""
+        return self.device if not self.use_subprocess else "cpu"
 
     def start(self) -> None:
         """Start serving ``model``."""
@@ -236,6 +238,7 @@ class LocalPolicy:
                 model_name=self.model_name,
                 adapters=self.adapters,
                 policy_version=self.policy_version,
+                device=self.device,
             ).start()
             self.base_url = self._server.base_url
             return
@@ -251,6 +254,8 @@ class LocalPolicy:
             cmd += ["--adapter", f"{name}={path}"]
         if self.threads:
             cmd += ["--threads", str(self.threads)]
+        if self.device != "cpu":
+            cmd += ["--device", self.device]
         out: Any = subprocess.DEVNULL
         if self.log is not None:
             self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -324,7 +329,7 @@ class LocalPolicy:
             if policy_version is not None:
                 query["policy_version"] = str(int(policy_version))
             url = f"http://127.0.0.1:{self._port}/admin/weights?{urllib.parse.urlencode(query)}"
-            status, text = _post_bytes(url, body)
+            status, text = _post(url, body)
             code = self._proc.poll() if status == 0 else None
             if code is not None:
                 raise UserError(f"the policy server exited (code {code})")
@@ -531,7 +536,7 @@ class VLLMPolicy:
         """
         version = _next_version(self.policy_version, policy_version)
         name = self.model_name if policy_version is None else f"{self.name}@v{version}"
-        if self.lora and adapter is not None and _same_model(_adapter_base(adapter), self.base_model):
+        if self.lora and adapter is not None and _trained_on(adapter, self.base_model):
             if self._proc is not None:
                 _vllm_load(self.base_url, name, str(adapter), previous=self.model_name)
             self.adapter, self.model_name, self.policy_version = str(adapter), name, version
@@ -594,21 +599,15 @@ class VLLMPolicy:
         return self._proc.poll() if self._proc is not None else None
 
 
-def _same_model(a: str | None, b: str) -> bool:
-    if a is None:
-        return True  # the adapter does not say: trust the loop, which trained it on the served base
-    if a == b:
-        return True
-    return Path(a).exists() and Path(b).exists() and Path(a).resolve() == Path(b).resolve()
-
-
-def _adapter_base(adapter: str) -> str | None:
+def _trained_on(adapter: str, base: str) -> bool:
+    """Whether the LoRA ``adapter`` was trained on ``base`` (one whose config does not say is trusted)."""
     try:
-        cfg = json.loads((Path(adapter) / "adapter_config.json").read_text())
+        said = json.loads((Path(adapter) / "adapter_config.json").read_text()).get("base_model_name_or_path")
     except (OSError, ValueError):
-        return None
-    base = cfg.get("base_model_name_or_path")
-    return str(base) if base else None
+        said = None
+    if not said or said == base:  # not said: trust the loop, which trained it on the served base
+        return True
+    return Path(said).exists() and Path(base).exists() and Path(said).resolve() == Path(base).resolve()
 
 
 class ExternalPolicy:
@@ -673,8 +672,8 @@ def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | 
     """Build the policy server a loop config's ``policy:`` section describes.
 
     Keys: ``kind`` (``local`` default, ``vllm``, ``external``), ``model_name`` (``policy``); local:
-    ``subprocess``, ``threads``, ``adapters``; vllm: ``lora``, ``max_lora_rank``, ``max_loras``, ``port``,
-    ``tool_call_parser``, ``extra_args``, ``executable``, ``startup_timeout``, ``weight_transfer``,
+    ``subprocess``, ``threads``, ``adapters``, ``device``; vllm: ``lora``, ``max_lora_rank``, ``max_loras``,
+    ``port``, ``tool_call_parser``, ``extra_args``, ``executable``, ``startup_timeout``, ``weight_transfer``,
     ``weight_sender``, ``master_address``; external: ``base_url``, ``reload``.
 
     Example:

@@ -34,6 +34,7 @@ __all__ = [
     "first_line",
     "load_model",
     "new_adapter_config",
+    "serving_device",
 ]
 
 
@@ -141,6 +142,35 @@ def copy_adapter_weights(model: Any, adapter_id: str, tensors: Mapping[str, torc
             )
     set_peft_model_state_dict(model, dict(tensors), adapter_name=adapter_id)
     return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def serving_device(device: str) -> str:
+    """``device`` checked for serving: ``"cpu"``, or ``"cuda"`` / ``"cuda:N"`` on a machine that has it.
+
+    Raises:
+        ValueError: Another device, or no such CUDA device here.
+
+    Example:
+        >>> serving_device("cpu")
+        'cpu'
+        >>> serving_device("tpu")
+        Traceback (most recent call last):
+        ValueError: device must be 'cpu', 'cuda' or 'cuda:N', got 'tpu'
+    """
+    text = str(device).strip()
+    if text == "cpu":
+        return text
+    kind, colon, index = text.partition(":")
+    if kind != "cuda" or (colon and not index.isdigit()):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ValueError(f"device {text!r}: this machine has no CUDA device (serve on 'cpu')")
+    if colon and int(index) >= count:
+        raise ValueError(
+            f"device {text!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+        )
+    return text
 
 
 def encode_push(

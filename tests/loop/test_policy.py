@@ -42,15 +42,15 @@ def vllm_log(tmp_path, monkeypatch):
 @contextlib.contextmanager
 def _fake_server() -> Iterator[str]:
     """The scripted vLLM stand-in as a server the user runs; yields its ``/v1`` base URL."""
-    from trainers.serve.policy import _free_port, _terminate, _wait_healthy
+    from trainers.serve.pidfile import free_port, terminate, wait_healthy
 
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, str(FAKE), "serve", "x", "--port", str(port)])
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}/health", proc, 20, None)
+        wait_healthy(f"http://127.0.0.1:{port}/health", proc, 20, None)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        _terminate(proc, 10)
+        terminate(proc, 10)
 
 
 def _adapter(path: Path, base: str) -> str:

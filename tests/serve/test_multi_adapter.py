@@ -18,7 +18,7 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
 from tests.serve.serve_helpers import MSGS, make_adapter, make_base, reference_logprobs  # noqa: E402
-from trainers.serve.policy import _free_port, _terminate, _wait_healthy  # noqa: E402
+from trainers.serve.pidfile import free_port, terminate, wait_healthy  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def server(weights: dict[str, str], tmp_path_factory: pytest.TempPathFactory):
     """``python -m sdk.serve --model BASE --adapter alpha=... --adapter beta=...`` in a child process."""
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("log") / "serve.log"
     cmd = [sys.executable, "-m", "sdk.serve", "--model", weights["base"], "--model-name", "base",
            "--adapter", f"alpha={weights['alpha']}", "--adapter", f"beta={weights['beta']}",
@@ -44,10 +44,10 @@ def server(weights: dict[str, str], tmp_path_factory: pytest.TempPathFactory):
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}/health", proc, 120, log)
+        wait_healthy(f"http://127.0.0.1:{port}/health", proc, 120, log)
         yield f"http://127.0.0.1:{port}"
     finally:
-        _terminate(proc, 10)
+        terminate(proc, 10)
 
 
 def _ask(root: str, model: str) -> tuple[list[int], list[int], list[float], int, str]:

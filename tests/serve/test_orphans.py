@@ -21,8 +21,8 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 from trainers.errors import UserError  # noqa: E402
-from trainers.serve.pidfile import process_info  # noqa: E402
-from trainers.serve.policy import LocalPolicy, _free_port, _terminate, _wait_healthy  # noqa: E402
+from trainers.serve.pidfile import free_port, process_info, terminate, wait_healthy  # noqa: E402
+from trainers.serve.policy import LocalPolicy  # noqa: E402
 
 PARENT = """
 import sys, time
@@ -85,7 +85,7 @@ def test_kill_9_of_the_parent_ends_its_policy_server(tiny_model_dir, tmp_path) -
 def test_a_stale_server_in_the_output_directory_is_stopped_and_a_live_runs_is_refused(
     tiny_model_dir, tmp_path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "stale.log"
     with open(log, "wb") as out:  # as an older run left it: no --parent-pid, so it outlives its parent
         stale = subprocess.Popen(
@@ -95,7 +95,7 @@ def test_a_stale_server_in_the_output_directory_is_stopped_and_a_live_runs_is_re
     pid_file = tmp_path / "policy-server.pid"
     policy = LocalPolicy(str(tiny_model_dir), subprocess=True, threads=1, pid_file=pid_file)
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}/health", stale, 120, log)
+        wait_healthy(f"http://127.0.0.1:{port}/health", stale, 120, log)
         # Its run (this test process, its parent) still goes on: refused, nothing stopped, nothing started.
         pid_file.write_text(json.dumps({"pid": stale.pid, "parent": os.getpid(), "port": port}))
         with pytest.raises(UserError, match=f"another run \\(process {os.getpid()}\\)"):
@@ -112,5 +112,5 @@ def test_a_stale_server_in_the_output_directory_is_stopped_and_a_live_runs_is_re
         assert _answers(int(policy.base_url.split(":")[-1].split("/")[0]))
     finally:
         policy.stop()
-        _terminate(stale, 10)
+        terminate(stale, 10)
     assert not pid_file.exists()  # stop() removes its own record

@@ -75,8 +75,52 @@ def test_a_server_on_the_gpu_serves_pushed_weights_with_their_version(models, su
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     policy = LocalPolicy(models[0], subprocess=subprocess, log=tmp_path / "serve.log", device="cuda")
-    assert policy.push_device == ("cpu" if subprocess else "cuda")  # in-process: a copy on the device
-    _push_round_trip(models, policy)
+    # In-process: a copy on the device. A server process: the trainer's tensors, shared through CUDA IPC.
+    assert policy.push_device == (None if subprocess else "cuda")
+    _push_round_trip(models, policy, on="cuda")
+    assert not policy._no_ipc  # no fallback through the host
+
+
+def test_a_cuda_ipc_push_a_server_cannot_open_goes_through_the_host_said_once(
+    models, tmp_path, monkeypatch, capfd
+) -> None:
+    """A server process on the CPU answers a CUDA IPC push with 400 (it cannot open the handles); the push
+    goes through the host instead, with one line saying so, and the next push goes there at once. (Making
+    the handles needs CUDA: here a push whose table is well formed stands in for them.)"""
+    import json
+
+    from trainers.serve import ipc
+
+    base, other, _ = models
+    tensors = full_state(other)
+    table, offset = [], 0
+    for name, t in tensors.items():
+        n = t.numel() * t.element_size()
+        table.append(
+            {"name": name, "dtype": "float32", "shape": list(t.shape), "offset": offset, "nbytes": n}
+        )
+        offset += -(-n // 256) * 256
+    body = json.dumps({"handle": {"numel": offset}, "tensors": table}).encode()
+    shares = []
+    monkeypatch.setattr(ipc, "share", lambda t, c=None: shares.append(1) or ipc.Shared(body, None))
+    policy = LocalPolicy(base, subprocess=True, log=tmp_path / "serve.log")
+    policy.start()
+    policy.device = "cuda"  # as if the server had been started on a GPU; it runs on the CPU
+    try:
+        r = httpx.post(
+            policy.base_url.removesuffix("/v1") + "/admin/weights",
+            content=b"{not json",
+            headers={"Content-Type": ipc.CONTENT_TYPE},
+        )
+        assert r.status_code == 400 and "not a CUDA IPC push" in r.text
+        assert policy.push(tensors, policy_version=1)["policy_version"] == 1
+        assert policy.push(tensors, policy_version=2)["policy_version"] == 2
+        answer = _ask(policy)
+        assert answer[0] == 2 and _matches(other, None, answer)
+    finally:
+        policy.stop()
+    said = [x for x in capfd.readouterr().err.splitlines() if "through the host" in x]
+    assert len(shares) == 1 and len(said) == 1 and ipc.UNAVAILABLE in said[0]
 
 
 def test_a_device_this_machine_lacks_is_one_error_before_anything_starts(models, tmp_path) -> None:
@@ -95,26 +139,31 @@ def test_a_device_this_machine_lacks_is_one_error_before_anything_starts(models,
     assert LocalPolicy(models[0], device="cpu").push_device == "cpu"
 
 
-def _push_round_trip(models: tuple[str, str, str], policy: LocalPolicy) -> None:
+def _push_round_trip(models: tuple[str, str, str], policy: LocalPolicy, on: str = "cpu") -> None:
+    """Pushes of full weights and of an adapter (``on`` the device the trainer's tensors are on)."""
+
+    def state(path: str) -> dict:
+        return {k: v.to(on) for k, v in full_state(path).items()}
+
     base, other, adapter = models
     policy.start()
     try:
         first = _ask(policy)
         assert first[0] == 0 and _matches(base, None, first)
 
-        stats = policy.push(full_state(other), policy_version=1)
+        stats = policy.push(state(other), policy_version=1)
         assert stats["policy_version"] == 1 and stats["bytes"] > 100_000
         after = _ask(policy)
         assert after[0] == 1 and _matches(other, None, after)
         assert not _matches(base, None, after)
 
         # Refused whole: one tensor of the wrong shape, one missing. Nothing changes, not even the version.
-        bad = full_state(other)
+        bad = state(other)
         name = next(iter(bad))
         bad[name] = bad[name][:1]
         with pytest.raises(UserError, match="refused the weights.*shape"):
             policy.push(bad, policy_version=2)
-        missing = full_state(base)
+        missing = state(base)
         missing.pop(next(iter(missing)))
         with pytest.raises(UserError, match="lack"):
             policy.push(missing, policy_version=2)
@@ -123,6 +172,7 @@ def _push_round_trip(models: tuple[str, str, str], policy: LocalPolicy) -> None:
 
         # A LoRA adapter's tensors only: served as <name>-lora, which agents send from now on.
         tensors, config = _adapter_state(adapter)
+        tensors = {k: v.to(on) for k, v in tensors.items()}
         stats = policy.push(tensors, adapter_config=config, policy_version=2)
         assert policy.model_name == "policy-lora" and stats["bytes"] < 100_000
         lora = _ask(policy)
@@ -132,7 +182,7 @@ def _push_round_trip(models: tuple[str, str, str], policy: LocalPolicy) -> None:
     finally:
         policy.stop()
     with pytest.raises(UserError, match="not running|did not answer"):
-        policy.push(full_state(other), policy_version=4)
+        policy.push(state(other), policy_version=4)
 
 
 def test_a_push_to_a_server_that_died_is_one_clear_error(models, tmp_path) -> None:

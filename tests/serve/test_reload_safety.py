@@ -24,7 +24,7 @@ from tests.serve.serve_helpers import (  # noqa: E402
     make_base,
     reference_logprobs,
 )
-from trainers.serve.policy import _free_port, _terminate, _wait_healthy  # noqa: E402
+from trainers.serve.pidfile import free_port, terminate, wait_healthy  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def _versions(root: str) -> dict[str, int]:
 def test_bad_reloads_are_json_4xx_and_change_nothing_and_versions_only_move_forward(
     weights, tmp_path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
     cmd = [sys.executable, "-m", "sdk.serve", "--model", weights["base"], "--model-name", "base",
            "--adapter", f"alpha={weights['alpha']}", "--port", str(port), "--threads", "1"]  # fmt: skip
@@ -78,7 +78,7 @@ def test_bad_reloads_are_json_4xx_and_change_nothing_and_versions_only_move_forw
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     root = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(f"{root}/health", proc, 120, log)
+        wait_healthy(f"{root}/health", proc, 120, log)
         before = {name: _ask(root, name) for name in ("base", "alpha")}
 
         # Item 16: garbage or mis-shaped adapter weights, a corrupt base checkpoint: JSON 400, nothing moved.
@@ -121,7 +121,7 @@ def test_bad_reloads_are_json_4xx_and_change_nothing_and_versions_only_move_forw
         r = httpx.post(f"{root}/admin/weights", content=encode_push(state), timeout=60)
         assert r.status_code == 200 and r.json()["versions"] == {"base": 6, "alpha": 5}
     finally:
-        _terminate(proc, 10)
+        terminate(proc, 10)
 
 
 def test_python_api_raises_value_error_and_keeps_serving_what_it_served(weights) -> None:
@@ -178,13 +178,13 @@ def test_cli_bad_arguments_are_one_error_line_and_exit_2(weights, tmp_path, caps
     cases = {
         "the base weights are served as 'base'": ["--model", base, "--model-name", "base", "--adapter", f"base={alpha}"],
         "must not end in @v<N>": ["--model", base, "--adapter", f"alpha@v2={alpha}"],
-        "cannot load the checkpoint '/": ["--model", str(tmp_path / "missing"), "--port", str(_free_port())],
+        "cannot load the checkpoint '/": ["--model", str(tmp_path / "missing"), "--port", str(free_port())],
         "--port must be 1..65535": ["--model", base, "--port", "70000"],
         "cannot listen on 127.0.0.1": ["--model", base, "--port", str(busy.getsockname()[1])],
         "--threads must be >= 1": ["--model", base, "--threads", "0"],
         "no such process": ["--model", base, "--parent-pid", str(dead.pid)],
         "invalid int value": ["--model", base, "--port", "eighty"],
-        "cannot load the checkpoint": ["--model", weights["corrupt"], "--port", str(_free_port())],
+        "cannot load the checkpoint": ["--model", weights["corrupt"], "--port", str(free_port())],
     }  # fmt: skip
     try:
         for expected, argv in cases.items():
@@ -196,7 +196,7 @@ def test_cli_bad_arguments_are_one_error_line_and_exit_2(weights, tmp_path, caps
     finally:
         busy.close()
     # A corrupt adapter at start, as a real process: one line, exit 2, no traceback.
-    argv = ["--model", base, "--adapter", f"alpha={weights['garbage']}", "--port", str(_free_port())]
+    argv = ["--model", base, "--adapter", f"alpha={weights['garbage']}", "--port", str(free_port())]
     out = subprocess.run(
         [sys.executable, "-m", "sdk.serve", *argv], capture_output=True, text=True, timeout=120
     )

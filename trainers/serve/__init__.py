@@ -4,8 +4,9 @@ The package: :mod:`~trainers.serve.app` (the HTTP side, :class:`LocalPolicyServe
 trainers.serve``), :mod:`~trainers.serve.engine` (the model sampling chat completions),
 :mod:`~trainers.serve.policy` (the loop's policy handles: this server, vLLM, an external one),
 :mod:`~trainers.serve.weights` (weights pushed as tensors, adapters loaded all or nothing),
-:mod:`~trainers.serve.versions` (versions only move forward) and :mod:`~trainers.serve.pidfile` (one server
-per output directory).
+:mod:`~trainers.serve.ipc` (pushes to a server process on a GPU through CUDA IPC),
+:mod:`~trainers.serve.versions` (versions only move forward) and :mod:`~trainers.serve.pidfile` (the server
+process: one per output directory, its start-up wait and stop).
 
 Names are imported on first use, so ``trainers.serve.policy`` (imported by agents for the policy's address)
 loads neither torch nor FastAPI.

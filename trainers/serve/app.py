@@ -186,7 +186,10 @@ async def _push(engine: Engine, request: Request) -> Any:
 
     ``?adapter=NAME`` for a LoRA adapter's tensors (its peft config in the buffer's metadata when new),
     ``?policy_version=N`` for the version to report (:func:`trainers.serve.weights.encode_push` writes it).
+    With content type :data:`trainers.serve.ipc.CONTENT_TYPE` the body is a table of CUDA IPC handles
+    instead (the trainer's GPU buffer, read in place; :mod:`trainers.serve.ipc`).
     """
+    from trainers.serve import ipc
     from trainers.serve.weights import decode_push
 
     adapter = request.query_params.get("adapter") or None
@@ -194,10 +197,15 @@ async def _push(engine: Engine, request: Request) -> Any:
     if raw is not None and not raw.isdigit():
         return _error(400, f"'policy_version' must be a non-negative integer, got {raw!r}")
     body = await request.body()
+    shared = request.headers.get("content-type", "").startswith(ipc.CONTENT_TYPE)
     try:
-        tensors, config = decode_push(body)
+        if shared:
+            # views on the trainer's GPU buffer, released with this request (torch counts the references)
+            tensors, config, _buffer = ipc.receive(body, engine.device)
+        else:
+            tensors, config = decode_push(body)
     except ValueError as exc:
-        return _error(400, f"ValueError: {exc}")
+        return _error(400, f"{exc}" if shared else f"ValueError: {exc}")
     version = None if raw is None else int(raw)
     new = await _swap(
         lambda: engine.push(tensors, adapter=adapter, adapter_config=config, policy_version=version)

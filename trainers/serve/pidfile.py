@@ -1,4 +1,6 @@
-"""The policy server's pid file: one server per output directory, never a stale one beside a new one.
+"""The policy server's process: its pid file, the wait for it to answer, its stop.
+
+One server per output directory, never a stale one beside a new one.
 
 :class:`~trainers.serve.policy.LocalPolicy` (subprocess mode) records the ``python -m sdk.serve`` process it
 started in ``OUT/policy-server.pid`` (JSON: ``pid``, ``parent``, ``port``). The server itself exits with
@@ -22,14 +24,18 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 from trainers.errors import UserError
 
-__all__ = ["claim", "process_info", "record", "release"]
+__all__ = ["claim", "free_port", "process_info", "record", "release", "terminate", "wait_healthy"]
 
 _SERVER_MODULES = ("sdk.serve", "trainers.serve")
 
@@ -131,3 +137,53 @@ def release(path: str | os.PathLike[str], pid: int) -> None:
             file.unlink()
     except (OSError, ValueError, KeyError, TypeError):
         pass
+
+
+def terminate(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGTERM ``proc``, and SIGKILL it if it has not exited within ``timeout`` seconds.
+
+    Example:
+        >>> terminate(subprocess.Popen(["sleep", "30"]), 5)
+    """
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (the OS picks it).
+
+    Example:
+        >>> 0 < free_port() < 65536
+        True
+    """
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[Any] | None, timeout: float, log: Path | None) -> None:
+    """Wait until ``url`` answers 200; a ``proc`` that exits meanwhile is one error with its log's tail.
+
+    Raises:
+        UserError: The process exited, or nothing answered within ``timeout`` seconds.
+
+    Example:
+        >>> wait_healthy("http://127.0.0.1:8000/health", proc, 300, Path("serve.log"))  # doctest: +SKIP
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log is not None and log.exists() else ""
+            raise UserError(f"policy server exited with code {proc.returncode} while starting:\n{tail}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    raise UserError(f"policy server did not answer {url} within {timeout:.0f} s")

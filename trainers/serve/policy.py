@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -42,6 +41,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from sdk import _env
 from trainers.base import UserError
+from trainers.serve.pidfile import free_port, terminate, wait_healthy
 
 __all__ = [
     "ENV_BASE_URL",
@@ -103,27 +103,13 @@ def export_env(policy: PolicyServer) -> None:
     os.environ[ENV_MODEL] = policy.model_name
 
 
-def _terminate(proc: subprocess.Popen[Any], timeout: float) -> None:
-    """SIGTERM ``proc``, and SIGKILL it if it has not exited within ``timeout`` seconds."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _post(url: str, body: dict[str, Any] | bytes, timeout: float = 600.0) -> tuple[int, str]:
-    """POST JSON (a dict) or raw bytes; ``(status, text)``, status 0 when the server did not answer."""
+def _post(
+    url: str, body: dict[str, Any] | bytes, timeout: float = 600.0, kind: str | None = None
+) -> tuple[int, str]:
+    """POST JSON or bytes (of content type ``kind``); ``(status, text)``, 0 if the server did not answer."""
     raw = isinstance(body, bytes)
     data = body if raw else json.dumps(body).encode()
-    kind = "application/octet-stream" if raw else "application/json"
+    kind = kind or ("application/octet-stream" if raw else "application/json")
     req = urllib.request.Request(url, data=data, headers={"Content-Type": kind}, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -151,22 +137,6 @@ def _vllm_load(v1: str, name: str, path: str, previous: str | None = None) -> No
         # Agents already moved to ``name`` (the loop re-exports the environment after each update);
         # requests vLLM is still running on the previous adapter keep their loaded weights.
         _post(f"{v1}/unload_lora_adapter", {"lora_name": previous})
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[Any] | None, timeout: float, log: Path | None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-2000:] if log is not None and log.exists() else ""
-            raise UserError(f"policy server exited with code {proc.returncode} while starting:\n{tail}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.2)
-    raise UserError(f"policy server did not answer {url} within {timeout:.0f} s")
 
 
 class LocalPolicy:
@@ -220,11 +190,17 @@ class LocalPolicy:
         self._proc: subprocess.Popen[Any] | None = None
         self._port = 0
         self._lora_name: str | None = None  # the adapter pushed as the policy (LoRA training)
+        self._no_ipc = False  # the server process could not open CUDA IPC handles: pushes go through the host
 
     @property
-    def push_device(self) -> str:
-        """Where :meth:`push` wants the weights: the server's device in this process, else the host."""
-        return self.device if not self.use_subprocess else "cpu"
+    def push_device(self) -> str | None:
+        """Where :meth:`push` wants the weights: the server's device in this process, the host for a CPU one.
+
+        ``None`` for a process on a GPU: the trainer's own tensors, copied once by the push (CUDA IPC).
+        """
+        if not self.use_subprocess or self.device == "cpu":
+            return self.device
+        return None
 
     def start(self) -> None:
         """Start serving ``model``."""
@@ -246,7 +222,7 @@ class LocalPolicy:
 
         if self.pid_file is not None:
             pidfile.claim(self.pid_file)  # never a second server beside one an earlier run left
-        self._port = _free_port()
+        self._port = free_port()
         cmd = [sys.executable, "-m", "sdk.serve", "--model", self.model, "--port", str(self._port)]
         cmd += ["--parent-pid", str(os.getpid())]  # it exits when this process is gone, even by kill -9
         cmd += ["--model-name", self.model_name, "--policy-version", str(self.policy_version)]
@@ -264,7 +240,7 @@ class LocalPolicy:
         if self.pid_file is not None:
             pidfile.record(self.pid_file, self._proc.pid, self._port)
         self.base_url = f"http://127.0.0.1:{self._port}/v1"
-        _wait_healthy(f"http://127.0.0.1:{self._port}/health", self._proc, 300, self.log)
+        wait_healthy(f"http://127.0.0.1:{self._port}/health", self._proc, 300, self.log)
 
     def update(
         self, checkpoint: str, *, adapter: str | None = None, policy_version: int | None = None
@@ -322,14 +298,11 @@ class LocalPolicy:
                 raise UserError(f"the policy server refused the weights: {exc}") from None
             moved = sum(t.numel() * t.element_size() for t in tensors.values())
         elif self._proc is not None:
-            from trainers.serve.weights import encode_push
-
-            body = encode_push(tensors, adapter_config)
             query = {"adapter": adapter} if adapter else {}
             if policy_version is not None:
                 query["policy_version"] = str(int(policy_version))
             url = f"http://127.0.0.1:{self._port}/admin/weights?{urllib.parse.urlencode(query)}"
-            status, text = _post(url, body)
+            status, text, moved = self._post_weights(url, tensors, adapter_config)
             code = self._proc.poll() if status == 0 else None
             if code is not None:
                 raise UserError(f"the policy server exited (code {code})")
@@ -337,7 +310,7 @@ class LocalPolicy:
                 raise UserError(text)
             if status != 200:
                 raise UserError(f"the policy server refused the weights ({status}): {text[:500]}")
-            version, moved = int(json.loads(text)["policy_version"]), len(body)
+            version = int(json.loads(text)["policy_version"])
         else:
             raise UserError("the policy server is not running: start() it before pushing weights")
         if adapter is not None and adapter_config is not None and self._lora_name in (None, adapter):
@@ -347,6 +320,27 @@ class LocalPolicy:
         if adapter is None or adapter == self._lora_name:
             self.policy_version = version
         return {"policy_version": version, "bytes": moved, "seconds": round(time.perf_counter() - t0, 4)}
+
+    def _post_weights(
+        self, url: str, tensors: Mapping[str, Any], adapter_config: Mapping[str, Any] | None
+    ) -> tuple[int, str, int]:
+        """POST a push to the server process: CUDA IPC handles where both can, else a safetensors body."""
+        from trainers.serve import ipc
+        from trainers.serve.weights import encode_push
+
+        moved = sum(t.numel() * t.element_size() for t in tensors.values())
+        shared = ipc.share(tensors, adapter_config) if self.device != "cpu" and not self._no_ipc else None
+        if shared is not None:
+            status, text = _post(url, shared.body, kind=ipc.CONTENT_TYPE)
+            del shared  # the server has let go of the buffer (it answered); torch frees it
+            ipc.collect()
+            if status != 400 or ipc.UNAVAILABLE not in text:
+                return status, text, moved
+            self._no_ipc = True  # said once; every later push goes through the host
+            print(f"tracerl: pushing weights through the host: {text[:300]}", file=sys.stderr, flush=True)
+        body = encode_push({k: v.to("cpu") for k, v in tensors.items()}, adapter_config)
+        status, text = _post(url, body)
+        return status, text, len(body)
 
     def update_adapter(self, name: str, checkpoint: str, *, policy_version: int | None = None) -> int:
         """Load (or replace) the LoRA adapter served as ``name``; the base and other adapters keep serving.
@@ -381,7 +375,7 @@ class LocalPolicy:
             self._server.stop()
             self._server = None
         if self._proc is not None:
-            _terminate(self._proc, 30)
+            terminate(self._proc, 30)
             if self.pid_file is not None:
                 from trainers.serve import pidfile
 
@@ -460,7 +454,7 @@ class VLLMPolicy:
         self.name = model_name  # the stem of versioned names: agents send f"{name}@v{N}" once versioned
         self.policy_version = 0
         self.lora, self.max_lora_rank, self.max_loras = lora, int(max_lora_rank), int(max_loras)
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.tool_call_parser = tool_call_parser
         self.extra_args = shlex.split(extra_args) if isinstance(extra_args, str) else list(extra_args or [])
         self.executable = shlex.split(executable) if isinstance(executable, str) else list(executable)
@@ -518,7 +512,7 @@ class VLLMPolicy:
             raise UserError(
                 f"cannot run {self.executable[0]!r}: install vLLM on this machine (pip install vllm)"
             ) from None
-        _wait_healthy(f"http://127.0.0.1:{self.port}/health", self._proc, self.startup_timeout, self.log)
+        wait_healthy(f"http://127.0.0.1:{self.port}/health", self._proc, self.startup_timeout, self.log)
         if self.adapter is not None:
             self._load_adapter(self.adapter)
 
@@ -591,7 +585,7 @@ class VLLMPolicy:
             self._transfer = None
         if self._proc is None:
             return
-        _terminate(self._proc, 60)
+        terminate(self._proc, 60)
         self._proc = None
 
     def exit_code(self) -> int | None:

@@ -15,10 +15,11 @@ first and the last version. Both modes run in this process, one after the other,
 
     python tests/bench/resident.py --model tiny --versions 20 --steps 4
     python tests/bench/resident.py --model smollm2 --versions 20 --steps 4 --lora
-    python tests/bench/resident.py --model 1.5b --device cuda --versions 6 --steps 2 [--lora]   # GPU
+    python tests/bench/resident.py --model 1.5b --device cuda --versions 4 --steps 2 [--lora]   # GPU
 
-``--device cuda``: the trainer and the policy server (its own process) both on the GPU, bf16; ``1.5b`` is a
-randomly initialised Qwen2.5-1.5B shape (``tests/bench/gpu_train.py``'s) with the tiny tokenizer.
+``--device cuda``: the trainer and the policy server (its own process, pushed to through CUDA IPC) both on
+the GPU, bf16; ``1.5b`` is a randomly initialised Qwen2.5-1.5B shape (``tests/bench/gpu_train.py``'s) with
+the tiny tokenizer.
 """
 
 from __future__ import annotations
@@ -252,7 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         tok = AutoTokenizer.from_pretrained(model)
         for mode in args.modes.split(","):
             policy = LocalPolicy(
-                model, subprocess=True, threads=1, log=root / f"{mode}-serve.log", device=args.device
+                model,
+                subprocess=True,
+                threads=1,
+                log=root / f"{mode}-serve.log",
+                device=args.device,
+                dtype="float32" if args.device == "cpu" else "bfloat16",
             )
             policy.start()
             try:

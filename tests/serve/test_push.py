@@ -123,6 +123,25 @@ def test_a_cuda_ipc_push_a_server_cannot_open_goes_through_the_host_said_once(
     assert len(shares) == 1 and len(said) == 1 and ipc.UNAVAILABLE in said[0]
 
 
+def test_a_bfloat16_server_takes_float32_pushes_and_serves_them(models, tmp_path) -> None:
+    """``dtype: bfloat16`` (what a GPU would serve in): the pushed float32 weights are what it serves, in its
+    precision (logprobs within 0.05 of float32 ones, and far from the weights it served before)."""
+    base, other, _ = models
+    policy = LocalPolicy(base, subprocess=True, log=tmp_path / "serve.log", dtype="bfloat16")
+    policy.start()
+    try:
+        policy.push(full_state(other), policy_version=1)
+        version, prompt, ids, lps = _ask(policy)
+        want = reference_logprobs(other, None, prompt, ids)
+        before = reference_logprobs(base, None, prompt, ids)
+        assert version == 1 and max(abs(a - b) for a, b in zip(lps, want, strict=True)) < 0.05
+        assert max(abs(a - b) for a, b in zip(lps, before, strict=True)) > 0.05
+    finally:
+        policy.stop()
+    with pytest.raises(UserError, match="policy dtype must be"):
+        LocalPolicy(base, dtype="int8")
+
+
 def test_a_device_this_machine_lacks_is_one_error_before_anything_starts(models, tmp_path) -> None:
     import subprocess
     import sys

@@ -86,7 +86,7 @@ from trainers.serve.engine import (
     render_prompt_ids,
 )
 from trainers.serve.versions import StaleVersion
-from trainers.serve.weights import serving_device
+from trainers.serve.weights import SERVING_DTYPES, serving_device
 
 __all__ = [
     "Engine",
@@ -293,6 +293,7 @@ class LocalPolicyServer:
             ``model`` picks one.
         policy_version: version of the weights it starts with.
         device: where the model runs: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (``ValueError`` if not here).
+        dtype: what checkpoints load as: ``float32`` (default), ``bfloat16``, ``float16``, ``auto``.
 
     Example:
         >>> with LocalPolicyServer("path/to/model") as srv:  # doctest: +SKIP
@@ -310,6 +311,7 @@ class LocalPolicyServer:
         adapters: Mapping[str, str | Path] | None = None,
         policy_version: int = 0,
         device: str = "cpu",
+        dtype: str = "float32",
     ) -> None:
         self.engine = Engine(
             model,
@@ -318,6 +320,7 @@ class LocalPolicyServer:
             adapters=adapters,
             policy_version=policy_version,
             device=serving_device(device),
+            dtype=dtype,
         )
         self.host, self.port = host, port
         self.app = create_app(self.engine)
@@ -509,6 +512,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     p.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda or cuda:N")
     p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=sorted(SERVING_DTYPES),
+        help="what checkpoints load as (float32)",
+    )
+    p.add_argument(
         "--policy-version", type=int, default=0, metavar="N", help="version of the --model weights (0)"
     )
     p.add_argument(
@@ -527,6 +536,7 @@ def main(argv: list[str] | None = None) -> None:
             adapters=adapters,
             policy_version=a.policy_version,
             device=a.device,
+            dtype=a.dtype,
         )
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -41,6 +41,7 @@ from trainers.serve.params import sampling_params, stop_cut
 from trainers.serve.sampling import SEED_BITS, new_seed
 from trainers.serve.text import completion_choice, parse_tool_calls, render_prompt_ids
 from trainers.serve.versions import StaleVersion, next_version
+from trainers.serve.weights import serving_dtype
 
 __all__ = [
     "Engine",
@@ -167,6 +168,7 @@ class Engine:
         paged: use the paged path (None: on an accelerator only).
         max_pending: most requests admitted at once (default ``4 * max_batch``).
         admit_timeout_s: how long a request waits for a place before :class:`EngineBusy`.
+        dtype: what checkpoints load as: ``float32``, ``bfloat16``, ``float16`` or ``auto`` (their own).
 
     Example:
         >>> eng = Engine("path/to/model")  # doctest: +SKIP
@@ -187,8 +189,9 @@ class Engine:
         paged: bool | None = None,
         max_pending: int | None = None,
         admit_timeout_s: float = 600.0,
+        dtype: str = "float32",
     ) -> None:
-        self.device = torch.device(device)
+        self.device, self.dtype = torch.device(device), serving_dtype(dtype)
         self.lock = threading.Lock()
         self.max_batch, self.batch_wait_s = max_batch, batch_wait_s
         self.paged = self.device.type != "cpu" if paged is None else bool(paged)
@@ -247,8 +250,7 @@ class Engine:
         """Load base weights without serving them; a checkpoint that cannot be loaded is a ``ValueError``."""
         from trainers.serve.weights import load_model
 
-        mdl, tok, path, stop = load_model(model, tokenizer, self.device)
-        return _Base(mdl, tok, path, stop)
+        return _Base(*load_model(model, tokenizer, self.device, self.dtype))
 
     def _install(self, new: _Base) -> None:
         """Serve ``new`` from the next generation step on (call while swapping weights or before serving)."""

@@ -155,6 +155,7 @@ class LocalPolicy:
             by an earlier run is stopped, one of a run still going refused (:mod:`trainers.serve.pidfile`).
             The subprocess exits with this process in any case (``--parent-pid``), ``kill -9`` included.
         device: Where the model runs: ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (checked here).
+        dtype: What checkpoints load as: ``float32`` (default), ``bfloat16``, ``float16``, ``auto``.
 
     Example:
         >>> p = LocalPolicy("runs/sft", model_name="policy")  # doctest: +SKIP
@@ -172,7 +173,10 @@ class LocalPolicy:
         adapters: dict[str, str] | None = None,
         pid_file: str | os.PathLike[str] | None = None,
         device: str = "cpu",
+        dtype: str = "float32",
     ) -> None:
+        if dtype not in ("float32", "bfloat16", "float16", "auto"):  # trainers.serve.weights.SERVING_DTYPES
+            raise UserError(f"policy dtype must be float32, bfloat16, float16 or auto, got {dtype!r}")
         if device != "cpu":  # checked now (torch imported only for a GPU), not when the server starts
             from trainers.serve.weights import serving_device
 
@@ -180,7 +184,7 @@ class LocalPolicy:
                 serving_device(device)
             except ValueError as exc:
                 raise UserError(f"policy {exc}") from None
-        self.model, self.model_name, self.device = str(model), model_name, device
+        self.model, self.model_name, self.device, self.dtype = str(model), model_name, device, dtype
         self.pid_file = Path(pid_file) if pid_file else None
         self.adapters = {name: str(path) for name, path in (adapters or {}).items()}
         self.use_subprocess, self.threads = subprocess, threads
@@ -215,6 +219,7 @@ class LocalPolicy:
                 adapters=self.adapters,
                 policy_version=self.policy_version,
                 device=self.device,
+                dtype=self.dtype,
             ).start()
             self.base_url = self._server.base_url
             return
@@ -230,8 +235,7 @@ class LocalPolicy:
             cmd += ["--adapter", f"{name}={path}"]
         if self.threads:
             cmd += ["--threads", str(self.threads)]
-        if self.device != "cpu":
-            cmd += ["--device", self.device]
+        cmd += ["--device", self.device, "--dtype", self.dtype]
         out: Any = subprocess.DEVNULL
         if self.log is not None:
             self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -666,9 +670,9 @@ def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | 
     """Build the policy server a loop config's ``policy:`` section describes.
 
     Keys: ``kind`` (``local`` default, ``vllm``, ``external``), ``model_name`` (``policy``); local:
-    ``subprocess``, ``threads``, ``adapters``, ``device``; vllm: ``lora``, ``max_lora_rank``, ``max_loras``,
-    ``port``, ``tool_call_parser``, ``extra_args``, ``executable``, ``startup_timeout``, ``weight_transfer``,
-    ``weight_sender``, ``master_address``; external: ``base_url``, ``reload``.
+    ``subprocess``, ``threads``, ``adapters``, ``device``, ``dtype``; vllm: ``lora``, ``max_lora_rank``,
+    ``max_loras``, ``port``, ``tool_call_parser``, ``extra_args``, ``executable``, ``startup_timeout``,
+    ``weight_transfer``, ``weight_sender``, ``master_address``; external: ``base_url``, ``reload``.
 
     Example:
         >>> make_policy({"kind": "external", "base_url": "http://127.0.0.1:8000/v1"}, "m").model_name

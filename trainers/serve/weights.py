@@ -35,6 +35,8 @@ __all__ = [
     "load_model",
     "new_adapter_config",
     "serving_device",
+    "serving_dtype",
+    "SERVING_DTYPES",
 ]
 
 
@@ -173,6 +175,30 @@ def serving_device(device: str) -> str:
     return text
 
 
+SERVING_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "auto": "auto",
+}
+"""The ``dtype`` names a server loads checkpoints as (``auto``: the checkpoint's own)."""
+
+
+def serving_dtype(name: str) -> torch.dtype | str:
+    """The dtype a server loads checkpoints as, from its name in :data:`SERVING_DTYPES`.
+
+    Raises:
+        ValueError: Another name.
+
+    Example:
+        >>> serving_dtype("bfloat16")
+        torch.bfloat16
+    """
+    if name not in SERVING_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(SERVING_DTYPES)}, got {name!r}")
+    return SERVING_DTYPES[name]
+
+
 def encode_push(
     tensors: Mapping[str, torch.Tensor], adapter_config: Mapping[str, Any] | None = None
 ) -> bytes:
@@ -292,8 +318,10 @@ def copy_served_adapter(source: Any, source_id: str, target: Any, adapter_id: st
     return target
 
 
-def load_model(model: Any, tokenizer: Any, device: torch.device) -> tuple[Any, Any, str | None, set[int]]:
-    """A checkpoint path or a model object on ``device``, in eval mode: ``(model, tokenizer, path, stops)``.
+def load_model(
+    model: Any, tokenizer: Any, device: torch.device, dtype: torch.dtype | str = torch.float32
+) -> tuple[Any, Any, str | None, set[int]]:
+    """A checkpoint (as ``dtype``) or a model on ``device``, in eval mode: ``(model, tokenizer, path, stop)``.
 
     A checkpoint that cannot be loaded is a ``ValueError``; the stop ids are the tokenizer's EOS and pad and
     the generation config's EOS ids.
@@ -310,7 +338,7 @@ def load_model(model: Any, tokenizer: Any, device: torch.device) -> tuple[Any, A
         path = str(model)
         try:
             tok = tokenizer or AutoTokenizer.from_pretrained(path)
-            mdl = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            mdl = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         except Exception as exc:  # transformers, safetensors and torch each raise their own types
             raise ValueError(f"cannot load the checkpoint {path!r}: {first_line(exc)}") from None
     else:

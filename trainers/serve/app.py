@@ -205,7 +205,7 @@ async def _push(engine: Engine, request: Request) -> Any:
         else:
             tensors, config = decode_push(body)
     except ValueError as exc:
-        return _error(400, f"{exc}" if shared else f"ValueError: {exc}")
+        return _error(400, f"ValueError: {exc}")
     version = None if raw is None else int(raw)
     new = await _swap(
         lambda: engine.push(tensors, adapter=adapter, adapter_config=config, policy_version=version)

@@ -10,7 +10,7 @@ counts and the stream event that orders the copy before the read are torch's own
 carries), so memory is freed only once both sides let go.
 
 Where a handle cannot be opened (the server on the CPU or another machine, a container without CUDA IPC),
-the server answers 400 starting with :data:`UNAVAILABLE` and the trainer sends the same tensors through the
+the server answers 400 naming :data:`UNAVAILABLE` and the trainer sends the same tensors through the
 host instead (a ``safetensors`` buffer over the loopback), saying so once
 (:meth:`trainers.serve.policy.LocalPolicy.push`).
 
@@ -39,7 +39,7 @@ CONTENT_TYPE = "application/x-tracerl-cuda-ipc+json"
 """The content type of a CUDA IPC push (a safetensors push is ``application/octet-stream``)."""
 
 UNAVAILABLE = "cuda ipc unavailable"
-"""How a server's answer starts when it cannot open the handles (the trainer then goes through the host)."""
+"""What a server's 400 says when it cannot open the handles (the trainer then goes through the host)."""
 
 _ALIGN = 256  # every tensor starts on a boundary any dtype can be viewed at
 _DTYPES = {

@@ -175,13 +175,11 @@ class LocalPolicy:
         device: str = "cpu",
         dtype: str = "float32",
     ) -> None:
-        if dtype not in ("float32", "bfloat16", "float16", "auto"):  # trainers.serve.weights.SERVING_DTYPES
-            raise UserError(f"policy dtype must be float32, bfloat16, float16 or auto, got {dtype!r}")
-        if device != "cpu":  # checked now (torch imported only for a GPU), not when the server starts
-            from trainers.serve.weights import serving_device
+        if device != "cpu" or dtype != "float32":  # checked now, not at start; torch imported only then
+            from trainers.serve.weights import serving_device, serving_dtype
 
             try:
-                serving_device(device)
+                serving_device(device), serving_dtype(dtype)
             except ValueError as exc:
                 raise UserError(f"policy {exc}") from None
         self.model, self.model_name, self.device, self.dtype = str(model), model_name, device, dtype

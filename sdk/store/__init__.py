@@ -1,7 +1,8 @@
 """The store: where captured sessions, calls and rewards live.
 
 The embedded store is a directory of append-only JSON-line segment files (one per process). Write
-through :mod:`sdk` (sessions, rewards); read back with :class:`StoreReader` / :func:`read_sessions`.
+through :mod:`sdk` (sessions, rewards); read back with :class:`StoreReader` / :func:`read_sessions`, or
+follow a growing store with :class:`StoreTail` (only what was appended since its last read).
 
 Event lines (``v`` = 1), one JSON object per line, built only by the constructors of
 ``sdk.store._events``:
@@ -39,9 +40,20 @@ from pathlib import Path
 from sdk.store import _events as events
 from sdk.store._events import EVENT_VERSION
 from sdk.store._reader import StoredSession, StoreReader, read_sessions
+from sdk.store._tail import StoreTail, TailUnsupported, TailUpdate
 from sdk.store._writer import SegmentWriter
 
-__all__ = ["EVENT_VERSION", "SegmentWriter", "StoreReader", "StoredSession", "add_reward", "read_sessions"]
+__all__ = [
+    "EVENT_VERSION",
+    "SegmentWriter",
+    "StoreReader",
+    "StoreTail",
+    "StoredSession",
+    "TailUnsupported",
+    "TailUpdate",
+    "add_reward",
+    "read_sessions",
+]
 
 
 def add_reward(

@@ -156,6 +156,7 @@ class StoreReader:
         self._damage = 0  # unusable lines met so far (see _Open.damage)
         self._segment: Any = None  # the one it is reading
         self._superseded: set[str] = set()  # sessions a supersede event names (found by sessions())
+        self._parse = strict_loads()
 
     @property
     def bytes_read(self) -> int:
@@ -179,8 +180,7 @@ class StoreReader:
                 if e.name.endswith(SEGMENT_SUFFIX):
                     (names if _regular_file(e) else skipped).append(e.name)
         for name in sorted(names):
-            key = name[: -len(SEGMENT_SUFFIX)].rsplit(".", 1)[0]
-            chains.setdefault(key, []).append(self.path / name)
+            chains.setdefault(chain_key(name), []).append(self.path / name)
         if skipped:  # assigned, not added: segments() may be called more than once
             self.problems["not_a_segment_file"] = len(skipped)
             self.examples.setdefault("not_a_segment_file", min(skipped))
@@ -197,7 +197,6 @@ class StoreReader:
 
     def _lines(self, chain: list[Path]) -> Iterator[tuple[dict[str, Any], str, int, bytes]]:
         """Yield ``(event, segment name, line number, line)`` for each usable line of a process's segments."""
-        parse = strict_loads()
         for i, seg in enumerate(chain):
             last_segment = i == len(chain) - 1
             name = seg.name
@@ -213,37 +212,42 @@ class StoreReader:
                         if raw.strip():
                             self._skip("torn_line" if last_segment else "corrupt_line", f"{name}:{n}")
                         break
-                    try:
-                        event = parse(raw)
-                    except ValueError:  # orjson's refusal: NaN, a lone surrogate, bad UTF-8, bad JSON
-                        try:
-                            event = loads(raw)
-                        except UnicodeDecodeError:
-                            self._skip("non_utf8_line", f"{name}:{n}")
-                            continue
-                        except JSONError:
-                            if raw.strip():
-                                self._skip("corrupt_line", f"{name}:{n}")
-                            continue
-                    except RecursionError:
-                        self._skip("corrupt_line", f"{name}:{n}")
-                        continue
-                    # The checks every event must pass, cheapest first (the writer's events pass them all).
-                    if (
-                        type(event) is dict
-                        and event.get("event") in _KNOWN_EVENTS
-                        and type(event.get("session_id")) is str
-                        and event.get("v", EVENT_VERSION) == EVENT_VERSION
-                    ):
+                    event = self._parsed(raw, name, n)
+                    if event is not None:
                         yield event, name, n, raw
-                        continue
-                    reason = _unusable(event)
-                    if reason is None:  # a str subclass, a bool version, ...: usable after all
-                        yield event, name, n, raw
-                    else:
-                        self._skip(reason, f"{name}:{n}")
                 self._bytes_done += os.fstat(fh.fileno()).st_size
                 self._segment = None
+
+    def _parsed(self, raw: bytes, name: str, n: int) -> dict[str, Any] | None:
+        """The event of a whole line ``n`` of segment ``name``, or ``None`` if it is unusable (counted)."""
+        try:
+            event = self._parse(raw)
+        except ValueError:  # orjson's refusal: NaN, a lone surrogate, bad UTF-8, bad JSON
+            try:
+                event = loads(raw)
+            except UnicodeDecodeError:
+                self._skip("non_utf8_line", f"{name}:{n}")
+                return None
+            except JSONError:
+                if raw.strip():
+                    self._skip("corrupt_line", f"{name}:{n}")
+                return None
+        except RecursionError:
+            self._skip("corrupt_line", f"{name}:{n}")
+            return None
+        # The checks every event must pass, cheapest first (the writer's events pass them all).
+        if (
+            type(event) is dict
+            and event.get("event") in _KNOWN_EVENTS
+            and type(event.get("session_id")) is str
+            and event.get("v", EVENT_VERSION) == EVENT_VERSION
+        ):
+            return event
+        reason = _unusable(event)
+        if reason is None:  # a str subclass, a bool version, ...: usable after all
+            return event
+        self._skip(reason, f"{name}:{n}")
+        return None
 
     def _rewards(self, chains: list[list[Path]]) -> RewardIndex:
         # Rewards may arrive after a session ended, or from another process (post-hoc scoring): collect
@@ -340,55 +344,18 @@ class StoreReader:
         open_: dict[str, _Open] = {}
         given: dict[str, list[dict[str, Any]]] = {}  # rewards waiting for their session's end
         for event, name, n, raw in self._lines(chain):
-            kind = event["event"]
-            sid = event["session_id"]
-            if kind == "supersede":
-                continue  # read in the first pass (sessions())
-            if kind == "reward":
+            if event["event"] == "reward":
                 if inline:
                     self._given(event, raw, given, f"{name}:{n}")
                 continue
-            state = open_.get(sid)
-            if state is None and sid in seen:  # only sessions not open are looked up: rare
-                self._problem("event_after_session_end", f"{name}:{n}")
-                if kind == "session_end" and given and END_MARK in raw:
-                    for _ in given.pop(sid, ()):  # rewards between this session's two ends
-                        self._problem("event_after_session_end", f"{name}:{n}")
+            s = self._step(event, name, n, raw, open_, given, seen)
+            if s is None:
                 continue
-            if kind == "call":
-                if state is None:
-                    self._problem("call_before_session_start", f"{name}:{n}")
-                    state = open_[sid] = _Open(StoredSession(session_id=sid))
-                if _malformed_call(event):
-                    self._problem("malformed_call", f"{name}:{n}")
-                    state.damage = -1  # its next call cannot trust "the previous call"
-                    continue
-                call = self._call(event, state, name, n)
-                if call.get("same_call_as") is None or not self._merge(call, state.session):
-                    state.session.calls.append(call)
-                    self.num_calls += 1
-            elif kind == "session_start":
-                if state is not None:
-                    self._problem("duplicate_session_start", f"{name}:{n}")
-                    continue
-                open_[sid] = _Open(self._start(event))
-            else:  # session_end
-                if state is None:
-                    self._problem("session_end_before_session_start", f"{name}:{n}")
-                    state = _Open(StoredSession(session_id=sid))
-                else:
-                    del open_[sid]
-                s = state.session
-                s.ended_at = event.get("ts")
-                s.status = event.get("status") or "ok"
-                s.error = event.get("error")
-                if given and END_MARK in raw:
-                    s.rewards = given.pop(sid, s.rewards)
-                if spread and sid in spread:
-                    held.setdefault(sid, []).append(s)  # type: ignore[union-attr]
-                    continue
-                seen.add(sid)
-                yield s
+            if spread and s.session_id in spread:
+                held.setdefault(s.session_id, []).append(s)  # type: ignore[union-attr]
+                continue
+            seen.add(s.session_id)
+            yield s
         # Rewards still waiting (their session ends later elsewhere, or never) are in the index.
         for state in open_.values():
             s = state.session
@@ -400,6 +367,65 @@ class StoreReader:
             s.status = "implicit" if s.implicit else "incomplete"
             seen.add(s.session_id)
             yield s
+
+    def _step(
+        self,
+        event: dict[str, Any],
+        name: str,
+        n: int,
+        raw: bytes,
+        open_: dict[str, _Open],
+        given: dict[str, list[dict[str, Any]]],
+        seen: Any,
+    ) -> StoredSession | None:
+        """Apply a chain's next non-reward event to its open sessions; the session it ends, if any.
+
+        ``given`` holds the rewards given in this chain to sessions not ended yet: a session takes them at
+        its end. The caller marks the returned session as read (``seen``), or holds it (spread sessions).
+        """
+        kind = event["event"]
+        sid = event["session_id"]
+        if kind == "supersede":
+            return None  # read in a first pass (sessions()) or by the caller
+        state = open_.get(sid)
+        if state is None and sid in seen:  # only sessions not open are looked up: rare
+            self._problem("event_after_session_end", f"{name}:{n}")
+            if kind == "session_end" and given and END_MARK in raw:
+                for _ in given.pop(sid, ()):  # rewards between this session's two ends
+                    self._problem("event_after_session_end", f"{name}:{n}")
+            return None
+        if kind == "call":
+            if state is None:
+                self._problem("call_before_session_start", f"{name}:{n}")
+                state = open_[sid] = _Open(StoredSession(session_id=sid))
+            if _malformed_call(event):
+                self._problem("malformed_call", f"{name}:{n}")
+                state.damage = -1  # its next call cannot trust "the previous call"
+                return None
+            call = self._call(event, state, name, n)
+            if call.get("same_call_as") is None or not self._merge(call, state.session):
+                state.session.calls.append(call)
+                self.num_calls += 1
+            return None
+        if kind == "session_start":
+            if state is not None:
+                self._problem("duplicate_session_start", f"{name}:{n}")
+                return None
+            open_[sid] = _Open(self._start(event))
+            return None
+        # session_end
+        if state is None:
+            self._problem("session_end_before_session_start", f"{name}:{n}")
+            state = _Open(StoredSession(session_id=sid))
+        else:
+            del open_[sid]
+        s = state.session
+        s.ended_at = event.get("ts")
+        s.status = event.get("status") or "ok"
+        s.error = event.get("error")
+        if given and END_MARK in raw:
+            s.rewards = given.pop(sid, s.rewards)
+        return s
 
     def _given(
         self, event: dict[str, Any], raw: bytes, given: dict[str, list[dict[str, Any]]], where: str
@@ -512,6 +538,11 @@ def _scan_superseded(chains: list[list[Path]]) -> set[str]:
     return {
         sid for chain in chains for f in chain for sid in marked_session_ids(f, SUPERSEDE_MARK, "supersede")
     }
+
+
+def chain_key(name: str) -> str:
+    """The writing process of a segment file name (``<process key>.<sequence>.jsonl``)."""
+    return name[: -len(SEGMENT_SUFFIX)].rsplit(".", 1)[0]
 
 
 def usable(event: Any) -> bool:

@@ -1,10 +1,12 @@
 """``StreamingSource``: GRPO groups from a store that keeps growing, exactly once, staleness-bounded.
 
 The asynchronous loop (:mod:`trainers.loop.continuous`) trains while the agents keep running. This source
-follows the store they write to: each :meth:`StreamingSource.poll` reads the store again (a local directory
-or an ``s3://`` URI through :class:`sdk.store.StoreReader`; re-reading is simple and keeps the reader's
-guarantees — torn lines, late rewards, superseded attempts — at the cost of reading old segments again)
-and returns the GRPO groups that became ready since the last poll.
+follows the store they write to (a local directory or an ``s3://`` URI): each :meth:`StreamingSource.poll`
+reads what was appended since the last one (:class:`sdk.store.StoreTail`, with the reader's rules — torn
+lines, late rewards, superseded attempts), keeps the samples not decided yet, and returns the GRPO groups
+that became ready. A poll's cost follows what was written since the last poll, not the store's size. A
+store the tail cannot follow (sessions spanning processes, a segment that shrank) is read whole at each
+poll from then on, as with ``incremental=False``.
 
 A *sample* is identified by ``(rollout, task_id, sample)``: ``rollout`` is the session metadata the rollout
 runner stamps (its results file's key), so runs that reuse sample numbers never collide. Sample ``k`` of a
@@ -48,11 +50,11 @@ import dataclasses
 import os
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from sdk.store import StoredSession, StoreReader
+from sdk.store import StoredSession, StoreReader, StoreTail, TailUnsupported
 from trainers.errors import UserError
 
 __all__ = ["StreamBatch", "StreamGroup", "StreamingSource", "sample_key", "session_version"]
@@ -172,6 +174,8 @@ class StreamingSource:
         split: Only sessions whose metadata ``split`` equals this (``None``: any); validation sessions
             written to the same store are left alone.
         clock: Time source (tests pass a fake one).
+        incremental: Read only what was appended since the last poll (``False``: read the whole store at
+            each poll; the same groups, at a cost that grows with the store).
 
     Example:
         >>> import tempfile
@@ -190,6 +194,7 @@ class StreamingSource:
         state: dict[str, Any] | None = None,
         split: str | None = "train",
         clock: Callable[[], float] = time.time,
+        incremental: bool = True,
     ) -> None:
         if group_size < 2:
             raise UserError(f"group_size must be at least 2 for GRPO, got {group_size}")
@@ -205,6 +210,11 @@ class StreamingSource:
         self._dropped: dict[str, str] = {}  # pair key -> reason
         self._dropped_in: Counter[tuple[str, str, int]] = Counter()  # dropped samples per group key
         self.dropped_total: Counter[str] = Counter()
+        self.incremental = incremental
+        self._tail: StoreTail | None = None
+        # Incremental: the ended samples of the split not decided yet, by pair key then session id (two
+        # attempts of a sample may both have ended; the candidates take the later live one).
+        self._pool: dict[str, dict[str, StoredSession]] = {}
         if state:
             self._restore(state)
 
@@ -251,12 +261,8 @@ class StreamingSource:
         if not str(store).startswith(("s3://", "gs://", "az://")) and not Path(store).is_dir():
             return {}  # nothing written yet
         groups: dict[tuple[str, str, int], dict[int, StoredSession]] = defaultdict(dict)
-        for s in StoreReader(store).sessions():
-            if s.implicit or s.task_id is None or s.sample is None or s.superseded:
-                continue
-            if s.status == "incomplete" or s.ended_at is None:
-                continue
-            if self.split is not None and s.metadata.get("split") != self.split:
+        for s in self._followed() if self.incremental else StoreReader(store).sessions():
+            if not self._wanted(s):
                 continue
             pair = _pair(s)
             key = _pair_key(pair)
@@ -267,6 +273,38 @@ class StreamingSource:
             if have is None or (have.ended_at or 0) < s.ended_at:  # two live attempts: the later one
                 groups[gkey][pair[2]] = s
         return groups
+
+    def _wanted(self, s: StoredSession) -> bool:
+        """An ended training sample of the split that no later attempt replaces."""
+        if s.implicit or s.task_id is None or s.sample is None or s.superseded:
+            return False
+        if s.status == "incomplete" or s.ended_at is None:
+            return False
+        return self.split is None or s.metadata.get("split") == self.split
+
+    def _followed(self) -> Iterable[StoredSession]:
+        """The undecided samples after reading what the store got since the last poll (incremental mode)."""
+        try:
+            if self._tail is None:
+                self._tail = StoreTail(self.store)
+            update = self._tail.read()
+        except TailUnsupported:
+            self.incremental, self._tail, self._pool = False, None, {}
+            return StoreReader(self.store).sessions()
+        pool = self._pool
+        for key in [k for k in pool if k in self._taken or k in self._dropped]:
+            del pool[key]  # decided for good (a group given back is no longer in ``_taken``)
+        for s in update.ended:
+            if self._wanted(s):
+                key = _pair_key(_pair(s))
+                if key not in self._taken and key not in self._dropped:
+                    pool.setdefault(key, {})[s.session_id] = s
+        if update.rewards or update.superseded:
+            for attempts in pool.values():
+                for sid, s in attempts.items():
+                    s.rewards.extend(update.rewards.get(sid, ()))
+                    s.superseded = s.superseded or sid in update.superseded
+        return [s for attempts in pool.values() for s in attempts.values()]
 
     def poll(self, current_version: int, *, closed: bool = False) -> StreamBatch:
         """Read the store and return the groups ready now (see the module docstring).

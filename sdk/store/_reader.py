@@ -197,6 +197,7 @@ class StoreReader:
 
     def _lines(self, chain: list[Path]) -> Iterator[tuple[dict[str, Any], str, int, bytes]]:
         """Yield ``(event, segment name, line number, line)`` for each usable line of a process's segments."""
+        parse = self._parse
         for i, seg in enumerate(chain):
             last_segment = i == len(chain) - 1
             name = seg.name
@@ -212,42 +213,57 @@ class StoreReader:
                         if raw.strip():
                             self._skip("torn_line" if last_segment else "corrupt_line", f"{name}:{n}")
                         break
-                    event = self._parsed(raw, name, n)
-                    if event is not None:
+                    try:
+                        event = parse(raw)
+                    except (ValueError, RecursionError) as e:
+                        event = self._refused(raw, e, name, n)
+                        if event is None:
+                            continue
+                    # The checks every event must pass, cheapest first (the writer's events pass them all).
+                    if (
+                        type(event) is dict
+                        and event.get("event") in _KNOWN_EVENTS
+                        and type(event.get("session_id")) is str
+                        and event.get("v", EVENT_VERSION) == EVENT_VERSION
+                    ) or self._usable_here(event, name, n):
                         yield event, name, n, raw
                 self._bytes_done += os.fstat(fh.fileno()).st_size
                 self._segment = None
 
     def _parsed(self, raw: bytes, name: str, n: int) -> dict[str, Any] | None:
-        """The event of a whole line ``n`` of segment ``name``, or ``None`` if it is unusable (counted)."""
+        """The event of a whole line ``n`` of segment ``name``, or ``None`` if it is unusable (counted).
+
+        What :meth:`_lines` does per line, which keeps it inline for speed.
+        """
         try:
             event = self._parse(raw)
-        except ValueError:  # orjson's refusal: NaN, a lone surrogate, bad UTF-8, bad JSON
-            try:
-                event = loads(raw)
-            except UnicodeDecodeError:
-                self._skip("non_utf8_line", f"{name}:{n}")
+        except (ValueError, RecursionError) as e:
+            event = self._refused(raw, e, name, n)
+            if event is None:
                 return None
-            except JSONError:
-                if raw.strip():
-                    self._skip("corrupt_line", f"{name}:{n}")
-                return None
-        except RecursionError:
+        return event if self._usable_here(event, name, n) else None
+
+    def _refused(self, raw: bytes, error: Exception, name: str, n: int) -> Any:
+        """The fast parser refused a line: the lenient one decides (``None``: unusable, counted)."""
+        if isinstance(error, RecursionError):
             self._skip("corrupt_line", f"{name}:{n}")
             return None
-        # The checks every event must pass, cheapest first (the writer's events pass them all).
-        if (
-            type(event) is dict
-            and event.get("event") in _KNOWN_EVENTS
-            and type(event.get("session_id")) is str
-            and event.get("v", EVENT_VERSION) == EVENT_VERSION
-        ):
-            return event
+        try:  # orjson's refusal: NaN, a lone surrogate, bad UTF-8, bad JSON
+            return loads(raw)
+        except UnicodeDecodeError:
+            self._skip("non_utf8_line", f"{name}:{n}")
+        except JSONError:
+            if raw.strip():
+                self._skip("corrupt_line", f"{name}:{n}")
+        return None
+
+    def _usable_here(self, event: Any, name: str, n: int) -> bool:
+        """Whether a parsed line is a usable event; an unusable one is counted."""
         reason = _unusable(event)
         if reason is None:  # a str subclass, a bool version, ...: usable after all
-            return event
+            return True
         self._skip(reason, f"{name}:{n}")
-        return None
+        return False
 
     def _rewards(self, chains: list[list[Path]]) -> RewardIndex:
         # Rewards may arrive after a session ended, or from another process (post-hoc scoring): collect

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +112,12 @@ class StoreTail(StoreReader):
         weakref.finalize(self, self._seen.close)  # its temporary database, past index_limit sessions
         self._pending: dict[str, list[dict[str, Any]]] = {}  # rewards of sessions not ended yet
 
-    def read(self) -> TailUpdate:
+    def read(self, keep: Callable[[StoredSession], bool] | None = None) -> TailUpdate:
         """Read the lines appended since the last call (all of them the first time).
+
+        Args:
+            keep: Which ended sessions to return (default: all). The others are dropped as they end, so
+                a first read of a large store holds only the sessions wanted, not the store.
 
         Raises:
             TailUnsupported: The store changed in a way this cannot follow (see the module docstring);
@@ -125,7 +129,7 @@ class StoreTail(StoreReader):
         for chain in self.segments():
             state = self._chains.setdefault(chain_key(chain[0].name), _Chain())
             for event, name, n, raw in self._follow(chain, state):
-                self._apply(event, name, n, raw, state, update)
+                self._apply(event, name, n, raw, state, update, keep)
         return update
 
     def close(self) -> None:
@@ -161,7 +165,14 @@ class StoreTail(StoreReader):
                         yield event, seg.name, state.line, raw
 
     def _apply(
-        self, event: dict[str, Any], name: str, n: int, raw: bytes, state: _Chain, update: TailUpdate
+        self,
+        event: dict[str, Any],
+        name: str,
+        n: int,
+        raw: bytes,
+        state: _Chain,
+        update: TailUpdate,
+        keep: Callable[[StoredSession], bool] | None,
     ) -> None:
         kind, sid = event["event"], event["session_id"]
         if kind == "supersede":
@@ -180,7 +191,8 @@ class StoreTail(StoreReader):
         s.superseded = sid in self._superseded
         self._seen.add(sid)
         self.num_sessions += 1
-        update.ended.append(s)
+        if keep is None or keep(s):
+            update.ended.append(s)
 
     def _reward(self, event: dict[str, Any], name: str, sid: str, state: _Chain, update: TailUpdate) -> None:
         reward = reward_of(event)

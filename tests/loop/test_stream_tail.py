@@ -114,6 +114,8 @@ def test_following_the_store_polls_the_same_groups_as_reading_it_whole(tmp_path,
             steps.append((chain, _events.session_end(again, ts=None, error=None, num_calls=1)))
         scripts.append(steps)
     polls, current, total = 0, 0, sum(len(s) for s in scripts)
+    taken_a: list = []
+    taken_b: list = []
     while any(scripts):
         steps = rng.choice([s for s in scripts if s])
         chain, event = steps.pop(0)
@@ -126,10 +128,12 @@ def test_following_the_store_polls_the_same_groups_as_reading_it_whole(tmp_path,
             closed = not any(scripts) and not any(c.partial for c in chains)
             a, b = follow.poll(current, closed=closed), reread.poll(current, closed=closed)
             assert _summary(a) == _summary(b)
-            give_back = [g for g in a.groups if rng.random() < 0.3]
-            keys = {g.key for g in give_back}
-            follow.release(give_back)
-            reread.release([g for g in b.groups if g.key in keys])
+            taken_a, taken_b = taken_a + a.groups, taken_b + b.groups
+            if rng.random() < 0.4:  # as the loop does: takes over several polls, then gives back the surplus
+                keys = {g.key for g in taken_a if rng.random() < 0.3}
+                follow.release([g for g in taken_a if g.key in keys])
+                reread.release([g for g in taken_b if g.key in keys])
+                taken_a, taken_b = [], []
             polls += 1
     for c in [*chains, scorer]:
         if c.partial:

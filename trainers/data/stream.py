@@ -215,6 +215,7 @@ class StreamingSource:
         # Incremental: the ended samples of the split not decided yet, by pair key then session id (two
         # attempts of a sample may both have ended; the candidates take the later live one).
         self._pool: dict[str, dict[str, StoredSession]] = {}
+        self._open_takes: set[str] = set()  # taken since the last release: may be given back
         if state:
             self._restore(state)
 
@@ -243,7 +244,7 @@ class StreamingSource:
         """Give taken groups back: the next :meth:`poll` offers them again (with their staleness then).
 
         The loop takes a batch's worth and releases the rest, so the cursor it saves never counts a group
-        as taken that no step trained on. A group offered with fewer than ``group_size`` samples (some were
+        as taken that no step trained on. Groups taken before the previous release are final. A group offered with fewer than ``group_size`` samples (some were
         dropped) is offered again with the same samples: its dropped ones stay decided.
 
         Example:
@@ -254,6 +255,9 @@ class StreamingSource:
         for g in groups:
             for s in g.sessions:
                 self._taken.discard(_pair_key(_pair(s)))
+        # The other groups taken since the last release are trained: following the store, their samples
+        # are forgotten at the next poll (until now they were kept, in case they came back).
+        self._open_takes.clear()
 
     def _candidates(self) -> dict[tuple[str, str, int], dict[int, StoredSession]]:
         """Ended, not superseded, not yet decided samples of the split, by group key then sample."""
@@ -282,23 +286,27 @@ class StreamingSource:
             return False
         return self.split is None or s.metadata.get("split") == self.split
 
+    def _final(self, key: str) -> bool:
+        """Whether a sample is decided for good: dropped, or taken and not given back at the last release."""
+        return key in self._dropped or (key in self._taken and key not in self._open_takes)
+
+    def _undecided(self, s: StoredSession) -> bool:
+        return self._wanted(s) and not self._final(_pair_key(_pair(s)))
+
     def _followed(self) -> Iterable[StoredSession]:
         """The undecided samples after reading what the store got since the last poll (incremental mode)."""
         try:
             if self._tail is None:
                 self._tail = StoreTail(self.store)
-            update = self._tail.read()
+            update = self._tail.read(keep=self._undecided)
         except TailUnsupported:
             self.incremental, self._tail, self._pool = False, None, {}
             return StoreReader(self.store).sessions()
         pool = self._pool
-        for key in [k for k in pool if k in self._taken or k in self._dropped]:
-            del pool[key]  # decided for good (a group given back is no longer in ``_taken``)
+        for key in [k for k in pool if self._final(k)]:
+            del pool[key]
         for s in update.ended:
-            if self._wanted(s):
-                key = _pair_key(_pair(s))
-                if key not in self._taken and key not in self._dropped:
-                    pool.setdefault(key, {})[s.session_id] = s
+            pool.setdefault(_pair_key(_pair(s)), {})[s.session_id] = s
         if update.rewards or update.superseded:
             for attempts in pool.values():
                 for sid, s in attempts.items():
@@ -373,6 +381,7 @@ class StreamingSource:
             return
         for s in rewarded:
             self._taken.add(_pair_key(_pair(s)))
+            self._open_takes.add(_pair_key(_pair(s)))
         rollout, task, k = gkey
         key = f"{task}#{rollout}:{k}" if rollout else f"{task}#{k}"
         batch.groups.append(

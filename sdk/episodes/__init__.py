@@ -228,7 +228,8 @@ def export(
 
     Args:
         store: A store directory or object-store URI (``s3://bucket/prefix``), or a ``StoreReader`` /
-            iterable of ``StoredSession``.
+            ``TailUpdate`` (the sessions that ended since a ``StoreTail``'s previous read) / iterable of
+            ``StoredSession``.
         out: Output ``.parquet`` path, replaced atomically when the export completes.
         options: How sessions become episodes (:class:`EpisodeOptions`), as for :func:`build_episodes`.
         rejects: Rejects file (JSON lines with reasons, problems and the episode); ``True`` (default)

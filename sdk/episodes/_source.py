@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sdk.store import StoredSession, StoreReader
+from sdk.store import StoredSession, StoreReader, TailUpdate
 from sdk.store._remote import is_store_uri
 from sdk.store._writer import SEGMENT_SUFFIX
 
@@ -43,7 +43,7 @@ def source_kind(source: Any) -> str:
         if not any(path.glob(f"*{SEGMENT_SUFFIX}")) and any(path.glob("*.parquet")):
             return "parquet_dir"
         return "store"
-    if isinstance(source, StoreReader):
+    if isinstance(source, (StoreReader, TailUpdate)):  # a TailUpdate: the sessions a StoreTail read
         return "reader"
     if isinstance(source, Iterable):
         return "iterable"
@@ -60,7 +60,9 @@ def parquet_files(source: str | os.PathLike[str]) -> list[Path]:
 
 
 def open_store(source: Any) -> tuple[StoreReader | None, Iterable[StoredSession], str | None]:
-    """``(reader, sessions, source name)`` of a store directory or URI, a ``StoreReader`` or sessions.
+    """``(reader, sessions, source name)`` of a store directory or URI, a ``StoreReader``, or sessions.
+
+    A ``TailUpdate`` is the sessions a ``StoreTail`` read returned, named with their store.
 
     A store URI is fetched by ``StoreReader`` (once); ``reader`` is ``None`` for an iterable of sessions.
 
@@ -69,6 +71,8 @@ def open_store(source: Any) -> tuple[StoreReader | None, Iterable[StoredSession]
     """
     if isinstance(source, StoreReader):
         return source, source.sessions(), source.uri or str(source.path)
+    if isinstance(source, TailUpdate):  # the sessions a StoreTail read returned
+        return None, source.ended, source.source
     if is_store_uri(source) or isinstance(source, (str, os.PathLike)):
         if not is_store_uri(source) and Path(source).is_file():
             path = Path(source)

@@ -56,6 +56,11 @@ class TailUpdate:
         rewards: Rewards given since the last read to sessions that ended before it, by session id
             (``{"value", "name", "call_id", "ts"}`` dicts in the order read).
         superseded: Sessions a ``supersede`` event named since the last read (ended or not).
+        source: The store read (its URI for an object-store store): what ``sdk.episodes.export`` names as
+            the episodes' source when it exports an update.
+
+    Rewards and ``supersede`` marks read after a session's end in the same read are already on the
+    session in ``ended``; ``rewards`` holds those of sessions that ended in an earlier read.
 
     Example:
         >>> TailUpdate().ended
@@ -65,6 +70,8 @@ class TailUpdate:
     ended: list[StoredSession] = dataclasses.field(default_factory=list)
     rewards: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     superseded: set[str] = dataclasses.field(default_factory=set)
+    source: str | None = None
+    _by_id: dict[str, StoredSession] = dataclasses.field(default_factory=dict, repr=False)
 
 
 @dataclasses.dataclass
@@ -125,7 +132,7 @@ class StoreTail(StoreReader):
         """
         if self._source is not None:
             fetch_store(self._source)
-        update = TailUpdate()
+        update = TailUpdate(source=self.uri or str(self.path))
         for chain in self.segments():
             state = self._chains.setdefault(chain_key(chain[0].name), _Chain())
             for event, name, n, raw in self._follow(chain, state):
@@ -178,6 +185,8 @@ class StoreTail(StoreReader):
         if kind == "supersede":
             self._superseded.add(sid)
             update.superseded.add(sid)
+            if sid in update._by_id:
+                update._by_id[sid].superseded = True
             return
         if kind == "reward":
             self._reward(event, name, sid, state, update)
@@ -193,6 +202,7 @@ class StoreTail(StoreReader):
         self.num_sessions += 1
         if keep is None or keep(s):
             update.ended.append(s)
+            update._by_id[sid] = s
 
     def _reward(self, event: dict[str, Any], name: str, sid: str, state: _Chain, update: TailUpdate) -> None:
         reward = reward_of(event)
@@ -203,6 +213,8 @@ class StoreTail(StoreReader):
         entry = {"value": value, "name": reward_name, "call_id": call_id, "ts": ts}
         if sid in state.open_:
             state.given.setdefault(sid, []).append(entry)  # the session takes it at its end
+        elif sid in update._by_id:  # ended earlier in this read
+            update._by_id[sid].rewards.append(entry)
         elif sid in self._seen:
             update.rewards.setdefault(sid, []).append(entry)
         else:  # given in another process than the session's, or before its start line was read

@@ -209,3 +209,37 @@ def test_the_tail_reads_an_object_store_as_it_grows(bucket, tmp_path):
         assert _summary(a) == _summary(b)
         seen += len(a.groups)
     assert seen == 6 and follow.incremental and len(list(local.glob("*.jsonl"))) > 1
+
+
+def test_a_lock_step_round_exports_what_the_whole_store_export_does(tmp_path):
+    """Each round's export reads only what was appended since the last round's, with the same episodes."""
+    from sdk.episodes import export, read_episodes
+    from trainers.loop.config import LoopConfig
+    from trainers.loop.lockstep import _Run
+
+    out = tmp_path / "run"
+    run = _Run(LoopConfig(agent="a:f", tasks="t", model="m", out=str(out)), quiet=True)
+    run.store.mkdir(parents=True)
+    rng = random.Random(0)
+    chains = [Chain(run.store, f"20261128T000000-h-{i}-abc{i}") for i in range(2)]
+    scorer = Chain(run.store, "20261128T000001-h-9-score")
+    clock = Clock()
+    for rnd in (1, 2, 3):
+        for split in (f"round-{rnd}", f"eval-round-{rnd}"):
+            for k in range(8):
+                sid, chain = f"{split}-{k}", rng.choice(chains)
+                for e in _sample_events(sid, f"t{k // 4}", k % 4, 0, clock.now, rng):
+                    e.get("metadata", {})["split"] = split
+                    chain.write(e)
+                if k % 3 == 0:  # its reward before its end
+                    chain.write(_events.reward(sid, float(k % 2), "reward", None, 0.0))
+                chain.write(_events.session_end(sid, ts=clock.now, error=None, num_calls=1))
+                if k % 3 == 1:  # after its end, from the scoring process
+                    scorer.write(_events.reward(sid, float(k % 2), "reward", None, 0.0))
+        split = f"round-{rnd}"
+        a, b = tmp_path / f"follow-{rnd}.parquet", tmp_path / f"whole-{rnd}.parquet"
+        got = export(run.round_sessions(split), a, splits=[split], rejects=False)
+        want = export(run.store, b, splits=[split], rejects=False)
+        assert got.written == want.written > 0 and dict(got.rejected) == dict(want.rejected)
+        assert read_episodes(a) == read_episodes(b)
+    assert run._tail.num_calls == _calls_written(run.store)  # each line parsed once over the three rounds

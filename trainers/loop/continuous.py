@@ -421,7 +421,8 @@ def run_async(
     gate = _Gate(_backlog_limit(cfg, need), budget)
     # Each version's trainer runs a full garbage collection (accelerate's free_memory); with torch, TRL and
     # the agents' frameworks loaded that is ~0.3 s of every version. What exists now lives as long as the
-    # loop does, so the garbage collector need not scan it again.
+    # loop does, so the garbage collector need not scan it again (until the loop returns).
+    unfreeze = gc.get_freeze_count() == 0  # a caller's own freeze is left alone
     gc.freeze()
     # A run killed after its last commit but before its final validation only validates (and plots).
     collector = _Collector(cfg, pool, run.out, version, gate) if not finished else None
@@ -447,6 +448,8 @@ def run_async(
         validator.close(timeout=0)  # after a failure: a validation may still run
         policy.stop()
         sdk.flush()
+        if unfreeze:
+            gc.unfreeze()
     if cfg.plot:
         from trainers._plots import plot_async_progress
 

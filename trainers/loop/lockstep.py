@@ -93,6 +93,7 @@ class _Run:
         self.uses: dict[str, int] = defaultdict(int)  # task id -> rounds that drew it
         self._t_start = time.time()
         self._wall0 = 0.0  # wall seconds of the rounds finished before this process
+        self._tail: Any = None  # follows the store from round to round (see round_sessions)
 
     def say(self, text: str) -> None:
         if not self.quiet:
@@ -235,6 +236,26 @@ class _Run:
         val = self.validate(eval_pool, 0)
         self.finish({"round": 0, **val, "train_reward": None, "groups": 0, "steps": 0})
 
+    def round_sessions(self, split: str) -> Any:
+        """What a round's export reads: the sessions of ``split`` that ended since the last round's export.
+
+        A tail kept for the run reads only what was appended since (``sdk.store.StoreTail``), so the export
+        costs what the round wrote, not the whole store again every round; a store it cannot follow is
+        read whole (the export then keeps the split's sessions).
+        """
+        from sdk.store import StoreTail, TailUnsupported
+
+        if self._tail is False:
+            return self.store
+        try:
+            if self._tail is None:
+                self._tail = StoreTail(self.store)
+            update = self._tail.read(keep=lambda s: s.metadata.get("split") == split)
+        except TailUnsupported:
+            self._tail = False
+            return self.store
+        return update
+
     def training_round(
         self, rnd: int, pool: list[dict[str, Any]], eval_pool: list[dict[str, Any]] | None, policy: Any
     ) -> None:
@@ -255,7 +276,7 @@ class _Run:
         t_collect = time.time() - t0
         data = self.out / "episodes" / f"{split}.parquet"
         data.parent.mkdir(parents=True, exist_ok=True)
-        summary = export(self.store, data, splits=[split])
+        summary = export(self.round_sessions(split), data, splits=[split])
         groups = _groups_with_signal(results)
         steps, adapter, t1, swap = 0, None, time.time(), {}
         if groups and self.trainer is not None:

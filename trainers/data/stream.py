@@ -244,7 +244,8 @@ class StreamingSource:
         """Give taken groups back: the next :meth:`poll` offers them again (with their staleness then).
 
         The loop takes a batch's worth and releases the rest, so the cursor it saves never counts a group
-        as taken that no step trained on. Groups taken before the previous release are final. A group
+        as taken that no step trained on. Groups taken before the previous release are final; until then
+        a source that follows the store keeps their samples in memory, as they may come back. A group
         offered with fewer than ``group_size`` samples (some were dropped) is offered again with the same
         samples: its dropped ones stay decided.
 

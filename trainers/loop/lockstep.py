@@ -276,7 +276,9 @@ class _Run:
         t_collect = time.time() - t0
         data = self.out / "episodes" / f"{split}.parquet"
         data.parent.mkdir(parents=True, exist_ok=True)
+        t_export = time.time()
         summary = export(self.round_sessions(split), data, splits=[split])
+        t_export = time.time() - t_export
         groups = _groups_with_signal(results)
         steps, adapter, t1, swap = 0, None, time.time(), {}
         if groups and self.trainer is not None:
@@ -313,6 +315,7 @@ class _Run:
                 "curriculum_share": share,
                 "adapter": adapter,
                 "collect_s": round(t_collect, 1),
+                "export_s": round(t_export, 2),
                 "train_s": round(t_train, 1),
                 "eval_s": val["eval_s"],
                 **swap,

@@ -79,6 +79,7 @@ class _Chain:
     """How far a writing process's segments have been read, and its sessions still open there."""
 
     segment: str = ""
+    index: int = 0  # the segment's place in the chain: one before it appearing later is not followed
     offset: int = 0
     line: int = 0
     open_: dict[str, _Open] = dataclasses.field(default_factory=dict)
@@ -148,10 +149,13 @@ class StoreTail(StoreReader):
         names = [p.name for p in chain]
         if state.segment and state.segment not in names:
             raise TailUnsupported(f"segment {state.segment} is gone")
-        for i in range(names.index(state.segment) if state.segment else 0, len(chain)):
+        start = names.index(state.segment) if state.segment else 0
+        if start != state.index:
+            raise TailUnsupported(f"a segment before {state.segment} appeared after it was read")
+        for i in range(start, len(chain)):
             seg, last = chain[i], i == len(chain) - 1
             if seg.name != state.segment:
-                state.segment, state.offset, state.line = seg.name, 0, 0
+                state.segment, state.index, state.offset, state.line = seg.name, i, 0, 0
             with open(seg, "rb", buffering=1 << 16) as fh:
                 if os.fstat(fh.fileno()).st_size < state.offset:
                     raise TailUnsupported(f"segment {seg.name} shrank")

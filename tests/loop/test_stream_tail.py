@@ -182,11 +182,22 @@ def test_a_store_the_tail_cannot_follow_is_read_whole_from_then_on(tmp_path):
     _write_samples(chain, 4, 2, clock, spans_processes=True)
     a, b = follow.poll(0), reread.poll(0)
     assert _summary(a) == _summary(b) and len(a.groups) == 1 and not follow.incremental
-    # A segment that shrank: the tail says so and the source reads the store whole.
+    # A segment that shrank, or one that appeared before the segment being read: the tail says so and
+    # the source reads the store whole.
     other = StreamingSource(store, group_size=2, max_staleness=1, clock=clock)
     other.poll(0)
     chain.path.write_bytes(chain.path.read_bytes()[:100])
     assert other.poll(0).groups == [] and not other.incremental
+    store2 = tmp_path / "store2"
+    store2.mkdir()
+    follow, reread = _two_sources(store2, clock)
+    _write_samples(Chain(store2, "20261128T000000-h-1-aaa"), 0, 2, clock)
+    assert _summary(follow.poll(0)) == _summary(reread.poll(0))
+    early = Chain(tmp_path, "early")
+    _write_samples(early, 2, 2, clock)
+    early.path.rename(store2 / "20261128T000000-h-1-aaa.0000.jsonl")  # sorts before its .00000 segment
+    a, b = follow.poll(0), reread.poll(0)
+    assert _summary(a) == _summary(b) and len(a.groups) == 1 and not follow.incremental
 
 
 @pytest.mark.s3

@@ -73,6 +73,7 @@ class _AsyncRun:
         self.quiet = quiet
         self.store = self.out / "store"
         self.rollouts = self.out / "rollouts"
+        self.results = _ResultsTail(self.rollouts)  # the collector's results, read once each
         self.metrics = self.out / "metrics.jsonl"
         self.trained = self.out / "trained_samples.jsonl"
         self.dropped = self.out / "dropped_samples.jsonl"
@@ -241,17 +242,43 @@ def _check_server(policy: Any) -> None:
         raise UserError(f"the policy server exited (code {code}); {_RERUN}")
 
 
-def _collector_load(rollouts: Path, t0: float, t1: float, concurrency: int) -> tuple[float, float]:
+class _ResultsTail:
+    """The rows appended to the collector's results files (``rollouts/stream*.jsonl``) since the last read.
+
+    Each version's collector load reads only these: a sample in ``[t0, t1]`` ended after ``t0``, so it was
+    written after the previous version's read (the files grow by a line per sample for the whole run).
+    """
+
+    def __init__(self, rollouts: Path) -> None:
+        self.rollouts = rollouts
+        self._offsets: dict[str, int] = {}
+
+    def rows(self) -> list[dict[str, Any]]:
+        out = []
+        for path in sorted(self.rollouts.glob("stream*.jsonl")):
+            offset = self._offsets.get(path.name, 0)
+            with contextlib.suppress(OSError), path.open("rb") as fh:
+                fh.seek(offset)
+                for raw in fh:
+                    if not raw.endswith(b"\n"):
+                        break  # being written: read it next time
+                    offset += len(raw)
+                    with contextlib.suppress(ValueError):
+                        out.append(json.loads(raw))
+            self._offsets[path.name] = offset
+        return out
+
+
+def _collector_load(rows: list[Any], t0: float, t1: float, concurrency: int) -> tuple[float, float]:
     """Samples per second and the collector's idle share (empty sample slots) in ``[t0, t1]``."""
     busy, n = 0.0, 0
-    for path in rollouts.glob("stream*.jsonl"):
-        for r in read_jsonl(path):
-            end = float(r.get("ts") or 0)
-            start = end - float(r.get("seconds") or 0)
-            overlap = min(end, t1) - max(start, t0)
-            if overlap > 0:
-                busy += overlap
-            n += t0 < end <= t1
+    for r in rows:
+        end = float(r.get("ts") or 0)
+        start = end - float(r.get("seconds") or 0)
+        overlap = min(end, t1) - max(start, t0)
+        if overlap > 0:
+            busy += overlap
+        n += t0 < end <= t1
     span = max(t1 - t0, 1e-9)
     return n / span, max(0.0, 100.0 * (1 - busy / (concurrency * span)))
 
@@ -538,7 +565,7 @@ def _resident_version(
     _tell_agents(policy, run.out / "policy-env.json")
     t1 = time.time()
     version.set(n)  # the collector stamps new samples with it from now on
-    load = _collector_load(run.rollouts, t0, t1, cfg.concurrency)
+    load = _collector_load(run.results.rows(), t0, t1, cfg.concurrency)
     rows, trained = _version_rows(run, n, groups, drops, log_rows, load, 100 * idle / max(t1 - t0, 1e-9))
     lines = {run.metrics: rows, run.trained: trained, run.dropped: drops}
     with validator.lock:

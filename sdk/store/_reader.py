@@ -37,6 +37,7 @@ __all__ = ["EVENT_VERSION", "StoreReader", "StoredSession", "read_sessions"]
 
 """Version written in every event's ``v`` field; readers reject larger versions (counted)."""
 
+_REFUSED = object()  # a line no JSON parser takes (see StoreReader._refused)
 _KNOWN_EVENTS = frozenset({"session_start", "call", "reward", "session_end", "supersede"})
 _DEFAULTS = {k: v for k, v in CALL_DEFAULTS.items() if not isinstance(v, list) and k != "prompt_token_suffix"}
 
@@ -217,7 +218,7 @@ class StoreReader:
                         event = parse(raw)
                     except (ValueError, RecursionError) as e:
                         event = self._refused(raw, e, name, n)
-                        if event is None:
+                        if event is _REFUSED:
                             continue
                     # The checks every event must pass, cheapest first (the writer's events pass them all).
                     if (
@@ -239,15 +240,15 @@ class StoreReader:
             event = self._parse(raw)
         except (ValueError, RecursionError) as e:
             event = self._refused(raw, e, name, n)
-            if event is None:
+            if event is _REFUSED:
                 return None
         return event if self._usable_here(event, name, n) else None
 
     def _refused(self, raw: bytes, error: Exception, name: str, n: int) -> Any:
-        """The fast parser refused a line: the lenient one decides (``None``: unusable, counted)."""
+        """The fast parser refused a line: the lenient one decides (``_REFUSED``: not JSON, counted)."""
         if isinstance(error, RecursionError):
             self._skip("corrupt_line", f"{name}:{n}")
-            return None
+            return _REFUSED
         try:  # orjson's refusal: NaN, a lone surrogate, bad UTF-8, bad JSON
             return loads(raw)
         except UnicodeDecodeError:
@@ -255,7 +256,7 @@ class StoreReader:
         except JSONError:
             if raw.strip():
                 self._skip("corrupt_line", f"{name}:{n}")
-        return None
+        return _REFUSED
 
     def _usable_here(self, event: Any, name: str, n: int) -> bool:
         """Whether a parsed line is a usable event; an unusable one is counted."""

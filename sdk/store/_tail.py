@@ -8,10 +8,13 @@ read parses only the lines appended since, with the reader's own rules (the same
 reconstruction, problem counts), and returns the sessions that ended, the rewards given since to sessions
 that had ended before (a scoring job's, a user's), and the sessions a ``supersede`` event named.
 
+Sessions that span processes (the gateway's workers each write a part) are kept as parts and merged as
+the whole reader merges them (``sdk.store._spread``), again at each read that adds to them; one that ended
+and that ``keep`` no longer wants is forgotten (its id kept: later lines of it are counted, not read).
 What it does not follow, it says (:class:`TailUnsupported`), and the caller reads the store whole instead:
-a segment that shrank or vanished, a new segment that sorts before the one being read, and sessions that
-span processes (the gateway's workers), whose parts only a whole read can merge. A line without its
-newline at the end of a process's last segment is a write in progress: it is read again next time.
+a segment that shrank or vanished, a new segment that sorts before the one being read, a session read as
+one process's that another process then marks as shared. A line without its newline at the end of a
+process's last segment is a write in progress: it is read again next time.
 
 Example:
     >>> import tempfile
@@ -33,6 +36,7 @@ from typing import Any
 from sdk.store._index import SeenSessions, reward_of
 from sdk.store._reader import StoredSession, StoreReader, _Open, chain_key
 from sdk.store._remote import fetch_store, is_store_uri
+from sdk.store._spread import _ts, merge_parts
 
 __all__ = ["StoreTail", "TailUnsupported", "TailUpdate"]
 
@@ -52,7 +56,8 @@ class TailUpdate:
 
     Attributes:
         ended: Sessions that ended since the last read, each with the rewards given to it so far and
-            ``superseded`` set if a ``supersede`` event named it.
+            ``superseded`` set if a ``supersede`` event named it. A session several processes write is
+            returned again, merged anew, by each read that adds to it.
         rewards: Rewards given since the last read to sessions that ended before it, by session id
             (``{"value", "name", "call_id", "ts"}`` dicts in the order read).
         superseded: Sessions a ``supersede`` event named since the last read (ended or not).
@@ -119,13 +124,19 @@ class StoreTail(StoreReader):
         self._seen = SeenSessions(self.index_limit)  # sessions that ended (read once)
         weakref.finalize(self, self._seen.close)  # its temporary database, past index_limit sessions
         self._pending: dict[str, list[dict[str, Any]]] = {}  # rewards of sessions not ended yet
+        # Sessions that span processes: their parts (one per process, or more), their rewards, and the
+        # ids of those forgotten (ended, and no longer wanted by ``keep``).
+        self._parts: dict[str, list[StoredSession]] = {}
+        self._part_rewards: dict[str, list[dict[str, Any]]] = {}
+        self._forgotten: set[str] = set()
 
     def read(self, keep: Callable[[StoredSession], bool] | None = None) -> TailUpdate:
         """Read the lines appended since the last call (all of them the first time).
 
         Args:
             keep: Which ended sessions to return (default: all). The others are dropped as they end, so
-                a first read of a large store holds only the sessions wanted, not the store.
+                a first read of a large store holds only the sessions wanted, not the store; a shared
+                session (several processes' parts) is kept in parts until ``keep`` stops wanting it.
 
         Raises:
             TailUnsupported: The store changed in a way this cannot follow (see the module docstring);
@@ -134,10 +145,19 @@ class StoreTail(StoreReader):
         if self._source is not None:
             fetch_store(self._source)
         update = TailUpdate(source=self.uri or str(self.path))
+        touched: set[str] = set()  # shared sessions this read added to
         for chain in self.segments():
             state = self._chains.setdefault(chain_key(chain[0].name), _Chain())
             for event, name, n, raw in self._follow(chain, state):
-                self._apply(event, name, n, raw, state, update, keep)
+                sid = event["session_id"]
+                if sid in self._forgotten:  # a shared session already read, ended and not wanted
+                    if event["event"] not in ("reward", "supersede"):
+                        self._problem("event_after_session_end", f"{name}:{n}")
+                elif sid in self._parts or event.get("spans_processes") is True:
+                    self._part(event, name, n, raw, state, update, touched)
+                else:
+                    self._apply(event, name, n, raw, state, update, keep)
+        self._merge_parts(touched, update, keep)
         return update
 
     def close(self) -> None:
@@ -195,8 +215,6 @@ class StoreTail(StoreReader):
         if kind == "reward":
             self._reward(event, name, sid, state, update)
             return
-        if kind == "session_start" and event.get("spans_processes") is True:
-            raise TailUnsupported("sessions that span processes (the gateway's) are merged by a whole read")
         s = self._step(event, name, n, raw, state.open_, state.given, self._seen)
         if s is None:
             return
@@ -208,13 +226,18 @@ class StoreTail(StoreReader):
             update.ended.append(s)
             update._by_id[sid] = s
 
-    def _reward(self, event: dict[str, Any], name: str, sid: str, state: _Chain, update: TailUpdate) -> None:
+    def _entry(self, event: dict[str, Any], name: str) -> dict[str, Any] | None:
         reward = reward_of(event)
         if reward is None:
             self._problem("invalid_reward", name)
-            return
+            return None
         value, reward_name, call_id, ts = reward
-        entry = {"value": value, "name": reward_name, "call_id": call_id, "ts": ts}
+        return {"value": value, "name": reward_name, "call_id": call_id, "ts": ts}
+
+    def _reward(self, event: dict[str, Any], name: str, sid: str, state: _Chain, update: TailUpdate) -> None:
+        entry = self._entry(event, name)
+        if entry is None:
+            return
         if sid in state.open_:
             state.given.setdefault(sid, []).append(entry)  # the session takes it at its end
         elif sid in update._by_id:  # ended earlier in this read
@@ -223,3 +246,69 @@ class StoreTail(StoreReader):
             update.rewards.setdefault(sid, []).append(entry)
         else:  # given in another process than the session's, or before its start line was read
             self._pending.setdefault(sid, []).append(entry)
+
+    def _part(
+        self,
+        event: dict[str, Any],
+        name: str,
+        n: int,
+        raw: bytes,
+        state: _Chain,
+        update: TailUpdate,
+        touched: set[str],
+    ) -> None:
+        """A line of a session that spans processes: it adds to that session's parts."""
+        kind, sid = event["event"], event["session_id"]
+        if sid not in self._parts:  # its first part's start
+            if sid in self._seen:  # read as one process's session, and that is what it was trained as
+                raise TailUnsupported(f"session {sid} was read whole before another process shared it")
+            self._parts[sid] = []
+            self._part_rewards[sid] = self._pending.pop(sid, [])
+        touched.add(sid)
+        if kind == "supersede":
+            self._superseded.add(sid)
+            update.superseded.add(sid)  # for a consumer holding what an earlier read returned
+        elif kind == "reward":
+            entry = self._entry(event, name)
+            if entry is not None:
+                self._part_rewards[sid].append(entry)
+        else:
+            ended = self._step(event, name, n, raw, state.open_, state.given, self._seen)
+            open_ = state.open_.get(sid)
+            for part in (open_.session if open_ is not None else None, ended):
+                if part is not None and not any(part is p for p in self._parts[sid]):
+                    self._parts[sid].append(part)
+
+    def _merge_parts(
+        self, touched: set[str], update: TailUpdate, keep: Callable[[StoredSession], bool] | None
+    ) -> None:
+        """Merge the shared sessions this read added to; forget the ended ones ``keep`` does not want."""
+        for sid in sorted(touched):
+            parts = self._parts[sid]
+            if not parts:
+                continue  # a reward or a supersede mark before any part
+            s = merge_parts(parts)  # one part: that part
+            rewards = self._part_rewards[sid]
+            s.rewards = sorted(rewards, key=lambda r: _ts(r.get("ts"))) if len(parts) > 1 else list(rewards)
+            s.superseded = sid in self._superseded
+            if s.status not in ("ok", "error"):
+                continue  # no part ended yet
+            if keep is None or keep(s):
+                update.ended.append(s)
+                update._by_id[sid] = s
+            else:
+                self._forget(sid)
+        if keep is not None:  # the ended ones decided since (a trainer took them): memory stays flat
+            for sid, parts in list(self._parts.items()):
+                if sid not in touched and any(p.status in ("ok", "error") for p in parts):
+                    s = merge_parts(parts)
+                    s.superseded = sid in self._superseded
+                    if not keep(s):
+                        self._forget(sid)
+
+    def _forget(self, sid: str) -> None:
+        del self._parts[sid], self._part_rewards[sid]
+        self._forgotten.add(sid)
+        for chain in self._chains.values():  # its parts that never end (another worker's)
+            chain.open_.pop(sid, None)
+            chain.given.pop(sid, None)

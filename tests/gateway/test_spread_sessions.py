@@ -138,3 +138,26 @@ def test_parallel_export_reads_spread_sessions_in_one_process(tmp_path: Path) ->
     plain = tmp_path / "plain"
     _write(plain, [_start("s", 1.0, marked=False)], [_start("t", 1.0, marked=False)])
     assert plan_workers(plain, 2) is not None
+
+
+def _view(s: Any) -> tuple:
+    messages = [[m.get("content") for m in c["request"]["messages"]] for c in s.calls]
+    return (s.session_id, s.status, s.task_id, s.started_at, s.ended_at, s.reward, messages)
+
+
+def test_a_tail_following_the_writers_merges_the_parts_as_the_reader_does(tmp_path: Path) -> None:
+    from sdk.store import StoreTail
+
+    tail = StoreTail(tmp_path)
+    a = [_start("s", 1.0), _call("s", "c1", 1.0, "one"), _call("s", "c3", 3.0, "three", base=2)]
+    _write(tmp_path, a)
+    assert tail.read().ended == []  # no part ended yet
+    b = [_start("s", 2.0, task=None), _call("s", "c2", 2.0, "two"), _end("s", 5.0)]
+    other = [_start("o", 1.0), _call("o", "x", 1.0, "x"), _end("o", 2.0)]
+    _write(tmp_path, b, other)
+    got = {s.session_id: _view(s) for s in tail.read().ended}
+    assert got == {s.session_id: _view(s) for s in StoreReader(tmp_path).sessions()}
+    add_reward(tmp_path, "s", 0.5)  # post-hoc: the merged session comes again, with it
+    [again] = tail.read().ended
+    assert _view(again) == next(_view(s) for s in StoreReader(tmp_path).sessions() if s.session_id == "s")
+    assert again.reward == 0.5 and not tail.problems

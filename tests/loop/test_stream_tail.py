@@ -52,18 +52,22 @@ class Chain:
             self.seq, self.size = self.seq + 1, 0
 
 
-def _sample_events(sid: str, task: str, k: int, version: int, t: float, rng: random.Random) -> list[dict]:
+def _sample_events(
+    sid: str, task: str, k: int, version: int, t: float, rng: random.Random, *, shared: bool = False
+) -> list[dict]:
+    """A session's start and one call (``shared``: a part of a session several processes write)."""
     meta = {"split": rng.choice(["train"] * 9 + ["eval"]), "rollout": "r1", "policy_version": version}
     start = _events.session_start(
-        sid, ts=t, task_id=task, sample=k, metadata=meta, parent_session_ids=[], implicit=False, pid=1
-    )
+        sid, ts=t, task_id=task, sample=k, metadata=meta, parent_session_ids=[], implicit=False, pid=1,
+        spans_processes=shared,
+    )  # fmt: skip
     request = {"messages": [{"role": "user", "content": f"{task} #{k}"}]}
     response = {
         "message": {"role": "assistant", "content": "x" * rng.randint(1, 40)},
         "finish_reason": "stop",
     }
     call = _events.call(
-        f"c-{sid}", sid, framework="openai", model="m", request=request, response=response,
+        f"c-{sid}-{rng.random()}", sid, framework="openai", model="m", request=request, response=response,
         started_at=t, ended_at=t, optional=(("policy_version", version),),
     )  # fmt: skip
     return [start, call]
@@ -97,7 +101,15 @@ def test_following_the_store_polls_the_same_groups_as_reading_it_whole(tmp_path,
         v = rng.choice(
             [0, 0, 0, 1, 1, 1, 1, 1, 1, 2]
         )  # the trainer moves from 0 to 2 (some stale, some future)
-        steps = [(chain, e) for e in _sample_events(sid, task, k, v, clock.now, rng)]
+        shared = rng.random() < 0.2  # written by two processes, as the gateway's workers do
+        steps = [(chain, e) for e in _sample_events(sid, task, k, v, clock.now, rng, shared=shared)]
+        if shared:
+            other = rng.choice([c for c in chains if c is not chain])
+            part = _sample_events(sid, task, k, v, clock.now, rng, shared=True)
+            part[0]["metadata"] = steps[0][1]["metadata"]
+            steps += [(other, e) for e in part]
+            if rng.random() < 0.5:  # that process ends its part too
+                steps.append((other, _events.session_end(sid, ts=None, error=None, num_calls=1)))
         how = rng.random()
         if how < 0.6:  # rewarded before its end, in its own chain
             steps.append((chain, _events.reward(sid, float(rng.randint(0, 1)), "reward", None, 0.0)))
@@ -144,6 +156,10 @@ def test_following_the_store_polls_the_same_groups_as_reading_it_whole(tmp_path,
     assert polls > 10 and follow.incremental and follow.dropped_total == reread.dropped_total
     # Each line was parsed once: the calls the tail reconstructed are the calls written.
     assert follow._tail is not None and follow._tail.num_calls == _calls_written(store)
+    # Every shared session ended and was decided: the tail holds none of their parts any more.
+    follow.release([])
+    follow.poll(2, closed=True)
+    assert follow._tail._parts == {} and follow._pool == {}
 
 
 def _calls_written(store: Path) -> int:
@@ -178,10 +194,10 @@ def test_a_store_the_tail_cannot_follow_is_read_whole_from_then_on(tmp_path):
     chain = Chain(store, "20261128T000000-h-1-aaa", limit=10**9)
     _write_samples(chain, 0, 4, clock)
     assert _summary(follow.poll(0)) == _summary(reread.poll(0)) and follow.incremental
-    # Sessions that span processes (the gateway's workers) are merged only by a whole read.
-    _write_samples(chain, 4, 2, clock, spans_processes=True)
+    # A session read as one process's, that another process then writes a part of: read whole from then on.
+    _write_samples(Chain(store, "20261128T000000-h-2-bbb"), 1, 1, clock, spans_processes=True)
     a, b = follow.poll(0), reread.poll(0)
-    assert _summary(a) == _summary(b) and len(a.groups) == 1 and not follow.incremental
+    assert _summary(a) == _summary(b) and not follow.incremental
     # A segment that shrank, or one that appeared before the segment being read: the tail says so and
     # the source reads the store whole.
     other = StreamingSource(store, group_size=2, max_staleness=1, clock=clock)
@@ -239,9 +255,15 @@ def test_a_lock_step_round_exports_what_the_whole_store_export_does(tmp_path):
         for split in (f"round-{rnd}", f"eval-round-{rnd}"):
             for k in range(8):
                 sid, chain = f"{split}-{k}", rng.choice(chains)
-                for e in _sample_events(sid, f"t{k // 4}", k % 4, 0, clock.now, rng):
+                shared = k % 4 == 1  # parts written by both processes, as the gateway's workers do
+                for e in _sample_events(sid, f"t{k // 4}", k % 4, 0, clock.now, rng, shared=shared):
                     e.get("metadata", {})["split"] = split
                     chain.write(e)
+                if shared:
+                    other = chains[1] if chain is chains[0] else chains[0]
+                    for e in _sample_events(sid, f"t{k // 4}", k % 4, 0, clock.now, rng, shared=True):
+                        e.get("metadata", {})["split"] = split
+                        other.write(e)
                 if k % 3 == 0:  # its reward before its end
                     chain.write(_events.reward(sid, float(k % 2), "reward", None, 0.0))
                 chain.write(_events.session_end(sid, ts=clock.now, error=None, num_calls=1))

@@ -5,8 +5,8 @@ follows the store they write to (a local directory or an ``s3://`` URI): each :m
 reads what was appended since the last one (:class:`sdk.store.StoreTail`, with the reader's rules — torn
 lines, late rewards, superseded attempts), keeps the samples not decided yet, and returns the GRPO groups
 that became ready. A poll's cost follows what was written since the last poll, not the store's size. A
-store the tail cannot follow (sessions spanning processes, a segment that shrank) is read whole at each
-poll from then on, as with ``incremental=False``.
+store the tail cannot follow (a segment that shrank or vanished, see :class:`sdk.store.StoreTail`) is read
+whole at each poll from then on, as with ``incremental=False``.
 
 A *sample* is identified by ``(rollout, task_id, sample)``: ``rollout`` is the session metadata the rollout
 runner stamps (its results file's key), so runs that reuse sample numbers never collide. Sample ``k`` of a
@@ -310,10 +310,13 @@ class StreamingSource:
         for s in update.ended:
             pool.setdefault(_pair_key(_pair(s)), {})[s.session_id] = s
         if update.rewards or update.superseded:
-            for attempts in pool.values():
-                for sid, s in attempts.items():
+            for key, attempts in list(pool.items()):
+                for sid, s in list(attempts.items()):
                     s.rewards.extend(update.rewards.get(sid, ()))
-                    s.superseded = s.superseded or sid in update.superseded
+                    if sid in update.superseded:  # replaced by a later attempt for good
+                        del attempts[sid]
+                if not attempts:
+                    del pool[key]
         return [s for attempts in pool.values() for s in attempts.values()]
 
     def poll(self, current_version: int, *, closed: bool = False) -> StreamBatch:

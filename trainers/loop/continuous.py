@@ -446,11 +446,7 @@ def run_async(
     need = _groups_per_step(cfg) * cfg.sync_every
     budget = None if cfg.max_samples is None else -(-cfg.max_samples // cfg.group_size)
     gate = _Gate(_backlog_limit(cfg, need), budget)
-    # Each version's trainer runs a full garbage collection (accelerate's free_memory); with torch, TRL and
-    # the agents' frameworks loaded that is ~0.3 s of every version. What exists now lives as long as the
-    # loop does, so the garbage collector need not scan it again (until the loop returns).
-    unfreeze = gc.get_freeze_count() == 0  # a caller's own freeze is left alone
-    gc.freeze()
+    unfreeze = _freeze_gc()
     # A run killed after its last commit but before its final validation only validates (and plots).
     collector = _Collector(cfg, pool, run.out, version, gate) if not finished else None
     try:
@@ -482,6 +478,18 @@ def run_async(
 
         plot_async_progress(read_jsonl(run.metrics), run.out / "progress.png", f"{cfg.agent} (async)")
     return _result(run)
+
+
+def _freeze_gc() -> bool:
+    """Freeze what exists now for the garbage collector; whether the loop unfreezes it when it returns.
+
+    Each version's trainer runs a full garbage collection (accelerate's free_memory); with torch, TRL and
+    the agents' frameworks loaded that is ~0.3 s of every version. What exists now lives as long as the
+    loop does, so the collector need not scan it again. A caller's own freeze is left alone.
+    """
+    unfreeze = gc.get_freeze_count() == 0
+    gc.freeze()
+    return unfreeze
 
 
 def _tell_agents(policy: Any, env: Path) -> None:

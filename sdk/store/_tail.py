@@ -40,6 +40,8 @@ from sdk.store._spread import _ts, merge_parts
 
 __all__ = ["StoreTail", "TailUnsupported", "TailUpdate"]
 
+_Line = tuple[dict[str, Any], str, int, bytes]  # a usable line: event, segment name, line number, bytes
+
 
 class TailUnsupported(Exception):
     """The store changed in a way a tail cannot follow; read it whole (:class:`StoreReader`) instead.
@@ -148,15 +150,16 @@ class StoreTail(StoreReader):
         touched: set[str] = set()  # shared sessions this read added to
         for chain in self.segments():
             state = self._chains.setdefault(chain_key(chain[0].name), _Chain())
-            for event, name, n, raw in self._follow(chain, state):
+            for line in self._follow(chain, state):
+                event, name, n, _ = line
                 sid = event["session_id"]
                 if sid in self._forgotten:  # a shared session already read, ended and not wanted
                     if event["event"] not in ("reward", "supersede"):
                         self._problem("event_after_session_end", f"{name}:{n}")
                 elif sid in self._parts or event.get("spans_processes") is True:
-                    self._part(event, name, n, raw, state, update, touched)
+                    self._part(line, state, update, touched)
                 else:
-                    self._apply(event, name, n, raw, state, update, keep)
+                    self._apply(line, state, update, keep)
         self._merge_parts(touched, update, keep)
         return update
 
@@ -164,7 +167,7 @@ class StoreTail(StoreReader):
         """Release the set of ended sessions (a temporary database past ``index_limit`` of them)."""
         self._seen.close()
 
-    def _follow(self, chain: list[Path], state: _Chain) -> Iterator[tuple[dict[str, Any], str, int, bytes]]:
+    def _follow(self, chain: list[Path], state: _Chain) -> Iterator[_Line]:
         """The usable whole lines of ``chain`` after ``state``'s position, advancing it as they are read."""
         names = [p.name for p in chain]
         if state.segment and state.segment not in names:
@@ -196,15 +199,10 @@ class StoreTail(StoreReader):
                         yield event, seg.name, state.line, raw
 
     def _apply(
-        self,
-        event: dict[str, Any],
-        name: str,
-        n: int,
-        raw: bytes,
-        state: _Chain,
-        update: TailUpdate,
-        keep: Callable[[StoredSession], bool] | None,
+        self, line: _Line, state: _Chain, update: TailUpdate, keep: Callable[[StoredSession], bool] | None
     ) -> None:
+        """A line of a session one process writes."""
+        event, name, n, raw = line
         kind, sid = event["event"], event["session_id"]
         if kind == "supersede":
             self._superseded.add(sid)
@@ -247,17 +245,9 @@ class StoreTail(StoreReader):
         else:  # given in another process than the session's, or before its start line was read
             self._pending.setdefault(sid, []).append(entry)
 
-    def _part(
-        self,
-        event: dict[str, Any],
-        name: str,
-        n: int,
-        raw: bytes,
-        state: _Chain,
-        update: TailUpdate,
-        touched: set[str],
-    ) -> None:
+    def _part(self, line: _Line, state: _Chain, update: TailUpdate, touched: set[str]) -> None:
         """A line of a session that spans processes: it adds to that session's parts."""
+        event, name, n, raw = line
         kind, sid = event["event"], event["session_id"]
         if sid not in self._parts:  # its first part's start
             if sid in self._seen:  # read as one process's session, and that is what it was trained as

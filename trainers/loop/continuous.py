@@ -56,12 +56,15 @@ from typing import Any
 from trainers.errors import UserError
 from trainers.loop.collect import _Collector, _Gate, _Version, read_jsonl, write_policy_env
 from trainers.loop.config import planned_steps, train_settings
-from trainers.loop.training import LoopTrainer, is_resident
+from trainers.loop.training import LoopTrainer, is_resident, start_policy
 from trainers.loop.validation import Validator
 
 __all__ = ["run_async"]
 
-_POLL_S = 0.5
+# How long the trainer sleeps between polls while it waits for groups. A poll reads only what was
+# appended to the store (a few ms at the main job's sizes), and a group that completes waits half of this
+# on average before it is trained: every version of a collection-bound run pays that.
+_POLL_S = 0.1
 
 
 class _AsyncRun:
@@ -323,7 +326,7 @@ def _take(
             gate.set_backlog(batch.backlog + cfg.group_size * len(groups[take:]))
             return groups[:take], drops, idle
         gate.set_backlog(batch.backlog + cfg.group_size * len(groups))
-        pause = max(_POLL_S, 2 * polled)  # re-reading a large store: at most a third of the time
+        pause = max(_POLL_S, 2 * polled)  # a slow poll (a whole store re-read): at most a third of the time
         time.sleep(pause)
         idle += pause + polled
 
@@ -515,7 +518,7 @@ def _start_training_side(cfg: Any, run: _AsyncRun) -> Any:
     run.trainer = LoopTrainer(settings, planned_steps=planned_steps(cfg), resume=resumed)
     policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
     policy.policy_version = run.version  # the resumed weights are served as their version
-    policy.start()
+    start_policy(policy, run.trainer)
     run.trainer.serve_resumed(policy, run.version)
     _tell_agents(policy, run.out / "policy-env.json")
     return policy

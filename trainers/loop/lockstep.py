@@ -21,7 +21,7 @@ from typing import Any
 from trainers.errors import UserError
 from trainers.loop.config import LoopConfig, check_before_loading, planned_steps, train_settings
 from trainers.loop.table import HEADER, plot_progress, print_row
-from trainers.loop.training import LoopTrainer, is_resident
+from trainers.loop.training import LoopTrainer, is_resident, start_policy
 
 __all__ = ["run_loop", "select_tasks"]
 
@@ -518,7 +518,7 @@ def run_loop(
     serve_from = cfg.model if lora else run.checkpoint
     policy = make_policy(cfg.policy, serve_from, log_dir=str(run.out))
     policy.policy_version = run.policy_version  # a restarted server goes on counting
-    policy.start()
+    start_policy(policy, run.trainer)
     if run.trainer is not None:
         run.trainer.serve_resumed(policy, run.policy_version)
     export_env(policy)

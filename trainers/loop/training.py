@@ -21,13 +21,14 @@ Example:
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from trainers.errors import UserError
 
-__all__ = ["LoopTrainer", "is_resident"]
+__all__ = ["LoopTrainer", "is_resident", "start_policy"]
 
 _RERUN = "re-run the same command to continue after the last checkpoint"
 
@@ -40,6 +41,28 @@ def is_resident(settings: dict[str, Any]) -> bool:
         (True, False)
     """
     return str(settings.get("backend") or "trl") == "trl"
+
+
+def start_policy(policy: Any, trainer: LoopTrainer | None) -> None:
+    """Start the policy server; while one in its own process loads, import what the trainer's build needs.
+
+    The first round or version otherwise pays those imports (TRL's trainer, ``datasets``: ~0.9 s on a
+    2-vCPU host) after the server is up, and this process only waits for the server meanwhile. A server in
+    this process loads its model here: nothing else is imported beside it (two threads importing the same
+    packages can see each other's half-imported modules).
+
+    Example:
+        >>> start_policy(policy, run.trainer)  # doctest: +SKIP
+    """
+    warm = None
+    if trainer is not None and getattr(policy, "use_subprocess", True) is not False:
+        warm = threading.Thread(target=trainer.warm, name="tracerl-trainer-imports", daemon=True)
+        warm.start()
+    try:
+        policy.start()
+    finally:
+        if warm is not None:
+            warm.join()
 
 
 class LoopTrainer:
@@ -68,6 +91,20 @@ class LoopTrainer:
         self.base = str(settings["model"])
         self.out = Path(str(settings["output_dir"]))
         self.resident = ResidentTrainer(config, planned_steps=planned_steps, resume=resume)
+
+    def warm(self) -> None:
+        """Import the libraries the trainer's build needs (TRL's trainer, ``datasets``); nothing is built.
+
+        A failed import is left for the build to report.
+
+        Example:
+            >>> lt.warm()  # doctest: +SKIP
+        """
+        try:
+            import datasets  # noqa: F401  (TRL's trainer imports it too, lazily)
+            from trl import GRPOTrainer  # noqa: F401
+        except Exception:  # the build raises it with its context
+            return
 
     @property
     def lora(self) -> bool:

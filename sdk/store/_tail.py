@@ -127,10 +127,12 @@ class StoreTail(StoreReader):
         weakref.finalize(self, self._seen.close)  # its temporary database, past index_limit sessions
         self._pending: dict[str, list[dict[str, Any]]] = {}  # rewards of sessions not ended yet
         # Sessions that span processes: their parts (one per process, or more), their rewards, and the
-        # ids of those forgotten (ended, and no longer wanted by ``keep``).
+        # ids of those forgotten (ended, and no longer wanted by ``keep``; on disk past index_limit, as
+        # the ended ones, so a long run's memory stays flat).
         self._parts: dict[str, list[StoredSession]] = {}
         self._part_rewards: dict[str, list[dict[str, Any]]] = {}
-        self._forgotten: set[str] = set()
+        self._forgotten = SeenSessions(self.index_limit)
+        weakref.finalize(self, self._forgotten.close)
 
     def read(self, keep: Callable[[StoredSession], bool] | None = None) -> TailUpdate:
         """Read the lines appended since the last call (all of them the first time).
@@ -164,8 +166,9 @@ class StoreTail(StoreReader):
         return update
 
     def close(self) -> None:
-        """Release the set of ended sessions (a temporary database past ``index_limit`` of them)."""
+        """Release the sets of ended sessions (temporary databases past ``index_limit`` of them)."""
         self._seen.close()
+        self._forgotten.close()
 
     def _follow(self, chain: list[Path], state: _Chain) -> Iterator[_Line]:
         """The usable whole lines of ``chain`` after ``state``'s position, advancing it as they are read."""

@@ -227,9 +227,20 @@ def create_app(engine: Engine) -> FastAPI:
     Example:
         >>> app = create_app(Engine("path/to/model"))  # doctest: +SKIP
     """
+    import anyio
     import anyio.to_thread
 
     app = FastAPI(title="tracerl serve")
+    # Each chat request waits for its tokens in a worker thread. anyio's default pool holds 40 threads, which
+    # capped the running batch at 40 rows with more clients waiting outside the engine; a pool of its own as
+    # large as the engine's admission lets every admitted request join the batch (and keeps the admin
+    # endpoints, on the default pool, from queueing behind chat requests).
+    threads: list[Any] = []
+
+    def chat_threads() -> Any:
+        if not threads:  # made in the event loop: older anyio versions need one
+            threads.append(anyio.CapacityLimiter(engine.max_pending))
+        return threads[0]
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -251,7 +262,7 @@ def create_app(engine: Engine) -> FastAPI:
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             return _error(400, "'messages' must be a non-empty list")
         try:
-            resp = await anyio.to_thread.run_sync(engine.chat, body)
+            resp = await anyio.to_thread.run_sync(engine.chat, body, limiter=chat_threads())
         except ModelNotFound as exc:
             return _error(404, str(exc), code="model_not_found")
         except EngineBusy as exc:  # back-pressure: the client retries later

@@ -196,9 +196,8 @@ class Engine:
         self.max_batch, self.batch_wait_s = max_batch, batch_wait_s
         self.paged = self.device.type != "cpu" if paged is None else bool(paged)
         self._queue: queue.Queue[_Request] = queue.Queue()  # bounded by the admission semaphore below
-        self.max_pending = max_pending or 4 * max_batch
+        self.max_pending, self.admit_timeout_s = max_pending or 4 * max_batch, admit_timeout_s
         self._admit = threading.BoundedSemaphore(self.max_pending)
-        self.admit_timeout_s = admit_timeout_s
         self._swap = threading.Condition()  # guards _in_paged and _swapping
         self._in_paged, self._swapping = 0, False
         # Swaps waiting for the batch path's lock: meanwhile the running batch takes no new rows.

@@ -85,9 +85,8 @@ def _summary(batch) -> tuple:
 @pytest.mark.parametrize("seed", range(8))
 def test_following_the_store_polls_the_same_groups_as_reading_it_whole(tmp_path, seed, monkeypatch):
     rng = random.Random(seed)
-    if (
-        seed % 2
-    ):  # the sets of ended and forgotten sessions past their memory limit (SQLite and a Bloom filter)
+    # odd seeds: the sets of ended and forgotten sessions past their memory limit (SQLite and a Bloom filter)
+    if seed % 2:
         monkeypatch.setattr("sdk.store._reader.DEFAULT_LIMIT", 2)
     store = tmp_path / "store"
     store.mkdir()

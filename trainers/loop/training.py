@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
@@ -100,11 +101,9 @@ class LoopTrainer:
         Example:
             >>> lt.warm()  # doctest: +SKIP
         """
-        try:
+        with contextlib.suppress(Exception):  # the build raises a failed import with its context
             import datasets  # noqa: F401  (TRL's trainer imports it too, lazily)
             from trl import GRPOTrainer  # noqa: F401
-        except Exception:  # the build raises it with its context
-            return
 
     @property
     def lora(self) -> bool:

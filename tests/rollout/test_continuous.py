@@ -161,6 +161,47 @@ def test_a_task_stream_gets_fresh_sample_indices_and_one_pass_ends(gated, tmp_pa
         run_continuous(AGENT, [], results=tmp_path / "none.jsonl", stop=threading.Event())
 
 
+def test_a_task_stream_is_read_by_one_thread_no_further_than_the_free_slots(gated, tmp_path):
+    """Samples that end together are replaced together: one thread reads the stream (not a thread per pair),
+    and never more pairs than there are free slots, so a stream held back by back-pressure is not read ahead."""
+    server, gate = gated
+    readers: list[threading.Thread] = []  # held: a thread's identity is not reused while it is
+
+    def stream() -> Iterator[dict[str, Any]]:
+        for i in range(1000):
+            readers.append(threading.current_thread())
+            yield {"id": f"t-{i}"}
+
+    res = tmp_path / "res.jsonl"
+    thread, stop, _ = start(task_stream=stream(), results=res, store=tmp_path / "store", concurrency=4)
+    try:
+        wait_until(lambda: server.in_flight == 4, "4 samples never got in flight")
+        assert len(readers) == 4  # no pair read ahead of a free slot
+        gate.release(4)  # the four end together ...
+        wait_until(lambda: len(server.requests) == 8 and server.in_flight == 4, "the four were not replaced")
+        assert len(readers) == 8 and len(read_results(res)) == 4
+    finally:
+        stop.set()
+        gate.release(1000)
+        thread.join(30)
+    assert not thread.is_alive()
+    assert len(set(readers)) == 1 and readers[0] is not threading.main_thread()
+
+
+def test_a_task_stream_that_fails_stops_the_run_with_its_error(gated, tmp_path):
+    server, gate = gated
+    gate.release(1000)
+
+    def stream() -> Iterator[dict[str, Any]]:
+        yield {"id": "t-0"}
+        raise OSError("the curriculum's source went away")
+
+    with pytest.raises(OSError, match="source went away"):
+        run_continuous(
+            AGENT, task_stream=stream(), results=tmp_path / "r.jsonl", stop=threading.Event(), concurrency=2
+        )
+
+
 def child_env(base_url: str) -> dict[str, str]:
     path = os.pathsep.join([str(HERE), os.getcwd(), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path}

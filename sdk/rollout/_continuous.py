@@ -37,7 +37,6 @@ from sdk.rollout._tasks import RolloutError, load_tasks
 __all__ = ["run_continuous"]
 
 _END = object()  # the task source is exhausted
-_FIRST = asyncio.FIRST_COMPLETED
 _POLL_S = 0.05  # how often the run looks at ``stop`` while it waits (a threading.Event cannot be awaited)
 
 Metadata = dict[str, Any] | Callable[[dict[str, Any], int], dict[str, Any]]
@@ -210,7 +209,9 @@ class _Continuous:
                 waiting = running | ({feed.arrival} if feed is not None and not exhausted else set())
                 if not waiting:
                     break  # one pass over the tasks is done
-                finished, _ = await asyncio.wait(waiting, timeout=_POLL_S, return_when=_FIRST)
+                finished, _ = await asyncio.wait(
+                    waiting, timeout=_POLL_S, return_when=asyncio.FIRST_COMPLETED
+                )
                 ended = finished & running
                 running -= ended
                 if feed is not None:

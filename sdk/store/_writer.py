@@ -44,7 +44,9 @@ class SegmentWriter:
 
     When the store directory or the segment file is deleted while the process runs, the writer notices
     (every few hundred appends, and on every flush and close), re-creates the directory, copies the
-    deleted segment's lines into a new segment, warns once and counts a write failure; lines of this
+    deleted segment's lines into a new segment (kept in the spill, ahead of later lines, while the
+    directory cannot be re-created, e.g. a file stands in its place), warns once and counts a write
+    failure; lines of this
     process's earlier segments that were deleted with it are counted in ``events_dropped``, and the next
     :meth:`flush` returns ``False``.
 
@@ -181,8 +183,10 @@ class SegmentWriter:
         try:
             self._open_segment()
             self._write_all(data)
-        except OSError as exc:
-            self._lose(lines, f"could not copy the deleted segment {old} back: {exc}")
+        except OSError:
+            # The directory cannot be re-created yet (a file in its place, a full disk): the copied lines
+            # wait in memory, ahead of everything appended since, until it can be written again.
+            self._spill_first(data.splitlines(keepends=True))
             raise
         self._lines = lines
 
@@ -249,6 +253,19 @@ class SegmentWriter:
         self._spill.append(line)
         self._spill_bytes += len(line)
         count("events_spilled")
+
+    def _spill_first(self, lines: list[bytes]) -> None:
+        """Put ``lines`` (older than the spill's) at its front; what does not fit is lost and counted."""
+        room = self.spill_max_bytes - self._spill_bytes
+        kept = 0
+        while kept < len(lines) and len(lines[kept]) <= room:
+            room -= len(lines[kept])
+            kept += 1
+        if kept < len(lines):
+            self._lose(len(lines) - kept, f"the in-memory spill ({self.spill_max_bytes} bytes) is full")
+        self._spill.extendleft(reversed(lines[:kept]))
+        self._spill_bytes += sum(len(line) for line in lines[:kept])
+        count("events_spilled", kept)
 
     def _drain_spill(self) -> bool:
         while self._spill:

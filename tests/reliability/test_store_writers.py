@@ -204,6 +204,30 @@ def test_earlier_segments_deleted_while_writing_are_counted_as_lost(tmp_path: Pa
     assert stored <= set(result["returned"])
 
 
+def test_a_store_replaced_by_a_file_then_restored_keeps_every_call(tmp_path: Path) -> None:
+    # A file stands where the store was while sessions go on; once the path is free again, the deleted
+    # segment's lines (kept in memory, not dropped) and the later ones are all written.
+    halfway = (
+        "shutil.rmtree(store); store.write_text('not a store'); "
+        "assert not sdk.flush(); "  # the writer finds its segment deleted and cannot re-create the store
+        "[client.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'while a file'}]) "
+        "for _ in range(3)]; "
+        "store.unlink()"
+    )
+    store = tmp_path / "store"
+    with ScriptedOpenAIServer() as server:
+        result, err = _result(_start(server, store, 20, "t", halfway))
+    assert "events are lost" not in err
+    assert result["events_dropped"] == 0 and result["flush"] is True
+    assert result["write_failures"] >= 1  # counted, not silent
+    stored, reader = _stored(store)
+    assert set(result["returned"]) <= stored and len(result["returned"]) == 40
+    assert sorted(s.task_id for s in reader.sessions() if not s.implicit) == sorted(
+        f"t-{i}" for i in range(20)
+    )
+    assert not reader.problems
+
+
 FSIZE = textwrap.dedent(
     """
     import json, resource, signal, sys

@@ -35,7 +35,10 @@ from typing import Any
 
 __all__ = [
     "MESSAGE_KEYS",
+    "TOOL_CALL_CLOSE",
+    "TOOL_CALL_OPEN",
     "flatten_content",
+    "malformed_tool_call",
     "normalize_message",
     "render_ids",
     "template_messages",
@@ -43,6 +46,12 @@ __all__ = [
 
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
 """The keys of a message in episode form, in Parquet column order."""
+
+TOOL_CALL_OPEN = "<tool_call>"
+"""Opens a tool call in model text (Hermes / Qwen2.5 format, vLLM's ``hermes`` parser): the chat templates
+``tracerl model`` writes render calls with it and the policy server parses them back; one definition."""
+TOOL_CALL_CLOSE = "</tool_call>"
+"""Closes a tool call in model text: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``."""
 
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 _IMAGE_PARTS = frozenset({"image_url", "image", "input_image"})
@@ -93,6 +102,30 @@ def flatten_content(content: Any, stats: Counter[str] | None = None) -> str | No
     if stats is not None:
         stats["content_stringified"] += 1
     return json.dumps(content, ensure_ascii=False, default=str)
+
+
+def malformed_tool_call(message: Any) -> bool:
+    """Whether a model's answer opens a tool call that the server did not turn into ``tool_calls``.
+
+    A server that cannot parse a call (bad JSON, a missing name) returns the text as content, as vLLM
+    does; a parsed call is cut from the content. So an answer whose content (not its reasoning) still
+    holds :data:`TOOL_CALL_OPEN` tried a call that the agent's framework will not run: the SDK marks its
+    stored call (``malformed_tool_call``) so that it is counted and can be scored.
+
+    Example:
+        >>> malformed_tool_call({"role": "assistant", "content": '<tool_call>{"name": "km", "arguments": '
+        ...                      '{"m": float(10, 6)}}</tool_call>'})
+        True
+        >>> malformed_tool_call({"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]})
+        False
+    """
+    if not isinstance(message, dict):
+        return False
+    try:
+        text = flatten_content(message.get("content"))
+    except (TypeError, ValueError, RecursionError):  # content no reader could flatten: no call seen
+        return False
+    return bool(text) and TOOL_CALL_OPEN in text
 
 
 def _tool_calls(raw: Any, stats: Counter[str]) -> list[dict[str, Any]] | None:

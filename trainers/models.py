@@ -42,19 +42,33 @@ __all__ = [
     "tool_chat_template",
 ]
 
+# Each tool is one JSON object (name, description, parameters: the JSON schema with its types and required
+# fields), as Qwen2.5 and Hermes list them, flattened out of OpenAI's {"type": "function", "function": ...}
+# wrapper (fewer tokens, and the object a call names). Anthropic's tools have ``input_schema`` instead, a
+# Strands tool spec ``inputSchema.json``.
 _TOOL_TEMPLATE = """\
 {%- for message in messages %}
   {%- if loop.first %}
     {{- '<|im_start|>system\\n' }}
     {{- message.content if message.role == 'system' else 'You are a helpful assistant.' }}
     {%- if tools %}
-      {{- '\\nTools: ' }}
+      {{- '\\n\\n# Tools\\n\\nYou may call these tools. Each is a JSON object: the tool name, what it '
+          'does, and its parameters as a JSON schema (types; "required" lists the arguments it needs).\\n'
+          '<tools>' }}
       {%- for t in tools %}
         {%- set f = t.function if t.function is defined else t %}
-        {{- f.name ~ '(' ~ ((f.parameters.properties | default({})).keys() | join(', ')) ~ ')' }}
-        {{- ', ' if not loop.last else '. ' }}
+        {%- if f.parameters is defined %}{%- set params = f.parameters %}
+        {%- elif f.input_schema is defined %}{%- set params = f.input_schema %}
+        {%- else %}{%- set params = f.inputSchema.json if f.inputSchema is defined else {} %}{%- endif %}
+        {{- '\\n' }}
+        {%- if f.description is defined and f.description %}
+          {{- {'name': f.name, 'description': f.description, 'parameters': params} | tojson }}
+        {%- else %}
+          {{- {'name': f.name, 'parameters': params} | tojson }}
+        {%- endif %}
       {%- endfor %}
-      {{- 'Call one as <tool_call>@CALL@</tool_call>' }}
+      {{- '\\n</tools>\\n\\nTo call a tool, answer with its name and arguments as JSON inside tags:\\n'
+          '@OPEN@@CALL@@CLOSE@' }}
     {%- endif %}
     {{- '<|im_end|>\\n' }}
   {%- endif %}
@@ -63,9 +77,9 @@ _TOOL_TEMPLATE = """\
     {%- if message.content is string %}{{- message.content }}{%- endif %}
     {%- for tc in message.tool_calls | default([]) %}
       {%- set f = tc.function if tc.function is defined else tc %}
-      {{- '<tool_call>{"name": "' ~ f.name ~ '", "arguments": ' }}
+      {{- '@OPEN@{"name": "' ~ f.name ~ '", "arguments": ' }}
       {{- f.arguments if f.arguments is string else (f.arguments | tojson) }}
-      {{- '}</tool_call>' }}
+      {{- '}@CLOSE@' }}
     {%- endfor %}
     {{- '<|im_end|>\\n' }}
   {%- endif %}
@@ -74,19 +88,30 @@ _TOOL_TEMPLATE = """\
 """
 
 
-def tool_chat_template(call: str = '{"name": NAME, "arguments": {ARGUMENTS}}') -> str:
+def tool_chat_template(call: str = '{"name": <tool name>, "arguments": <arguments as a JSON object>}') -> str:
     """A ChatML chat template with tools, calls as ``<tool_call>{json}</tool_call>``.
 
-    The tools are listed tersely in the system turn and results are ``tool`` turns (SmolLM2's own template
-    ignores ``tools`` and ``tool_calls``). ``call``: how the system turn shows a call (a concrete one, with
-    one of the agent's tools, helps a small model). Every message renders on its own, so the template is
-    prefix-preserving.
+    The system turn lists each tool as one JSON object inside ``<tools></tools>``: its name, description
+    and parameters (the JSON schema, with types and required fields), whichever framework sent it (OpenAI
+    ``tools``, as LangChain, LlamaIndex and Strands send them). Then it shows how to call one; results are
+    ``tool`` turns (SmolLM2's own template ignores ``tools`` and ``tool_calls``). ``call``: the call the
+    system turn shows (a concrete one, with one of the agent's tools, helps a small model). The tags are
+    :data:`sdk.messages.TOOL_CALL_OPEN` / ``TOOL_CALL_CLOSE``, which the policy server parses. Every message
+    renders on its own, so the template is prefix-preserving.
 
     Example:
         >>> tool_chat_template('{"name": "add", "arguments": {"a": 1, "b": 2}}').count('"add"')
         1
     """
-    return _TOOL_TEMPLATE.replace("@CALL@", call)
+    from sdk.messages import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+
+    # Quotes in ``call`` would end the Jinja string literal it is placed in.
+    quoted = call.replace("\\", "\\\\").replace("'", "\\'")
+    return (
+        _TOOL_TEMPLATE.replace("@CALL@", quoted)
+        .replace("@OPEN@", TOOL_CALL_OPEN)
+        .replace("@CLOSE@", TOOL_CALL_CLOSE)
+    )
 
 
 #: :func:`tool_chat_template` with a generic call.

@@ -94,3 +94,96 @@ def test_smollm2_from_the_gguf_package(tmp_path):
     tok = AutoTokenizer.from_pretrained(out)
     assert tok.chat_template == TOOL_CHAT_TEMPLATE
     assert "quantization_config" not in json.loads((out / "config.json").read_text())
+
+
+def km_from_miles(m: float) -> float:
+    """Convert a distance in miles to kilometres.
+
+    Args:
+        m: The distance in miles.
+    """
+    return 1.609344 * m
+
+
+def _framework_tool(framework: str) -> dict:
+    """The km tool as each stack sends it to an OpenAI-compatible server (``tools`` of the request)."""
+    if framework == "langchain":
+        from langchain_core.tools import tool
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        return convert_to_openai_tool(tool(km_from_miles))
+    if framework == "llamaindex":
+        from llama_index.core.tools import FunctionTool
+
+        return FunctionTool.from_defaults(km_from_miles).metadata.to_openai_tool()
+    if framework == "strands":
+        import strands
+        from strands.models.openai import OpenAIModel
+
+        spec = strands.tool(km_from_miles).tool_spec
+        model = OpenAIModel(
+            client_args={"api_key": "unused", "base_url": "http://127.0.0.1:9/v1"}, model_id="p"
+        )
+        return model.format_request([], tool_specs=[spec])["tools"][0]
+    return {  # the raw OpenAI client's tools list, written by hand
+        "type": "function",
+        "function": {
+            "name": "km_from_miles",
+            "description": "Convert a distance in miles to kilometres.",
+            "parameters": {
+                "type": "object",
+                "properties": {"m": {"type": "number", "description": "The distance in miles."}},
+                "required": ["m"],
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize("framework", ["langchain", "llamaindex", "strands", "openai"])
+def test_the_tool_template_shows_each_tools_description_and_parameters(framework):
+    """The system turn lists each tool as one JSON object: name, description, parameter types, required."""
+    from trainers._tiny import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    tok.chat_template = TOOL_CHAT_TEMPLATE
+    km = _framework_tool(framework)
+    other = {"type": "function", "function": {"name": "to_celsius", "parameters": {"type": "object"}}}
+    msgs = [{"role": "system", "content": "Answer with a number."}, {"role": "user", "content": "10 miles?"}]
+    text = tok.apply_chat_template(msgs, tools=[km, other], tokenize=False, add_generation_prompt=True)
+    system = text.split("<|im_end|>")[0]
+    assert system.startswith("<|im_start|>system\nAnswer with a number.")
+    listed = system[system.index("<tools>\n") + len("<tools>\n") : system.index("\n</tools>")].splitlines()
+    shown = [json.loads(line) for line in listed]
+    assert [t["name"] for t in shown] == ["km_from_miles", "to_celsius"]
+    assert "miles to kilometres" in shown[0]["description"]
+    assert shown[0]["parameters"]["properties"]["m"]["type"] == "number"
+    assert shown[0]["parameters"]["required"] == ["m"]
+    assert "description" not in shown[1]  # none given: none invented
+    assert "<tool_call>" in system and "</tool_call>" in system
+
+
+def test_the_tool_template_stays_prefix_preserving_and_parses_back():
+    """Each message renders on its own: every prefix of a tool-using episode renders as a prefix."""
+    from trainers._tiny import build_tiny_tokenizer
+    from trainers.models import tool_chat_template
+    from trainers.serve import parse_tool_calls
+
+    tok = build_tiny_tokenizer()
+    tok.chat_template = tool_chat_template('{"name": "km_from_miles", "arguments": {"m": 3}} (it\'s one)')
+    check_tool_template(tok)
+    tools = [_framework_tool("openai")]
+    call = {"id": "c1", "type": "function", "function": {"name": "km_from_miles", "arguments": '{"m": 10}'}}
+    msgs = [
+        {"role": "user", "content": "10 miles?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "16.09"},
+        {"role": "assistant", "content": "16.09 km"},
+    ]
+    texts = [tok.apply_chat_template(msgs[:k], tools=tools, tokenize=False) for k in range(1, len(msgs) + 1)]
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))
+    assert "(it's one)" in texts[0]  # a quote in the shown call does not end the template's string
+    prompt = tok.apply_chat_template(msgs[:1], tools=tools, tokenize=False, add_generation_prompt=True)
+    _, calls = parse_tool_calls(texts[1][len(prompt) :])
+    assert calls[0]["function"]["name"] == "km_from_miles" and json.loads(
+        calls[0]["function"]["arguments"]
+    ) == {"m": 10}

@@ -14,12 +14,13 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from sdk.messages import render_ids, template_messages
+from sdk.messages import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, render_ids, template_messages
 from sdk.openai_wire import assistant_message, chat_choice
 
 __all__ = ["completion_choice", "parse_tool_calls", "render_prompt_ids"]
 
-_TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+# The tags are sdk.messages' (the chat templates tracerl writes render calls with the same ones).
+_TOOL_CALL_RE = re.compile(rf"{re.escape(TOOL_CALL_OPEN)}\s*(.*?)\s*{re.escape(TOOL_CALL_CLOSE)}", re.DOTALL)
 
 
 def render_prompt_ids(
@@ -74,7 +75,7 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
         )
     if not calls:
         return (text if text else None), []
-    content = text[: text.find("<tool_call>")].strip()
+    content = text[: text.find(TOOL_CALL_OPEN)].strip()
     return (content or None), calls
 
 

@@ -53,6 +53,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
+from integrations import _policy
 from sdk import capture
 from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 
@@ -69,7 +70,13 @@ if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
     from langchain_core.outputs import LLMResult
 
-__all__ = ["LangChainIntegration", "TracerlCallbackHandler", "instrument_langchain", "uninstrument_langchain"]
+__all__ = [
+    "LangChainIntegration",
+    "TracerlCallbackHandler",
+    "instrument_langchain",
+    "policy_chat_model",
+    "uninstrument_langchain",
+]
 
 # Bounds on per-run state: runs that start and never end (a process killed mid-call, a framework bug)
 # must not grow memory without limit. Evictions are counted.
@@ -680,3 +687,69 @@ def uninstrument_langchain() -> None:
         >>> uninstrument_langchain()
     """
     LangChainIntegration.uninstall()
+
+
+def policy_chat_model(
+    *,
+    base_url: str | None = None,
+    model: str | None = None,
+    temperature: float = _policy.TEMPERATURE,
+    timeout: float = _policy.TIMEOUT_S,
+    max_retries: int = _policy.MAX_RETRIES,
+    **overrides: Any,
+) -> Any:
+    """A ``ChatOpenAI`` (langchain-openai) on the policy server, its calls recorded with token data.
+
+    The base URL and model name are ``TRACERL_POLICY_BASE_URL`` and ``TRACERL_POLICY_MODEL`` (set by the
+    loop and ``tracerl rollout``), read when this is called: the served name stays the same for a whole
+    run, so build the model once. It samples at temperature 1.0, waits ``timeout`` seconds per request,
+    asks for logprobs and vLLM's token ids (``extra_body={"return_token_ids": True}``), and records each
+    call twice over, merged into one in the store: by its HTTP clients (the exact request and the server's
+    token ids, see :func:`integrations.openai.recording_http_client`) and by a
+    :class:`TracerlCallbackHandler` on the model (LangChain's view: run names, tool runs).
+
+    Args:
+        base_url: The server's ``/v1`` URL (default: ``TRACERL_POLICY_BASE_URL``).
+        model: The model name to send (default: ``TRACERL_POLICY_MODEL``, else ``"policy"``).
+        temperature: Sampling temperature: GRPO learns from the spread of rewards within a group.
+        timeout: Seconds per request: a local CPU server queues requests for minutes under a loop's load.
+        max_retries: Retries of a failed request (a full server queue answers 429).
+        **overrides: Any other ``ChatOpenAI`` field (``max_tokens=64``, ``callbacks=[...]``, ...); they
+            replace the defaults above.
+
+    Returns:
+        The ``ChatOpenAI`` model: pass it to ``create_agent(model=..., tools=...)`` or ``bind_tools``.
+
+    Raises:
+        RuntimeError: no ``base_url`` and ``TRACERL_POLICY_BASE_URL`` is unset.
+
+    Example:
+        >>> from integrations.langchain import policy_chat_model
+        >>> llm = policy_chat_model(base_url="http://127.0.0.1:8000/v1", max_tokens=64)
+        >>> llm.temperature, llm.request_timeout, llm.model_name
+        (1.0, 600.0, 'policy')
+        >>> from langchain.agents import create_agent  # doctest: +SKIP
+        >>> agent = create_agent(model=llm, tools=[add, mul])  # doctest: +SKIP
+    """
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError as exc:
+        raise capture.MissingDependency("langchain-openai", "langchain") from exc
+    from integrations.openai import recording_http_client
+
+    url, name = _policy.endpoint(base_url, model)
+    extra_body = {"return_token_ids": True, **(overrides.pop("extra_body", None) or {})}
+    kwargs: dict[str, Any] = {
+        "model": name,
+        "base_url": url,
+        "api_key": _policy.API_KEY,
+        "temperature": temperature,
+        "timeout": timeout,
+        "max_retries": max_retries,
+        "logprobs": True,
+        "stream_usage": True,  # usage of streamed calls (off by default for a custom base_url)
+        "callbacks": [TracerlCallbackHandler()],
+        "http_client": recording_http_client(),
+        "http_async_client": recording_http_client(async_=True),
+    }
+    return ChatOpenAI(**{**kwargs, **overrides, "extra_body": extra_body})

@@ -56,6 +56,7 @@ import threading
 import time
 from typing import Any
 
+from integrations import _policy
 from sdk import capture
 from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 from sdk.openai_wire import assemble_chat_stream, read_chat_completion
@@ -85,6 +86,7 @@ __all__ = [
     "TracerlSpanHandler",
     "instrument_llama_index",
     "messages_to_openai",
+    "policy_llm",
     "uninstrument_llama_index",
 ]
 
@@ -772,3 +774,76 @@ def uninstrument_llama_index() -> None:
         >>> uninstrument_llama_index()
     """
     LlamaIndexIntegration.uninstall()
+
+
+def policy_llm(
+    *,
+    base_url: str | None = None,
+    model: str | None = None,
+    temperature: float = _policy.TEMPERATURE,
+    timeout: float = _policy.TIMEOUT_S,
+    max_retries: int = _policy.MAX_RETRIES,
+    **overrides: Any,
+) -> Any:
+    """An ``OpenAILike`` LLM (llama-index-llms-openai-like) on the policy server, recorded with token data.
+
+    LlamaIndex's own ``OpenAI`` refuses model names it does not know; ``OpenAILike`` takes any, and here it
+    is a chat model that calls functions (``FunctionAgent`` needs both). The base URL and model name are
+    ``TRACERL_POLICY_BASE_URL`` and ``TRACERL_POLICY_MODEL`` (set by the loop and ``tracerl rollout``), read
+    when this is called: the served name stays the same for a whole run, so build the LLM once. It samples
+    at temperature 1.0 (LlamaIndex's default is 0.1: groups without spread teach GRPO nothing), waits
+    ``timeout`` seconds per request (LlamaIndex's default of 60 s is shorter than a loaded CPU server's
+    queue), and asks for logprobs and vLLM's token ids. Its HTTP clients record every call with the
+    server's token ids (:func:`integrations.openai.recording_http_client`); for LlamaIndex's own view of
+    the calls too (agent names), call :func:`instrument_llama_index` once, and the two merge in the store.
+
+    The async client is shared by the LLM's calls: run agents on one event loop (an ``async def`` agent
+    function, which ``tracerl rollout`` and the loop await on theirs), not ``asyncio.run`` per call.
+
+    Args:
+        base_url: The server's ``/v1`` URL (default: ``TRACERL_POLICY_BASE_URL``).
+        model: The model name to send (default: ``TRACERL_POLICY_MODEL``, else ``"policy"``).
+        temperature: Sampling temperature.
+        timeout: Seconds per request.
+        max_retries: Retries of a failed request (a full server queue answers 429).
+        **overrides: Any other ``OpenAILike`` field (``max_tokens=64``, ``context_window=8192``, ...); they
+            replace the defaults above.
+
+    Returns:
+        The ``OpenAILike`` LLM: ``FunctionAgent(tools=[...], llm=llm)``.
+
+    Raises:
+        RuntimeError: no ``base_url`` and ``TRACERL_POLICY_BASE_URL`` is unset.
+        ImportError: llama-index-llms-openai-like is not installed (``pip install 'tracerl[llamaindex]'``).
+
+    Example:
+        >>> from integrations.llama_index import policy_llm
+        >>> llm = policy_llm(base_url="http://127.0.0.1:8000/v1", max_tokens=64)
+        >>> llm.temperature, llm.timeout, llm.metadata.is_function_calling_model
+        (1.0, 600.0, True)
+        >>> from llama_index.core.agent import FunctionAgent  # doctest: +SKIP
+        >>> agent = FunctionAgent(tools=[add, mul], llm=llm)  # doctest: +SKIP
+    """
+    try:
+        from llama_index.llms.openai_like import OpenAILike
+    except ImportError as exc:
+        raise capture.MissingDependency("llama-index-llms-openai-like", "llamaindex") from exc
+    from integrations.openai import recording_http_client
+
+    url, name = _policy.endpoint(base_url, model)
+    extra = dict(overrides.pop("additional_kwargs", None) or {})
+    extra["extra_body"] = {"return_token_ids": True, **(extra.get("extra_body") or {})}
+    kwargs: dict[str, Any] = {
+        "model": name,
+        "api_base": url,
+        "api_key": _policy.API_KEY,
+        "temperature": temperature,
+        "timeout": timeout,
+        "max_retries": max_retries,
+        "is_chat_model": True,
+        "is_function_calling_model": True,
+        "logprobs": True,
+        "http_client": recording_http_client(),
+        "async_http_client": recording_http_client(async_=True),
+    }
+    return OpenAILike(**{**kwargs, **overrides, "additional_kwargs": extra})

@@ -34,7 +34,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, ClassVar
 
+from integrations import _policy
 from sdk import capture
+from sdk._json import parse_untrusted
 from sdk._token_data import rejects_token_data, token_data_params
 from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 from sdk.openai_wire import ENDPOINTS, MESSAGES_ENDPOINT, decode_body, parse_exchange
@@ -50,6 +52,8 @@ __all__ = [
     "RecordingTransport",
     "instrument_openai",
     "parse_exchange",
+    "policy_client",
+    "policy_model",
     "recording_http_client",
     "uninstrument_openai",
     "wrap_openai",
@@ -199,8 +203,8 @@ def _begin(request: Any, sink: RecordSink) -> _Exchange | None:
     if endpoint is None:
         return None
     try:
-        body = json.loads(request.content)
-    except Exception:
+        body = parse_untrusted(request.content)
+    except Exception:  # not JSON tracerl reads (UntrustedJSONError), or a streamed body (RequestNotRead)
         capture.count("requests_not_recorded")
         return None
     if not isinstance(body, dict):
@@ -526,3 +530,65 @@ def uninstrument_openai() -> None:
         >>> uninstrument_openai()
     """
     OpenAIIntegration.uninstall()
+
+
+# ---------------------------------------------------------------------------------------------
+# The recipe: a client on the policy server (the other frameworks' recipes build on the same defaults).
+# ---------------------------------------------------------------------------------------------
+
+
+def policy_model(model: str | None = None) -> str:
+    """The model name to send to the policy: ``model``, else ``TRACERL_POLICY_MODEL``, else ``"policy"``.
+
+    The name stays the same for a whole loop run (whichever weights or adapter are served), so read it once.
+
+    Example:
+        >>> policy_model("policy@v2")
+        'policy@v2'
+    """
+    return _policy.model_name(model)
+
+
+def policy_client(
+    *,
+    async_: bool = False,
+    base_url: str | None = None,
+    timeout: float = _policy.TIMEOUT_S,
+    max_retries: int = _policy.MAX_RETRIES,
+    agent: str | None = None,
+    **kwargs: Any,
+) -> Any:
+    """An ``OpenAI`` (or ``AsyncOpenAI``) client on the policy server, recording its calls with token data.
+
+    The base URL is ``TRACERL_POLICY_BASE_URL`` (set by the loop and ``tracerl rollout``; read when this is
+    called). Every chat request asks the server for ``logprobs`` and vLLM's ``return_token_ids`` unless it
+    sets them, and is recorded in the current session with the server's token ids, so training uses the
+    exact tokens (:func:`wrap_openai` with ``token_data=True``). Send ``model=policy_model()`` and
+    ``temperature=1.0`` (the server's default) with each request.
+
+    Args:
+        async_: An ``AsyncOpenAI`` client (use it from one event loop, e.g. an ``async def`` agent).
+        base_url: The server's ``/v1`` URL (default: ``TRACERL_POLICY_BASE_URL``).
+        timeout: Seconds per request: a local CPU server queues requests for minutes under a loop's load.
+        max_retries: Retries of a failed request (a full server queue answers 429).
+        agent: The agent name recorded on the client's calls (see :func:`wrap_openai`).
+        **kwargs: More ``OpenAI(...)`` arguments (``api_key`` defaults to ``"none"``).
+
+    Returns:
+        The wrapped client.
+
+    Raises:
+        RuntimeError: no ``base_url`` and ``TRACERL_POLICY_BASE_URL`` is unset.
+
+    Example:
+        >>> client = policy_client(base_url="http://127.0.0.1:8000/v1")
+        >>> reply = client.chat.completions.create(  # doctest: +SKIP
+        ...     model=policy_model(), messages=[{"role": "user", "content": "hi"}], temperature=1.0)
+        >>> client.timeout, client.max_retries
+        (600.0, 2)
+    """
+    url, _ = _policy.endpoint(base_url, None)
+    kwargs.setdefault("api_key", _policy.API_KEY)
+    cls = openai.AsyncOpenAI if async_ else openai.OpenAI
+    client = cls(base_url=url, timeout=timeout, max_retries=max_retries, **kwargs)
+    return wrap_openai(client, token_data=True, agent=agent)

@@ -55,6 +55,7 @@ import weakref
 from collections import OrderedDict
 from typing import Any, cast
 
+from integrations import _policy
 from sdk import capture
 from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
 
@@ -89,6 +90,7 @@ __all__ = [
     "StrandsIntegration",
     "TracerlHookProvider",
     "instrument_strands",
+    "policy_model",
     "to_openai_messages",
     "to_openai_response",
     "to_openai_tools",
@@ -786,3 +788,58 @@ def uninstrument_strands() -> None:
         >>> uninstrument_strands()
     """
     StrandsIntegration.uninstall()
+
+
+def policy_model(
+    *,
+    base_url: str | None = None,
+    model: str | None = None,
+    temperature: float = _policy.TEMPERATURE,
+    timeout: float = _policy.TIMEOUT_S,
+    max_retries: int = _policy.MAX_RETRIES,
+    params: dict[str, Any] | None = None,
+    **config: Any,
+) -> Any:
+    """A Strands ``OpenAIModel`` on the policy server, its calls recorded with logprobs and token ids.
+
+    The base URL and model name are ``TRACERL_POLICY_BASE_URL`` and ``TRACERL_POLICY_MODEL`` (set by the
+    loop and ``tracerl rollout``), read when this is called: the served name stays the same for a whole
+    run, so build the model once. ``OpenAIModel`` drops logprobs and token ids before any hook sees them,
+    so the model gets an ``AsyncOpenAI`` client from :func:`integrations.openai.policy_client`: each
+    request asks the server for them and is recorded with them. For Strands' own view of the calls too
+    (tool runs, agent names), give the agent ``hooks=[TracerlHookProvider()]``; the two merge in the store.
+
+    Args:
+        base_url: The server's ``/v1`` URL (default: ``TRACERL_POLICY_BASE_URL``).
+        model: The model name to send (default: ``TRACERL_POLICY_MODEL``, else ``"policy"``).
+        temperature: Sampling temperature: GRPO learns from the spread of rewards within a group.
+        timeout: Seconds per request: a local CPU server queues requests for minutes under a loop's load.
+        max_retries: Retries of a failed request (a full server queue answers 429).
+        params: More request parameters (``{"max_tokens": 64}``), over ``temperature``.
+        **config: More ``OpenAIModel`` configuration (``stream=False``, ...).
+
+    Returns:
+        The ``OpenAIModel``: ``Agent(model=model, tools=[...])``.
+
+    Raises:
+        RuntimeError: no ``base_url`` and ``TRACERL_POLICY_BASE_URL`` is unset.
+
+    Example:
+        >>> from integrations.strands import policy_model
+        >>> model = policy_model(base_url="http://127.0.0.1:8000/v1", params={"max_tokens": 64})
+        >>> model.get_config()["params"]
+        {'temperature': 1.0, 'max_tokens': 64}
+        >>> from strands import Agent  # doctest: +SKIP
+        >>> agent = Agent(model=model, tools=[add, mul], hooks=[TracerlHookProvider()])  # doctest: +SKIP
+    """
+    try:
+        from strands.models.openai import OpenAIModel
+    except ImportError as exc:  # strands-agents without the openai package
+        raise capture.MissingDependency("openai", "strands") from exc
+    from integrations.openai import policy_client
+
+    url, name = _policy.endpoint(base_url, model)
+    client = policy_client(async_=True, base_url=url, timeout=timeout, max_retries=max_retries)
+    return OpenAIModel(
+        client=client, model_id=name, params={"temperature": temperature, **(params or {})}, **config
+    )

@@ -20,6 +20,7 @@ __all__ = [
     "TRACERL_DISABLED",
     "TRACERL_FSYNC",
     "TRACERL_GATEWAY_CONFIG",
+    "TRACERL_GATEWAY_CONTROL_TOKEN",
     "TRACERL_GATEWAY_TOKEN",
     "TRACERL_IMPLICIT_SESSIONS",
     "TRACERL_POLICY_BASE_URL",
@@ -56,6 +57,8 @@ TRACERL_GATEWAY_CONFIG = "TRACERL_GATEWAY_CONFIG"
 """JSON of the gateway's ``GatewayConfig``, set by ``python -m sdk.gateway`` for its workers."""
 TRACERL_GATEWAY_TOKEN = "TRACERL_GATEWAY_TOKEN"
 """The gateway token every route then needs (``X-Tracerl-Gateway-Token`` or a ``/token/<token>/`` prefix)."""
+TRACERL_GATEWAY_CONTROL_TOKEN = "TRACERL_GATEWAY_CONTROL_TOKEN"
+"""The token the gateway's reward and end routes then need (``X-Tracerl-Control-Token``); not an agent's."""
 
 # The policy an agent calls during the loop (trainers.serve.policy.export_env sets both).
 TRACERL_POLICY_BASE_URL = "TRACERL_POLICY_BASE_URL"

@@ -12,7 +12,17 @@ import json
 import math
 from typing import Any
 
-__all__ = ["JSONError", "dumps", "fast", "loads", "strict_loads"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "JSONError",
+    "UntrustedJSONError",
+    "dumps",
+    "fast",
+    "loads",
+    "parse_untrusted",
+    "strict_loads",
+]
 
 _orjson: Any = None
 _resolved = False
@@ -41,6 +51,80 @@ def loads(data: bytes | str) -> Any:
     if isinstance(data, (bytes, bytearray, memoryview)):
         data = bytes(data).decode("utf-8")  # json.loads would also guess UTF-16/32: a store is UTF-8
     return json.loads(data)
+
+
+MAX_DEPTH = 128
+"""Untrusted JSON nested deeper than this is refused: what tracerl stores is walked and re-encoded
+recursively, and a real request, answer or event nests a few dozen levels at most."""
+
+MAX_BYTES = 64 * 1024 * 1024
+"""Untrusted JSON larger than this (bytes; characters for a ``str``) is refused without being parsed."""
+
+
+class UntrustedJSONError(ValueError):
+    """JSON from outside the process that :func:`parse_untrusted` will not read; the message says why.
+
+    Example:
+        >>> str(UntrustedJSONError("nested too deeply"))
+        'nested too deeply'
+    """
+
+
+def parse_untrusted(
+    data: bytes | bytearray | memoryview | str, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BYTES
+) -> Any:
+    """Parse JSON that came from outside (a request body, an upstream answer, a stream chunk, an SSE event).
+
+    The one parser for such input, everywhere it is read (the gateway, the wire module, the in-process
+    recording transports): what it returns can be walked and re-encoded without a recursion error, and
+    whatever it refuses raises one error, :class:`UntrustedJSONError` (a ``ValueError``), never a
+    ``RecursionError``. The standard library's :func:`json.loads` parses (integers of any size kept,
+    ``NaN`` accepted, as clients parse them); the depth is checked after, without recursion.
+
+    Args:
+        data: The JSON text.
+        max_depth: Most levels of nested lists and objects allowed.
+        max_bytes: Largest input parsed.
+
+    Raises:
+        UntrustedJSONError: Not JSON, larger than ``max_bytes`` or nested deeper than ``max_depth``.
+
+    Example:
+        >>> parse_untrusted(b'{"a": [1, 2]}')
+        {'a': [1, 2]}
+        >>> parse_untrusted(b"[" * 5000 + b"]" * 5000)
+        Traceback (most recent call last):
+        ...
+        sdk._json.UntrustedJSONError: nested too deeply (more than 128 levels)
+    """
+    if len(data) > max_bytes:
+        raise UntrustedJSONError(f"larger than {max_bytes} bytes")
+    if isinstance(data, (bytearray, memoryview)):
+        data = bytes(data)
+    deep = UntrustedJSONError(f"nested too deeply (more than {max_depth} levels)")
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise deep from None
+    except ValueError as exc:  # includes integers longer than Python parses (sys.int_info)
+        raise UntrustedJSONError(f"not valid JSON ({str(exc)[:200]})") from None
+    # Counting brackets first: most documents have too few to nest that deep, and are not walked at all.
+    brackets = (b"[", b"{") if isinstance(data, bytes) else ("[", "{")
+    if sum(map(data.count, brackets)) > max_depth and _deeper(value, max_depth):
+        raise deep
+    return value
+
+
+def _deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and objects more than ``limit`` levels deep (iterative: no recursion)."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = v.values() if isinstance(v, dict) else v
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
 
 
 def strict_loads() -> Any:

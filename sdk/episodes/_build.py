@@ -39,6 +39,7 @@ class _Thread:
         "stats",
         "incomplete",
         "damaged",
+        "unmapped",
     )
 
     def __init__(self, index: int, agent: Any, model: Any) -> None:
@@ -52,6 +53,7 @@ class _Thread:
         self.stats: Counter[str] = Counter()
         self.incomplete = 0
         self.damaged = 0
+        self.unmapped: list[str] = []  # the stored problem of each call whose request had no messages
 
 
 def _extends(request: list[Any], raw: list[Any]) -> bool:
@@ -233,6 +235,9 @@ def _assign(s: StoredSession, opts: EpisodeOptions, counts: Counter[str]) -> lis
             th.damaged += 1
         elif call.get("request_incomplete"):
             th.incomplete += 1
+        unmapped = _unmapped(call)
+        if unmapped is not None:
+            th.unmapped.append(unmapped)
         for m in messages[len(th.raw) :]:
             th.messages.append(normalize_message(m, th.stats))
         response = call.get("response") or {}
@@ -249,6 +254,13 @@ def _assign(s: StoredSession, opts: EpisodeOptions, counts: Counter[str]) -> lis
             th.raw = messages
         th.calls.append(call)
     return threads
+
+
+def _unmapped(call: dict[str, Any]) -> str | None:
+    """Why a call was stored without its conversation (``extra.malformed_request``), or ``None``."""
+    extra = call.get("extra")
+    bad = extra.get("malformed_request") if isinstance(extra, dict) else None
+    return str(bad.get("problem") or "unknown") if isinstance(bad, dict) else None
 
 
 def other_choices(call: dict[str, Any]) -> list[Any]:
@@ -357,6 +369,14 @@ def session_episodes(
                     f"{th.incomplete} call(s) build on a call missing from the store (missing_base): "
                     "their earlier messages are lost",
                 )
+            )
+        if th.unmapped:
+            # Named by their own problem: the builder would otherwise see a conversation that starts with
+            # the reply (role_order), which says nothing of why.
+            first = th.unmapped[0]
+            code = "previous_response_id" if first.startswith("previous_response_id") else "malformed_request"
+            problems.append(
+                Problem(code, f"{len(th.unmapped)} call(s) stored without their conversation: {first}")
             )
         if th.damaged:
             problems.append(

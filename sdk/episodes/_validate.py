@@ -29,6 +29,10 @@ PROBLEM_CODES: dict[str, str] = {
     "incomplete_request": "a call whose prefix-deduplicated request could not be rebuilt from the store",
     "damaged_thread": "a call builds on its session's previous call, but a damaged line came in between",
     "reward_fn_error": "a reward function raised or returned something that is not a reward",
+    "previous_response_id": "a Responses call that continues a conversation the server keeps "
+    "(previous_response_id): its prompt is not in the store, so it is stored without messages",
+    "malformed_request": "a call whose request could not be mapped to chat messages (the problem is stored "
+    "with it, under extra.malformed_request): stored without messages",
     # Warnings: counted in the summary, the episode is kept.
     "trailing_tool_call": "(warning) the last message calls tools that were never run (e.g. step limit)",
     "incomplete_turn": "(warning) an assistant turn whose call has no finish reason (a stream closed "

@@ -10,6 +10,26 @@ training); ``POST /sessions/<id>/reward`` and ``POST /sessions/<id>/end`` give r
 ``$TRACERL_GATEWAY_TOKEN``) every route needs it, in ``X-Tracerl-Gateway-Token`` or as ``/token/<token>/``
 at the start of the path.
 
+Who holds which credential (the agent being trained is untrusted code):
+
+- The **gateway token** (``--auth-token-file`` / ``$TRACERL_GATEWAY_TOKEN``) is for model calls: the
+  agents hold it (in their base URL or a header). It keeps out whoever else reaches the port; a bind beyond
+  loopback is refused without it.
+- The **control token** (``--control-token-file`` / ``$TRACERL_GATEWAY_CONTROL_TOKEN``) is for
+  ``POST /sessions/<id>/reward`` and ``/end``, sent in ``X-Tracerl-Control-Token``: only the trainer or
+  harness that scores the sessions holds it, so an agent cannot reward or end its own sessions (403 with
+  the gateway token alone, 401 with neither; nothing changes). Prefer the file: an agent started from a
+  shell that exports the variable inherits it (``tracerl rollout`` keeps it from its Ray tasks). Without
+  one, these routes take the gateway token like every other (on loopback without any token, any local
+  process can post rewards): set one whenever agents run code on the gateway's host.
+- The upstream's own key (``Authorization`` / ``x-api-key``) is forwarded as the client sent it, never
+  recorded.
+
+Untrusted JSON (request bodies, answers, stream chunks, SSE events) is read by one bounded parser
+(:func:`sdk._json.parse_untrusted`); what it cannot read is forwarded and counted, or makes the call a
+stored failed call, and a client's error always comes in its API's own format (Anthropic's on
+``/v1/messages``, an SSE ``error`` event for a stream that breaks).
+
 Example:
     >>> from sdk.gateway import GatewayConfig, create_app
     >>> app = create_app(GatewayConfig(upstream="http://127.0.0.1:8000/v1"))  # doctest: +SKIP

@@ -27,14 +27,14 @@ from yarl import URL
 
 import sdk
 from sdk import _env
+from sdk._json import UntrustedJSONError, parse_untrusted
 from sdk._token_data import strip_token_data, token_data_params
-from sdk.capture import Session, capture_internal_exceptions, count, record_call
+from sdk.capture import CallRecord, Session, capture_internal_exceptions, count, record_call
 from sdk.gateway._http import (
     HOP_BY_HOP,
     BadRequest,
     drop_connection_headers,
     header_text,
-    loads,
     read_body,
     refuse_websocket,
     send_error,
@@ -44,15 +44,14 @@ from sdk.gateway._http import (
     token_matches,
 )
 from sdk.gateway._records import (
-    bounded_loads,
     malformed_record,
     recordable,
     request_problem,
     warn_once,
 )
 from sdk.gateway._sessions import SessionTable
-from sdk.gateway._sse import SSEForwarder
-from sdk.gateway._translate import as_messages_call, error_name, translated
+from sdk.gateway._sse import SSEForwarder, error_event
+from sdk.gateway._translate import anthropic_error, as_messages_call, error_name, translated
 from sdk.openai_wire import ENDPOINTS, MESSAGES_ENDPOINT, decode_body, parse_exchange
 
 __all__ = ["ENV_CONFIG", "GatewayConfig", "app_from_env", "create_app"]
@@ -68,6 +67,7 @@ SAMPLE_HEADER = "x-tracerl-sample"
 METADATA_HEADER = "x-tracerl-metadata"
 AGENT_HEADER = "x-tracerl-agent"  # the agent name (role) of the call, for multi-agent programs
 TOKEN_HEADER = "x-tracerl-gateway-token"
+CONTROL_HEADER = "x-tracerl-control-token"
 
 _ENDPOINTS = (*ENDPOINTS, MESSAGES_ENDPOINT)
 # Hop-by-hop headers and those the proxy recomputes are never forwarded.
@@ -94,6 +94,9 @@ class GatewayConfig:
             into the store (as ``python -m sdk.otel receive`` does; needs ``tracerl[otel]``).
         auth_token: When set, every route answers 401 unless the request carries this token, in the
             ``X-Tracerl-Gateway-Token`` header or as the path prefix ``/token/<token>/``.
+        control_token: When set, ``POST /sessions/<id>/reward`` and ``/end`` need this token in the
+            ``X-Tracerl-Control-Token`` header (the gateway token is then not needed there): a client
+            holding only the gateway token gets 403, one with neither 401, and nothing changes.
         sessions_dir: A directory the workers of one gateway share to tell each other which session ids
             they opened (``POST /sessions/<id>/end`` of an id none of them saw is a 404).
         anthropic_to_chat: Answer Anthropic Messages calls (``POST /v1/messages``) with the upstream's
@@ -113,6 +116,7 @@ class GatewayConfig:
     max_open_sessions: int = 100_000
     otlp: bool = False
     auth_token: str | None = dataclasses.field(default=None, repr=False)
+    control_token: str | None = dataclasses.field(default=None, repr=False)
     sessions_dir: str | None = None
     anthropic_to_chat: bool = False
 
@@ -161,6 +165,22 @@ def _header(h: dict[str, bytes], name: str) -> str | None:
         return None
 
 
+def _header_value(scope: dict[str, Any], name: str) -> str | None:
+    raw = name.encode("latin-1")
+    return next((v.decode("latin-1") for k, v in scope["headers"] if k == raw), None)
+
+
+def _control_route(method: str, path: str) -> bool:
+    """Whether a request rewards or ends a session (``POST /sessions/<id>/reward`` or ``/end``)."""
+    if method != "POST":
+        return False
+    try:
+        sid, rel = split_session(path)
+    except BadRequest:
+        return False
+    return sid is not None and rel in ("/reward", "/end")
+
+
 def _int_or_none(value: str | None) -> int | None:
     if value is None:
         return None
@@ -175,11 +195,12 @@ def _int_or_none(value: str | None) -> int | None:
 def _metadata(value: str | None) -> dict[str, Any]:
     if not value:
         return {}
-    raw = value.encode("utf-8")
-    meta, problem = bounded_loads(raw)
+    try:
+        meta, why = parse_untrusted(value), "not a JSON object"
+    except UntrustedJSONError as exc:
+        meta, why = None, str(exc)
     if not isinstance(meta, dict):
         count("gateway_bad_headers")
-        why = problem or "not a JSON object"
         warn_once(METADATA_HEADER, "tracerl gateway: ignoring %s (%s): %.200s", METADATA_HEADER, why, value)
         return {}
     return meta
@@ -283,19 +304,28 @@ class _Gateway:
         raw = scope.get("raw_path")
         # Routed on the raw path: a session id is percent-decoded once, by split_session, on every route.
         path = raw.decode("latin-1") if raw else scope["path"]
+        authorized = True
         if self.config.auth_token is not None:
             sent, path = split_token(path)
             if sent is None:
-                sent = next(
-                    (v.decode("latin-1") for k, v in scope["headers"] if k == b"x-tracerl-gateway-token"),
-                    None,
-                )
-            if not token_matches(sent, self.config.auth_token):
+                sent = _header_value(scope, TOKEN_HEADER)
+            authorized = token_matches(sent, self.config.auth_token)
+        if self.config.control_token is not None and _control_route(method, path):
+            # Rewards and ends need the control token (the trainer's), whatever other token is sent: the
+            # agent's token for model calls must not let it score or end its own sessions.
+            if not token_matches(_header_value(scope, CONTROL_HEADER), self.config.control_token):
                 msg = (
-                    "tracerl gateway: missing or wrong gateway token (send it in the X-Tracerl-Gateway-Token"
-                    " header, or in the base URL as http://HOST:PORT/token/<token>/v1)"
+                    "tracerl gateway: rewarding and ending sessions needs the control token (send it in the"
+                    " X-Tracerl-Control-Token header)"
                 )
-                return await send_error(send, 401, msg)
+                return await send_error(send, 403 if authorized else 401, msg)
+        elif not authorized:
+            msg = (
+                "tracerl gateway: missing or wrong gateway token (send it in the X-Tracerl-Gateway-Token"
+                " header, or in the base URL as http://HOST:PORT/token/<token>/v1)"
+            )
+            is_messages = path.rstrip("/").endswith(MESSAGES_ENDPOINT[0])
+            return await _route_error(send, "messages" if is_messages else None, 401, msg)
         if method == "GET" and path == "/stats":
             snapshot = self.stats.snapshot(self.table)
             if self.otlp is not None:
@@ -310,9 +340,10 @@ class _Gateway:
         except BadRequest as exc:
             return await send_error(send, 400, f"tracerl gateway: {exc}")
         if method == "POST" and path_sid is not None and rel in ("/reward", "/end"):
-            body, problem = loads(await read_body(receive) or b"{}")
-            if problem is not None:
-                return await send_error(send, 400, f"tracerl gateway: the request body is {problem}")
+            try:
+                body = parse_untrusted(await read_body(receive) or b"{}")
+            except UntrustedJSONError as exc:
+                return await send_error(send, 400, f"tracerl gateway: the request body is {exc}")
             if rel == "/reward":
                 return await self._reward(send, path_sid, body)
             return await self._end(send, path_sid, body)
@@ -405,7 +436,7 @@ class _Gateway:
         try:
             s = self.session_for(tracerl, path_sid)
         except BadRequest as exc:
-            return await send_error(send, 400, f"tracerl gateway: {exc}")
+            return await _route_error(send, endpoint, 400, f"tracerl gateway: {exc}")
         # Recorded: loopback or LAN to the model server, an uncompressed body is cheaper than gzip, and can
         # be forwarded and recorded without decoding.
         headers.append(("accept-encoding", "identity"))
@@ -477,7 +508,8 @@ class _Gateway:
         self.stats.upstream_errors += 1
         name = error_name(exc)
         self.record_failure(call, name, exc)
-        await send_error(send, 502, f"tracerl gateway: upstream {what} failed: {name}: {exc}")
+        msg = f"tracerl gateway: upstream {what} failed: {name}: {exc}"
+        await _route_error(send, call.endpoint, 502, msg)
 
     async def _stream(
         self, send: Send, call: _Call, watch: _ClientWatch, resp: aiohttp.ClientResponse
@@ -497,7 +529,10 @@ class _Gateway:
             watch.stop()
             self.stats.upstream_errors += 1
             self.record_failure(call, error_name(exc), exc)
-            raise  # the client sees the stream break, as it would without the gateway
+            # The client sees its stream fail with an error event in its API's format, which its SDK raises
+            # (re-raising here would only break the connection and log a traceback for an upstream's fault).
+            message = f"tracerl gateway: the upstream's stream broke: {error_name(exc)}"
+            return await send({"type": "http.response.body", "body": error_event(call.endpoint, message)})
         watch.stop()
         self.record(call, resp, b"".join(chunks))
         await send({"type": "http.response.body", "body": forwarder.rest(), "more_body": False})
@@ -572,6 +607,7 @@ class _Gateway:
                 problem = f"could not be parsed: {type(exc).__name__}: {str(exc)[:500]}"
             if problem is not None:
                 record = malformed_record(call.endpoint, call.payload, problem, resp.status, decoded, kwargs)
+            _warn_unmapped(record)
             record.agent = record.agent or call.agent
             self.stats.calls += 1
             record_call(record, call.session)  # firewalled: a store failure is counted, never raised
@@ -585,6 +621,7 @@ class _Gateway:
             else:
                 record = malformed_record(call.endpoint, call.payload, problem, 599, b"", kwargs)
             record.error = {"type": name, "message": str(exc)[:2000], "status": None}
+            _warn_unmapped(record)
             record.agent = record.agent or call.agent
             self.stats.calls += 1
             record_call(record, call.session)
@@ -643,6 +680,26 @@ class _Call:
     agent: str | None = None
 
 
+def _warn_unmapped(record: CallRecord) -> None:
+    """One log line per kind of request the wire mapping stored without messages (each one is counted)."""
+    bad = (record.extra or {}).get("malformed_request")
+    problem = str(bad.get("problem")) if isinstance(bad, dict) else ""
+    if problem.startswith("previous_response_id"):
+        warn_once(
+            "previous_response_id",
+            "tracerl gateway: a Responses call continues a conversation the server keeps "
+            "(previous_response_id); it is stored without messages and never trained (send the whole "
+            "conversation in input instead)",
+        )
+
+
+async def _route_error(send: Send, endpoint: str | None, status: int, message: str) -> None:
+    """An error answer in the format of the route's API: Anthropic's for Messages, else OpenAI's."""
+    if endpoint == "messages":
+        return await anthropic_error(send, status, message)
+    await send_error(send, status, message)
+
+
 def _response_headers(resp: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
     out = []
     connection = None
@@ -659,10 +716,11 @@ def _response_headers(resp: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]
 
 
 def _strip_body(endpoint: str, raw: bytes, added: frozenset[str]) -> bytes:
-    payload, problem = bounded_loads(raw)
-    if problem is not None:  # not JSON, or too deep to re-encode: forwarded as the upstream sent it
+    try:
+        payload = parse_untrusted(raw)
+    except UntrustedJSONError as exc:  # not JSON, or too deep to re-encode: forwarded as the upstream sent it
         count("gateway_responses_not_stripped")
-        warn_once("strip", "tracerl gateway: a response was forwarded with its token data: body %s", problem)
+        warn_once("strip", "tracerl gateway: a response was forwarded with its token data: body %s", exc)
         return raw
     return json.dumps(strip_token_data(endpoint, payload, added)).encode("utf-8")
 

@@ -1,8 +1,10 @@
 """The command line: ``python -m sdk.gateway --upstream URL [--host --port --store --workers]``.
 
 Doors: with a token (``--auth-token-file`` or ``$TRACERL_GATEWAY_TOKEN``) every route needs it; a bind to
-an interface other than loopback is refused without one unless ``--allow-unauthenticated`` says so.
-Secrets are never printed: an upstream URL's password is masked, the token never shown.
+an interface other than loopback is refused without one unless ``--allow-unauthenticated`` says so. With a
+control token (``--control-token-file`` or ``$TRACERL_GATEWAY_CONTROL_TOKEN``) rewarding and ending
+sessions needs it instead (the agents get only the gateway token). Secrets are never printed: an upstream
+URL's password is masked, the tokens never shown.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from sdk import _env
 from sdk._cli import KEEP_ALIVE_S
 from sdk._token_data import rejects_token_data
 
-__all__ = ["TOKEN_ENV", "main", "masked"]
+__all__ = ["CONTROL_TOKEN_ENV", "TOKEN_ENV", "main", "masked"]
 
 TOKEN_ENV = _env.TRACERL_GATEWAY_TOKEN
 """The environment variable that holds the gateway token (``--auth-token-file`` takes precedence)."""
+CONTROL_TOKEN_ENV = _env.TRACERL_GATEWAY_CONTROL_TOKEN
+"""The environment variable that holds the control token (``--control-token-file`` takes precedence)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help=f"file holding a token every request must carry (X-Tracerl-Gateway-Token header, or "
         f"/token/<token>/ in the base URL); default ${TOKEN_ENV}, else no token",
+    )
+    p.add_argument(
+        "--control-token-file",
+        default=None,
+        help=f"file holding a token that rewarding and ending sessions then need (X-Tracerl-Control-Token "
+        f"header; hand it to the trainer or harness, never to the agents); default ${CONTROL_TOKEN_ENV}, "
+        "else those routes take the gateway token like every other",
     )
     p.add_argument(
         "--allow-unauthenticated",
@@ -128,17 +139,17 @@ def _loopback(host: str) -> bool:
         return False  # a host name: it may resolve to any interface
 
 
-def _token(args: argparse.Namespace) -> tuple[str | None, str | None]:
+def _token(path: str | None, flag: str, env: str) -> tuple[str | None, str | None]:
     """``(token, None)`` or ``(None, what is wrong)``; ``(None, None)`` when no token is configured."""
-    if args.auth_token_file is None:
-        token = os.environ.get(TOKEN_ENV)
-        where = f"${TOKEN_ENV}"
+    if path is None:
+        token = os.environ.get(env)
+        where = f"${env}"
         if token is None:
             return None, None
     else:
-        where = f"--auth-token-file {args.auth_token_file}"
+        where = f"{flag} {path}"
         try:
-            with open(args.auth_token_file, encoding="utf-8") as fh:
+            with open(path, encoding="utf-8") as fh:
                 token = fh.read()
         except (OSError, UnicodeDecodeError) as exc:
             return None, f"{where}: cannot read it ({type(exc).__name__})"
@@ -218,9 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     problem = _bad_argument(args)
     if problem:
         return fail(problem)
-    token, problem = _token(args)
+    token, problem = _token(args.auth_token_file, "--auth-token-file", TOKEN_ENV)
     if problem:
         return fail(problem)
+    control, problem = _token(args.control_token_file, "--control-token-file", CONTROL_TOKEN_ENV)
+    if problem:
+        return fail(problem)
+    if control is not None and control == token:
+        return fail("the control token is the gateway token: the agents would hold it; use another one")
     if token is None and not _loopback(args.host) and not args.allow_unauthenticated:
         return fail(
             f"--host {args.host} is reachable from other machines and no gateway token is set: anyone who "
@@ -251,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout,
         otlp=args.otlp,
         auth_token=token,
+        control_token=control,
         # Removed when the gateway exits (below): the workers' marks of the session ids they opened.
         sessions_dir=tempfile.mkdtemp(prefix="tracerl-gateway-sessions-"),
     )
@@ -280,6 +297,7 @@ def _serve(args: argparse.Namespace, config: Any, uvicorn: Any, store: Any) -> i
         return 2
     port = sock.getsockname()[1]
     auth = "gateway token required" if config.auth_token else "no gateway token"
+    auth += ", control token for rewards and ends" if config.control_token else ""
     print(
         f"tracerl gateway listening on http://{args.host}:{port}/v1 "
         f"(upstream {masked(args.upstream)}, store {store}, workers {args.workers}, {auth})",

@@ -1,4 +1,4 @@
-"""The gateway's request plumbing: the path's token and session id, hostile JSON, compressed bodies, headers.
+"""The gateway's request plumbing: the path's token and session id, compressed bodies, headers.
 
 Every route reads a session id the same way: the ``<id>`` of ``/sessions/<id>/...`` is taken from the raw
 (still percent-encoded) path and percent-decoded once, as UTF-8; the ``X-Tracerl-Session`` header is read
@@ -24,7 +24,6 @@ __all__ = [
     "decompress",
     "drop_connection_headers",
     "header_text",
-    "loads",
     "read_body",
     "refuse_websocket",
     "send_error",
@@ -122,23 +121,6 @@ def header_text(value: bytes, name: str) -> str:
         return value.decode("utf-8")
     except UnicodeDecodeError:
         raise BadRequest(f"the {name} header is not valid UTF-8") from None
-
-
-def loads(raw: bytes) -> tuple[Any, str | None]:
-    """Parse JSON that may be hostile: ``(value, None)``, or ``(None, why not)`` — never raises.
-
-    Example:
-        >>> loads(b'{"a": 1}')
-        ({'a': 1}, None)
-        >>> loads(b"[" * 100_000 + b"]" * 100_000)
-        (None, 'nested too deeply')
-    """
-    try:
-        return json.loads(raw), None
-    except RecursionError:
-        return None, "nested too deeply"
-    except ValueError as exc:  # includes integers longer than Python parses (sys.int_info)
-        return None, f"not valid JSON ({str(exc)[:200]})"
 
 
 def decompress(raw: bytes, encoding: str, limit: int = MAX_DECODED_BODY) -> tuple[bytes | None, str | None]:

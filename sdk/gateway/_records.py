@@ -11,24 +11,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from sdk._json import UntrustedJSONError, parse_untrusted
 from sdk.capture import CallRecord, count
-from sdk.gateway._http import decompress, loads
+from sdk.gateway._http import decompress
 from sdk.openai_wire import parse_exchange
 
 __all__ = [
-    "MAX_DEPTH",
-    "bounded_loads",
     "malformed_record",
     "recordable",
     "request_problem",
-    "too_deep",
     "warn_once",
 ]
 
 logger = logging.getLogger("tracerl.gateway")
-
-MAX_DEPTH = 128
-"""A request body nested deeper than this is forwarded but not recorded (counted)."""
 
 _WARNED: set[str] = set()
 
@@ -63,50 +58,13 @@ def recordable(endpoint: str | None, body: bytes, encoding: str) -> dict[str, An
     if not body:
         return None
     # The store's writers recurse into what they store: the depth is bounded before.
-    payload, problem = bounded_loads(body)
-    if problem is not None:
+    try:
+        payload = parse_untrusted(body)
+    except UntrustedJSONError as exc:
         count("gateway_unrecorded_requests")
-        warn_once("json", "tracerl gateway: a request was forwarded but not recorded: body %s", problem)
+        warn_once("json", "tracerl gateway: a request was forwarded but not recorded: body %s", exc)
         return None
     return payload if isinstance(payload, dict) else None
-
-
-def bounded_loads(raw: bytes) -> tuple[Any, str | None]:
-    """Parse JSON the gateway will walk or re-encode: ``(value, None)``, or ``(None, why not)``.
-
-    Why not: not JSON, or nested deeper than :data:`MAX_DEPTH` levels. Never raises (no recursion error
-    escapes, and what it returns can be re-encoded without one).
-
-    Example:
-        >>> bounded_loads(b'{"a": 1}'), bounded_loads(b"[" * 500 + b"]" * 500)[1]
-        (({'a': 1}, None), 'nested deeper than 128 levels')
-    """
-    value, problem = loads(raw)
-    if problem is None and too_deep(raw, value):
-        return None, f"nested deeper than {MAX_DEPTH} levels"
-    return value, problem
-
-
-def too_deep(raw: bytes, value: Any) -> bool:
-    """Whether JSON ``value`` (parsed from ``raw``) nests deeper than :data:`MAX_DEPTH` levels.
-
-    Example:
-        >>> too_deep(b"[[]]", [[]]), too_deep(b"[" * 200 + b"]" * 200, [[[]]])
-        (False, False)
-    """
-    return raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _deeper(value, MAX_DEPTH)
-
-
-def _deeper(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests lists and objects more than ``limit`` levels deep (iterative: no recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = v.values() if isinstance(v, dict) else v
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
-    return False
 
 
 def request_problem(endpoint: str, payload: dict[str, Any]) -> str | None:

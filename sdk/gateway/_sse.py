@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 from sdk._internal import count
+from sdk._json import UntrustedJSONError, parse_untrusted
+from sdk._openai_write import error_body, sse
 from sdk._token_data import strip_token_data
-from sdk.gateway._records import bounded_loads
 
-__all__ = ["SSEForwarder"]
+__all__ = ["SSEForwarder", "error_event"]
 
 # The Responses API's final events and Anthropic's ``message_stop``.
 _TERMINAL_TYPES = (b"response.completed", b"response.failed", b"response.incomplete", b"message_stop")
@@ -64,6 +65,23 @@ class SSEForwarder:
         return b"".join(_strip_event(ev, self.endpoint, self.strip) for ev in _events(data))
 
 
+def error_event(endpoint: str, message: str) -> bytes:
+    r"""The SSE event that ends a stream the gateway cannot finish, in the endpoint's own format.
+
+    Each official SDK raises it to the agent: Anthropic's ``error`` event, the Responses API's ``error``
+    event, and for chat completions a chunk with an ``error`` object (as vLLM sends).
+
+    Example:
+        >>> error_event("messages", "cut")
+        b'event: error\ndata: {"type": "error", "error": {"type": "api_error", "message": "cut"}}\n\n'
+    """
+    if endpoint == "messages":
+        return sse({"type": "error", "error": {"type": "api_error", "message": message}}, "error")
+    if endpoint == "responses":
+        return sse({"type": "error", "code": "gateway_error", "message": message, "param": None}, "error")
+    return sse(error_body(message, "gateway_error"))
+
+
 def _events(data: bytes) -> list[bytes]:
     """Split complete SSE data into events, each with its terminating blank line."""
     out = []
@@ -111,8 +129,9 @@ def _strip_event(ev: bytes, endpoint: str, added: frozenset[str]) -> bytes:
     lines = ev.split(b"\n")
     for i, line in enumerate(lines):
         if line.startswith(b"data:") and line[5:].strip() not in (b"", b"[DONE]"):
-            payload, problem = bounded_loads(line[5:])
-            if problem is not None:  # not JSON, or too deep to re-encode: forwarded as the upstream sent it
+            try:
+                payload = parse_untrusted(line[5:])
+            except UntrustedJSONError:  # not JSON, or too deep to re-encode: forwarded as it came
                 count("gateway_responses_not_stripped")
                 continue
             payload = strip_token_data(endpoint, payload, added)

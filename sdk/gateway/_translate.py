@@ -18,22 +18,28 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from sdk._json import UntrustedJSONError, parse_untrusted
 from sdk._token_data import token_data_params
 from sdk.gateway._http import send_json
+from sdk.gateway._sse import error_event
 from sdk.openai_wire import (
     ChatStreamTranslator,
+    MalformedStream,
     MappingError,
     anthropic_request,
+    chat_problem,
     chat_request_of,
     decode_body,
     message_events,
     message_of_chat,
     sse,
+    sse_events,
 )
 
 __all__ = ["anthropic_error", "as_messages_call", "error_name", "translated"]
 
-_NOT_FORWARDED = ("content-encoding", "x-api-key", "anthropic-version")
+# The body sent is the translation, plain JSON: the client's own content headers describe another one.
+_NOT_FORWARDED = ("content-encoding", "content-type", "x-api-key", "anthropic-version")
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
@@ -129,13 +135,20 @@ async def translated(gw: Any, send: Any, call: Any, watch: Any, headers: list[tu
     watch.stop()
     gw.record(call, resp, raw, upstream=chat)  # before the client gets a byte of the answer
     try:
-        answer = json.loads(decode_body(raw, resp.headers.get("content-encoding", "")) or b"")
-    except ValueError:
-        answer = None
-    if resp.status >= 400 or not isinstance(answer, dict):
+        answer = parse_untrusted(decode_body(raw, resp.headers.get("content-encoding", "")) or b"")
+        problem = None if resp.status >= 400 else chat_problem(answer, "message")
+    except (UntrustedJSONError, OSError, EOFError) as exc:  # OSError, EOFError: a corrupt gzip body
+        answer, problem = None, f"not JSON tracerl reads: {exc}"
+    if resp.status >= 400 or problem is not None:
         gw.stats.upstream_errors += 1
         error = answer.get("error") if isinstance(answer, dict) else None
-        text = error.get("message") if isinstance(error, dict) else raw[:500].decode("utf-8", "replace")
+        text = error.get("message") if isinstance(error, dict) else None
+        if text is None:
+            text = (
+                f"tracerl gateway: the upstream's answer is {problem}"
+                if problem
+                else raw[:500].decode("utf-8", "replace")
+            )
         return await anthropic_error(send, resp.status if resp.status >= 400 else 502, str(text))
     message = message_of_chat(answer, answer.get("model") or call.payload.get("model"))
     if not call.payload.get("stream"):
@@ -155,18 +168,19 @@ def _sse(events: list[tuple[str, dict[str, Any]]]) -> bytes:
     return b"".join(sse(payload, name) for name, payload in events)
 
 
-def _chunks(data: bytes) -> list[dict[str, Any]]:
-    """The chunk objects of complete SSE events (``data: [DONE]`` and unreadable ones skipped)."""
+def _chunks(data: bytes) -> list[Any]:
+    """The chunks of complete SSE events (``data: [DONE]`` skipped); :class:`MalformedStream` if unreadable.
+
+    The translator checks each chunk's shape; the record reads the same bytes the same way.
+    """
     out = []
-    for line in data.split(b"\n"):
-        line = line.strip()
-        if line.startswith(b"data:") and line[5:].strip() not in (b"", b"[DONE]"):
+    for _, payload in sse_events(data):
+        payload = payload.strip()
+        if payload and payload != b"[DONE]":
             try:
-                chunk = json.loads(line[5:])
-            except ValueError:
-                continue  # counted when the record is parsed
-            if isinstance(chunk, dict):
-                out.append(chunk)
+                out.append(parse_untrusted(payload))
+            except UntrustedJSONError as exc:
+                raise MalformedStream(f"an event cannot be read: {exc}") from None
     return out
 
 
@@ -192,11 +206,20 @@ async def _stream(gw: Any, send: Any, call: Any, watch: Any, resp: Any, chat: di
         watch.stop()
         gw.stats.upstream_errors += 1
         gw.record_failure(call, error_name(exc), exc)
-        raise  # the client sees the stream break, as it would without the gateway
+        # The client sees its stream fail with an error event (not a broken connection and a traceback in
+        # the gateway's log): the SDKs raise it to the agent.
+        message = f"tracerl gateway: the upstream's stream broke: {error_name(exc)}"
+        return await send({"type": "http.response.body", "body": error_event("messages", message)})
+    except MalformedStream as exc:
+        watch.stop()
+        gw.stats.upstream_errors += 1
+        # Stored as the forwarded route stores it: what arrived, the unreadable chunk making it a failed call.
+        gw.record(call, resp, b"".join(received), upstream=chat)
+        message = f"tracerl gateway: the upstream sent a chunk that cannot be read: {exc}"
+        return await send({"type": "http.response.body", "body": error_event("messages", message)})
     watch.stop()
     gw.record(call, resp, b"".join(received), upstream=chat)
-    for chunk in _chunks(pending):
-        translator.feed(chunk)
+    # An unterminated last event (``pending``) is not an event (the SSE specification; clients drop it).
     # A stream that ended without its finish chunk ends without message_stop: the client sees it cut.
     end = _sse(translator.finish()) if translator.stop is not None else b""
     await send({"type": "http.response.body", "body": end, "more_body": False})

@@ -17,6 +17,7 @@ servers that answer OpenAI clients: the policy server (``trainers.serve``), the 
 Standard library only: no ``openai`` or ``httpx`` import.
 
 Example:
+    >>> import json
     >>> request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     >>> body = chat_completion("c1", 0, "m", [chat_choice(0, assistant_message("yo"), "stop")])
     >>> rec = parse_exchange("chat.completions", request, 200, json.dumps(body).encode())
@@ -31,7 +32,6 @@ Example:
 from __future__ import annotations
 
 import gzip
-import json
 import re
 import time
 import zlib
@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sdk import capture
+from sdk._json import UntrustedJSONError, parse_untrusted
 from sdk._openai_write import (
     SSE_DONE,
     assistant_message,
@@ -69,6 +70,7 @@ from sdk.openai_wire._responses import (
     responses_messages,
     responses_request,
 )
+from sdk.openai_wire._shape import MalformedStream, chat_problem
 
 __all__ = [
     "ENDPOINTS",
@@ -76,6 +78,7 @@ __all__ = [
     "SSE_DONE",
     "VERSION_HEADER",
     "ChatStreamTranslator",
+    "MalformedStream",
     "MappingError",
     "anthropic_request",
     "assemble_chat_stream",
@@ -83,6 +86,7 @@ __all__ = [
     "chat_choice",
     "chat_chunk",
     "chat_completion",
+    "chat_problem",
     "chat_request_of",
     "chunk_choice",
     "decode_body",
@@ -97,6 +101,7 @@ __all__ = [
     "responses_messages",
     "responses_request",
     "sse",
+    "sse_events",
     "stream_chunks",
     "usage",
 ]
@@ -285,22 +290,63 @@ def _assembled_choice(index: int, acc: dict[str, Any] | None) -> dict[str, Any]:
 _REQUESTS = {"responses": responses_request, "messages": anthropic_request}
 
 
-def _sse_events(raw: bytes) -> list[dict[str, Any]]:
-    events = []
-    for line in raw.split(b"\n"):
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
+def sse_events(raw: bytes) -> list[tuple[str | None, bytes]]:
+    r"""The events of SSE bytes as ``(event name or None, data)``; events without data are left out.
+
+    As the SSE specification (and the official clients) read them: an event ends at a blank line
+    (``\n``, ``\r\n`` or ``\r`` line ends), and one that does not end (a stream cut mid-event) is no event;
+    several ``data:`` lines are joined by ``\n``; comments are skipped.
+
+    Example:
+        >>> sse_events(b'event: message_stop\ndata: {"type": "message_stop"}\n\n: ping\n\ndata: [DONE]\n\nda')
+        [('message_stop', b'{"type": "message_stop"}'), (None, b'[DONE]')]
+    """
+    out: list[tuple[str | None, bytes]] = []
+    blocks = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n\n")
+    for block in blocks[:-1]:  # the last one has not ended
+        name: str | None = None
+        data: list[bytes] = []
+        for line in block.split(b"\n"):
+            field, _, value = line.partition(b":")
+            value = value[1:] if value[:1] == b" " else value
+            if field == b"event":
+                name = value.decode("utf-8", "replace")
+            elif field == b"data":
+                data.append(value)
+        if data:
+            out.append((name, b"\n".join(data)))
+    return out
+
+
+def _sse_events(endpoint: str, raw: bytes) -> tuple[list[dict[str, Any]], str | None]:
+    """The JSON objects of a stream's events, and why the first event that cannot be read could not be.
+
+    An event whose data is not a JSON object tracerl reads (:func:`sdk._json.parse_untrusted`; for chat
+    completions, :func:`chat_problem`) makes the call failed, as it fails the official clients, which parse
+    every event. An Anthropic event without a name is ignored, as the ``anthropic`` SDKs ignore it.
+    """
+    events: list[dict[str, Any]] = []
+    problem = None
+    for name, data in sse_events(raw):
+        data = data.strip()
         if not data or data == b"[DONE]":
             continue
-        try:
-            ev = json.loads(data)
-        except ValueError:
-            capture.count("stream_chunks_unparsed")
+        if endpoint == MESSAGES_ENDPOINT[1] and name is None:
+            capture.count("anthropic_stream_events_unnamed")
             continue
-        if isinstance(ev, dict):
-            events.append(ev)
-    return events
+        try:
+            ev = parse_untrusted(data)
+            why = chat_problem(ev, "delta") if endpoint == "chat.completions" else None
+            if why is None and not isinstance(ev, dict):
+                why = f"it is a {type(ev).__name__}, not an object"
+        except UntrustedJSONError as exc:
+            why = str(exc)
+        if why is not None:
+            capture.count("stream_chunks_unparsed")
+            problem = problem or f"event {len(events)} cannot be read: {why}"
+            continue
+        events.append(ev)
+    return events, problem
 
 
 def parse_exchange(
@@ -365,25 +411,43 @@ def parse_exchange(
     record.ended_at = ended_at if ended_at is not None else time.time()
     if status >= 400:
         record.error = _http_error(status, response_body)
-    elif "text/event-stream" in content_type:
-        _stream_response(endpoint, _sse_events(response_body), status, record)
     else:
-        _read_body(endpoint, response_body, status, record)
+        _read_response(endpoint, response_body, content_type, status, record)
     if status < 400 and record.policy_version is None:  # the body did not say: the header, the model
         record.policy_version = policy_version_of({"model": record.response_model}, headers)
     return record
 
 
+def _read_response(endpoint: str, raw: bytes, content_type: str, status: int, record: CallRecord) -> None:
+    """Fill ``record`` from a response that is not an HTTP error; an unreadable one is a failed call."""
+    try:
+        if "text/event-stream" in content_type:
+            events, problem = _sse_events(endpoint, raw)
+            _stream_response(endpoint, events, status, record)
+            if problem is not None:  # what the client saw is not known: never a complete turn
+                record.finish_reason = None
+                record.error = {"type": "malformed_stream", "message": problem, "status": status}
+        else:
+            _read_body(endpoint, raw, status, record)
+    # A field of an unexpected type in an answer or event (the checked chat shapes aside): the readers
+    # take the documented shapes, and an answer outside them is stored as a failed call, never lost.
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+        capture.count("responses_malformed")
+        record.finish_reason = None
+        message = f"the response cannot be read: {type(exc).__name__}: {str(exc)[:500]}"
+        record.error = {"type": "malformed_response", "message": message, "status": status}
+
+
 def _read_body(endpoint: str, response_body: bytes, status: int, record: CallRecord) -> None:
     """Fill ``record`` from a non-streamed response body; one that is not a JSON object is a failed call."""
-    body = _json_object(response_body)
-    if body is None:  # cut off mid-JSON (a timeout, a dropped connection) or not JSON
-        record.error = {
-            "type": "invalid_body",
-            "message": f"the response body is not a JSON object ({len(response_body)} bytes): "
-            + response_body[:200].decode("utf-8", "replace"),
-            "status": status,
-        }
+    body, why = _json_object(response_body), None
+    if body is not None and endpoint not in ("responses", "messages"):
+        why = chat_problem(body, "message")
+        why = None if why is None else f"not a chat completion: {why}"
+    if body is None or why is not None:  # cut off mid-JSON (a timeout, a dropped connection) or not JSON
+        text = response_body[:200].decode("utf-8", "replace")
+        why = why or f"not a JSON object ({len(response_body)} bytes): {text}"
+        record.error = {"type": "invalid_body", "message": f"the response body is {why}", "status": status}
     elif endpoint == "responses":
         read_response(body, record)
     elif endpoint == "messages":
@@ -397,8 +461,8 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     if not body:
         return {}
     try:
-        parsed = json.loads(body)
-    except (ValueError, RecursionError):
+        parsed = parse_untrusted(body)
+    except UntrustedJSONError:
         return None
     return parsed if isinstance(parsed, dict) else None
 
@@ -407,7 +471,7 @@ def _http_error(status: int, body: bytes) -> dict[str, Any]:
     """The ``error`` of a call the server refused: its error object, else the start of its body."""
     error: dict[str, Any] = {"type": "http_error", "message": None, "status": status}
     try:
-        payload = json.loads(body)
+        payload = parse_untrusted(body)
         e = payload.get("error", payload) if isinstance(payload, dict) else {}
         if isinstance(e, dict):
             error.update(type=e.get("type") or error["type"], message=e.get("message"), code=e.get("code"))

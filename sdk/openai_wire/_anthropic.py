@@ -32,8 +32,10 @@ import uuid
 from typing import Any
 
 from sdk import capture
+from sdk._json import UntrustedJSONError, parse_untrusted
 from sdk.capture import CallRecord
 from sdk.openai_wire._responses import MappingError
+from sdk.openai_wire._shape import MalformedStream, chat_problem
 
 __all__ = [
     "ChatStreamTranslator",
@@ -261,8 +263,8 @@ def _assemble(events: list[dict[str, Any]]) -> tuple[dict[str, Any], bool, dict[
             capture.count("anthropic_stream_events_unknown")  # new event types are to be ignored (API docs)
     for index, parts in partial.items():
         try:
-            blocks[index]["input"] = json.loads("".join(parts)) if "".join(parts) else {}
-        except ValueError:
+            blocks[index]["input"] = parse_untrusted("".join(parts)) if "".join(parts) else {}
+        except UntrustedJSONError:
             complete = False  # arguments cut off: never a complete turn
     body["content"] = [blocks[i] for i in sorted(blocks)]
     return body, complete, error
@@ -345,8 +347,8 @@ def message_of_chat(chat: dict[str, Any], model: Any) -> dict[str, Any]:
     for tc in msg.get("tool_calls") or []:
         fn = tc.get("function") or {}
         try:
-            args = json.loads(fn.get("arguments") or "{}")
-        except ValueError:
+            args = parse_untrusted(fn.get("arguments") or "{}")
+        except UntrustedJSONError:
             args = None
         if not isinstance(args, dict):
             capture.count("anthropic_arguments_not_object")  # the client gets {}: the record keeps the text
@@ -404,7 +406,8 @@ class ChatStreamTranslator:
 
     Choice 0 only. Reasoning, text and each tool call become content blocks in the order they start; the
     final ``message_delta`` and ``message_stop`` come from :meth:`finish`, once the upstream's stream ended
-    (the gateway sends them after the call is stored).
+    (the gateway sends them after the call is stored). A chunk of the wrong shape (:func:`chat_problem`)
+    raises :class:`MalformedStream` before any of it is read.
 
     Example:
         >>> t = ChatStreamTranslator("m")
@@ -450,7 +453,10 @@ class ChatStreamTranslator:
         return ("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
 
     def feed(self, chunk: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        """The events one chunk adds."""
+        """The events one chunk adds (:class:`MalformedStream` if it is not a chunk)."""
+        problem = chat_problem(chunk, "delta")
+        if problem is not None:
+            raise MalformedStream(problem)
         out: list[tuple[str, dict[str, Any]]] = []
         if not self.started:
             self.started = True

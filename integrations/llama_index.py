@@ -797,8 +797,8 @@ def policy_llm(
     server's token ids (:func:`integrations.openai.recording_http_client`); for LlamaIndex's own view of
     the calls too (agent names), call :func:`instrument_llama_index` once, and the two merge in the store.
 
-    The async client is shared by the LLM's calls: run agents on one event loop (an ``async def`` agent
-    function, which ``tracerl rollout`` and the loop await on theirs), not ``asyncio.run`` per call.
+    Async calls get a client per running event loop, so an ``async def`` agent (which the runner awaits on
+    its loop) and a sync one that runs ``asyncio.run(agent.run(...))`` per sample, several at once, both work.
 
     Args:
         base_url: The server's ``/v1`` URL (default: ``TRACERL_POLICY_BASE_URL``).
@@ -828,7 +828,7 @@ def policy_llm(
         from llama_index.llms.openai_like import OpenAILike
     except ImportError as exc:
         raise capture.MissingDependency("llama-index-llms-openai-like", "llamaindex") from exc
-    from integrations.openai import recording_http_client
+    from integrations.openai import _policy_async_client, recording_http_client
 
     url, name = _policy.endpoint(base_url, model)
     extra = dict(overrides.pop("additional_kwargs", None) or {})
@@ -844,6 +844,8 @@ def policy_llm(
         "is_function_calling_model": True,
         "logprobs": True,
         "http_client": recording_http_client(),
-        "async_http_client": recording_http_client(async_=True),
+        # One async client per running event loop: sync agents that asyncio.run each call, several at once
+        # under the runner, fail with connection errors on one shared client.
+        "async_openai_client": _policy_async_client(url, timeout, max_retries),
     }
     return OpenAILike(**{**kwargs, **overrides, "additional_kwargs": extra})

@@ -25,6 +25,7 @@ Frameworks that accept an http client can be handed a recording one::
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
 import json
@@ -592,3 +593,49 @@ def policy_client(
     cls = openai.AsyncOpenAI if async_ else openai.OpenAI
     client = cls(base_url=url, timeout=timeout, max_retries=max_retries, **kwargs)
     return wrap_openai(client, token_data=True, agent=agent)
+
+
+class _AsyncClientPerLoop:
+    """Stands in for one ``AsyncOpenAI`` client: a recording client of its own per running event loop.
+
+    Frameworks keep one async client for all their calls, but a sync agent runs each call on an event loop
+    of its own (Strands' ``agent(...)``, ``asyncio.run`` in the agent function), and the runner runs several
+    such agents at once, in threads. One httpx connection pool used from several loops at once fails
+    requests with ``APIConnectionError`` (seen with 4 threads on the policy server); a client per loop
+    does not. Clients of loops that have closed are dropped at the next call (their sockets close as
+    they are collected), so a loop per call keeps at most one client per running loop.
+
+    Example:
+        >>> client = _AsyncClientPerLoop(base_url="http://127.0.0.1:8000/v1", api_key="none", timeout=600.0)
+        >>> client.timeout  # outside a loop: the attributes of a client made with these arguments
+        600.0
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._kwargs = kwargs
+        self._clients: dict[Any, Any] = {}
+        self._lock = threading.Lock()
+
+    def _current(self) -> Any:
+        try:
+            loop: Any = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._lock:
+            for gone in [k for k in self._clients if k is not None and k.is_closed()]:
+                del self._clients[gone]
+            client = self._clients.get(loop)
+            if client is None:
+                client = wrap_openai(openai.AsyncOpenAI(**self._kwargs), token_data=True)
+                self._clients[loop] = client
+            return client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._current(), name)
+
+
+def _policy_async_client(base_url: str, timeout: float, max_retries: int) -> Any:
+    """The policy's async client for a framework model (see :class:`_AsyncClientPerLoop`)."""
+    return _AsyncClientPerLoop(
+        base_url=base_url, api_key=_policy.API_KEY, timeout=timeout, max_retries=max_retries
+    )

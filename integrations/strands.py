@@ -805,9 +805,11 @@ def policy_model(
     The base URL and model name are ``TRACERL_POLICY_BASE_URL`` and ``TRACERL_POLICY_MODEL`` (set by the
     loop and ``tracerl rollout``), read when this is called: the served name stays the same for a whole
     run, so build the model once. ``OpenAIModel`` drops logprobs and token ids before any hook sees them,
-    so the model gets an ``AsyncOpenAI`` client from :func:`integrations.openai.policy_client`: each
-    request asks the server for them and is recorded with them. For Strands' own view of the calls too
-    (tool runs, agent names), give the agent ``hooks=[TracerlHookProvider()]``; the two merge in the store.
+    so the model gets ``AsyncOpenAI`` clients like :func:`integrations.openai.policy_client`'s: each
+    request asks the server for them and is recorded with them. Sync ``agent(...)`` calls each run on an
+    event loop of their own, several at once under the runner, so there is one client per running loop.
+    For Strands' own view of the calls too (tool runs, agent names), give the agent
+    ``hooks=[TracerlHookProvider()]``; the two merge in the store.
 
     Args:
         base_url: The server's ``/v1`` URL (default: ``TRACERL_POLICY_BASE_URL``).
@@ -836,10 +838,10 @@ def policy_model(
         from strands.models.openai import OpenAIModel
     except ImportError as exc:  # strands-agents without the openai package
         raise capture.MissingDependency("openai", "strands") from exc
-    from integrations.openai import policy_client
+    from integrations.openai import _policy_async_client
 
     url, name = _policy.endpoint(base_url, model)
-    client = policy_client(async_=True, base_url=url, timeout=timeout, max_retries=max_retries)
+    client = _policy_async_client(url, timeout, max_retries)  # a client per event loop
     return OpenAIModel(
         client=client, model_id=name, params={"temperature": temperature, **(params or {})}, **config
     )

@@ -11,6 +11,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -285,6 +286,46 @@ def test_strands_recipe_and_agent_with_tools(policy_env: str) -> None:
         call = _calls(f"strands-{k}")[0]
         assert _tool_names(call) == ["add", "mul"]
         _token_exact(call, "strands")
+
+
+def test_sync_agents_on_loops_of_their_own_at_once(policy_env: str) -> None:
+    # Strands' agent(...) and an agent function that asyncio.run()s LlamaIndex each run on an event loop of
+    # their own, and the runner runs several in threads: one shared async client failed some of them with
+    # APIConnectionError; the recipes give each running loop its own client.
+    pytest.importorskip("strands")
+    pytest.importorskip("llama_index.llms.openai_like")
+    from llama_index.core.llms import ChatMessage
+    from strands import Agent
+    from strands.types.exceptions import MaxTokensReachedException
+
+    from integrations.llama_index import policy_llm
+    from integrations.strands import policy_model
+
+    llm, model = policy_llm(max_tokens=4), policy_model(params={"max_tokens": 4})
+    errors: list[str] = []
+    clients: list[Any] = []
+
+    async def llama() -> None:
+        clients.append(llm._get_aclient()._current())
+        await llm.achat([ChatMessage(role="user", content="hi")])
+
+    def worker(k: int) -> None:
+        for _ in range(3):
+            try:
+                asyncio.run(llama())
+                Agent(model=model, callback_handler=None)("hi")
+            except MaxTokensReachedException:
+                pass
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert len({id(c) for c in clients}) > 1  # loops at once: clients of their own
 
 
 # ------------------------------------------------------------------------------------------------------

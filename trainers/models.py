@@ -170,9 +170,11 @@ def _save(model: Any, tokenizer: Any, out: Path, chat_template: str | None, chec
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.config._name_or_path = str(out)  # a reference model (beta > 0) is rebuilt from here
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    from trainers._model_dir import writing_model_dir
+
+    with writing_model_dir(out, by="tracerl model") as aside:  # whole or not at all
+        model.save_pretrained(aside)
+        tokenizer.save_pretrained(aside)
     return out
 
 
@@ -314,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
             from_gguf(args.from_gguf or locate_gguf(), out, chat_template=template)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path under a regular file, a read-only or immutable directory, a full disk
+        print(f"error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     print(f"model directory: {out} (tool calls: <tool_call>{{json}}</tool_call>)")
     return 0

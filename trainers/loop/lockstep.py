@@ -400,8 +400,11 @@ def _mark_best(
     if save is not None and best is rows[-1] and len(validated) > 1:
         if link.is_symlink() or link.is_file():
             link.unlink()
-        shutil.rmtree(link, ignore_errors=True)
-        save(link)
+        from trainers._model_dir import writing_model_dir
+
+        # Aside, then renamed over the previous best: a kill while saving leaves that one, whole.
+        with writing_model_dir(link, by="tracerl loop (best)") as aside:
+            save(aside)
         return best
     target = Path(best["checkpoint"]).resolve()
     if link.is_dir() and not link.is_symlink():

@@ -336,6 +336,13 @@ def load_model(
     path = None
     if isinstance(model, (str, Path)):
         path = str(model)
+        from trainers._model_dir import check_model_dir
+        from trainers.errors import UserError
+
+        try:  # a directory tracerl did not finish writing is refused, not served half-made
+            check_model_dir(path)
+        except UserError as exc:
+            raise ValueError(f"cannot load the checkpoint {path!r}: {exc}") from None
         try:
             tok = tokenizer or AutoTokenizer.from_pretrained(path)
             mdl = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)

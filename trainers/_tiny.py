@@ -144,33 +144,36 @@ def build_tiny_model(
     )
     # Qwen3's head_dim defaults to 128 whatever the width: keep it width / heads, as Qwen2 derives it.
     extra = {"head_dim": hidden_size // 4} if architecture == "qwen3" else {}
+    from trainers._model_dir import writing_model_dir
+
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tok = build_tiny_tokenizer(out, vocab_size=vocab_size, corpus=corpus)
-    config = config_class(
-        vocab_size=len(tok),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        **extra,
-    )
-    # Seed locally and restore, so building a model never perturbs the caller's RNG stream.
-    state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
-        model = model_class(config)
-    finally:
-        torch.random.set_rng_state(state)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    # A reference model (beta > 0) is rebuilt from `config._name_or_path`: point it at this directory.
-    model.config._name_or_path = str(out)
-    model.save_pretrained(str(out))
+    # Written aside and renamed into place with its completion mark, as tracerl's other model directories.
+    with writing_model_dir(out, by="tracerl build_tiny_model") as aside:
+        tok = build_tiny_tokenizer(aside, vocab_size=vocab_size, corpus=corpus)
+        config = config_class(
+            vocab_size=len(tok),
+            hidden_size=hidden_size,
+            intermediate_size=2 * hidden_size,
+            num_hidden_layers=num_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            tie_word_embeddings=True,
+            bos_token_id=None,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            **extra,
+        )
+        # Seed locally and restore, so building a model never perturbs the caller's RNG stream.
+        state = torch.random.get_rng_state()
+        try:
+            torch.manual_seed(seed)
+            model = model_class(config)
+        finally:
+            torch.random.set_rng_state(state)
+        model.generation_config.eos_token_id = tok.eos_token_id
+        model.generation_config.pad_token_id = tok.pad_token_id
+        # A reference model (beta > 0) is rebuilt from `config._name_or_path`: point it at this directory.
+        model.config._name_or_path = str(out)
+        model.save_pretrained(str(aside))
     return out

@@ -354,6 +354,9 @@ def check_model(model: str) -> str:
     """
     if not model:
         raise UserError("no model given: pass --model PATH_OR_HUB_ID (or set 'model' in the config file)")
+    from trainers._model_dir import check_model_dir
+
+    check_model_dir(model)  # a directory tracerl did not finish writing (a killed `tracerl sft`)
     path = Path(model).expanduser()
     if path.exists():
         return str(path)

@@ -14,7 +14,9 @@ Usage::
     tracerl sft --data .tracerl --min-reward 1 --model runs/base --output runs/sft --lora
 
 The output directory holds the model (LoRA adapters are merged into full weights, so ``tracerl serve``,
-``tracerl train`` and the loop load it like any model directory), its tokenizer and ``sft_summary.json``;
+``tracerl train`` and the loop load it like any model directory), its tokenizer and ``sft_summary.json``,
+written aside and renamed into place last (:mod:`trainers._model_dir`: a killed run leaves the previous
+directory or none, and the loop and the server refuse what it left in one line);
 a held-out share of the examples (``--eval-fraction``, or ``--eval-data``) is scored before and after
 training (loss and next-token accuracy on assistant tokens).
 
@@ -318,16 +320,16 @@ def train_sft(settings: SFTSettings) -> dict[str, Any]:
         >>> train_sft(SFTSettings("demos.jsonl", "runs/base", "runs/sft"))["held_out"]  # doctest: +SKIP
         {'before': {'loss': 2.31, 'token_accuracy': 0.52}, 'after': {'loss': 0.41, 'token_accuracy': 0.9}}
     """
+    from trainers._model_dir import check_output_dir, writing_model_dir
+
+    out = check_output_dir(settings.output_dir)  # before training, not after it
     trainer, info = build_sft_trainer(settings)
     before = _scores(trainer)
     result = trainer.train()
     after = _scores(trainer)
-    out = Path(settings.output_dir)
     model = trainer.model
     if settings.lora:
         model = model.merge_and_unload()  # a plain model directory: serve, train and the loop load it as is
-    model.save_pretrained(out)
-    trainer.processing_class.save_pretrained(out)
     summary = {
         **info,
         "steps": int(result.global_step),
@@ -335,7 +337,12 @@ def train_sft(settings: SFTSettings) -> dict[str, Any]:
         "held_out": {"before": before, "after": after} if before is not None else None,
         "settings": {k: v for k, v in asdict(settings).items() if k != "extra"},
     }
-    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    # Whole or not at all: a run killed while saving leaves the previous directory (or none), never
+    # weights without their tokenizer or an old summary beside new weights.
+    with writing_model_dir(out, by="tracerl sft") as aside:
+        model.save_pretrained(aside)
+        trainer.processing_class.save_pretrained(aside)
+        (aside / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     del trainer, model
     from trainers._memory import release_memory
 

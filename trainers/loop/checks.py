@@ -61,11 +61,15 @@ def check_loop_model(model: str) -> None:
     """The policy server loads the model on this machine: a directory, or a hub model already downloaded.
 
     Raises:
-        UserError: Neither (a download would need the network, and fail mid-start without it).
+        UserError: Neither (a download would need the network, and fail mid-start without it), or a
+            directory tracerl did not finish writing (:func:`trainers._model_dir.check_model_dir`).
 
     Example:
         >>> check_loop_model(".")
     """
+    from trainers._model_dir import check_model_dir
+
+    check_model_dir(model)  # a directory tracerl did not finish writing: one line saying what is missing
     if Path(model).expanduser().is_dir():
         return
     try:

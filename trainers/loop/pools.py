@@ -43,12 +43,15 @@ def merge_adapter(base: str, adapter: Path, dest: Path) -> str:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from trainers._model_dir import writing_model_dir
+
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    merged.save_pretrained(dest)
-    AutoTokenizer.from_pretrained(
-        str(adapter) if (adapter / "tokenizer_config.json").exists() else base
-    ).save_pretrained(dest)
+    with writing_model_dir(dest, by="tracerl loop (merged adapter)") as aside:  # whole or not at all
+        merged.save_pretrained(aside)
+        AutoTokenizer.from_pretrained(
+            str(adapter) if (adapter / "tokenizer_config.json").exists() else base
+        ).save_pretrained(aside)
     del model, merged
     release_memory()
     return str(dest)

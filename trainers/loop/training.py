@@ -197,7 +197,10 @@ class LoopTrainer:
         """
         final = self.out / "final"
         if self.resident.trainer is not None:
-            self.resident.save_model(final)
+            from trainers._model_dir import writing_model_dir
+
+            with writing_model_dir(final, by="tracerl loop (final)") as aside:  # whole or not at all
+                self.resident.save_model(aside)
         elif self.resident.resume is not None:  # resumed and nothing trained since: the checkpoint holds it
             final = self.resident.resume
         else:

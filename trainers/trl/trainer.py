@@ -188,7 +188,13 @@ class TRLGRPOTrainer:
             raise
 
         final = out_dir / "final"
-        trainer.save_model(str(final))
+        if trainer.accelerator.num_processes == 1:
+            from trainers._model_dir import writing_model_dir
+
+            with writing_model_dir(final, by="tracerl train (final)") as aside:  # whole or not at all
+                trainer.save_model(str(aside))
+        else:  # every rank takes part in the save (gathered weights), into one path
+            trainer.save_model(str(final))
         is_adapter = config.lora
         plots: list[Path] = []
         if config.plots and trainer.accelerator.is_main_process:

@@ -42,6 +42,32 @@ def _num(x: float) -> str:
     return f"{x:.4f}" if abs(x) < 1e9 else f"{x:.4g}"
 
 
+#: What each of the store reader's problem counts means, and whether it matters (``tracerl inspect``).
+_PROBLEM_MEANINGS = {
+    "event_after_session_end": "records written for a session after it had ended, left out of its "
+    "episode: usually the agent of a sample that timed out went on (a sync agent's thread cannot be "
+    "stopped) and made another model call; a call still running when its session ends is recorded then, "
+    "as cut short. The episode is what the session held at its end and a timed-out sample has no reward, "
+    "so training is not affected; many of them mean the rollout's timeout is shorter than the agent needs",
+    "missing_session_end": "sessions without an end (the process was killed or crashed mid-sample): "
+    "read as incomplete; the rollout runner runs such samples again when resumed",
+    "torn_line": "the last line of a segment was cut short (a kill mid-write): skipped, nothing else lost",
+    "corrupt_line": "a line inside a segment that is not valid JSON: skipped (that call or event is lost)",
+    "malformed_call": "call lines without the fields a call needs: skipped",
+    "call_before_session_start": "calls whose session start was not seen (another process's segment, or "
+    "a lost line): kept, in a session opened for them",
+    "duplicate_session_start": "a session started twice: the second start is ignored",
+    "session_end_before_session_start": "a session end without its start: counted, nothing kept",
+    "reward_for_unknown_session": "rewards for sessions this store does not hold: not used",
+    "invalid_reward": "rewards that are not finite numbers: not used",
+    "missing_base": "calls stored relative to an earlier call that is missing: their requests are "
+    "incomplete (and counted so in the export)",
+    "base_after_damaged_line": "calls stored relative to the previous call after a damaged line: "
+    "their requests are not rebuilt on a call that may be the wrong one (counted in the export)",
+    "missing_token_base": "calls whose prompt token ids refer to a missing earlier call: token ids dropped",
+}
+
+
 def _task_key(task_id: Any) -> Any:
     # A task id that is not a string (a list, a dict) still names one task: counted by its JSON text.
     if task_id is None or isinstance(task_id, (str, int, float)):
@@ -110,6 +136,7 @@ def inspect_store(path: str | Path) -> dict[str, Any]:
         "last_call": last,
         "problems": dict(reader.problems),
         "problem_examples": dict(reader.examples),
+        "problem_meanings": {k: _PROBLEM_MEANINGS[k] for k in reader.problems if k in _PROBLEM_MEANINGS},
     }
 
 
@@ -229,7 +256,10 @@ def _rows(info: dict[str, Any], max_tasks: int) -> list[tuple[str, str]]:
             ("session reward", info["session_reward"]),
         ]
         for k, v in Counter(info["problems"]).most_common():
-            rows.append((f"  problem: {k}", f"{v} (first at {info['problem_examples'].get(k, '?')})"))
+            meaning = f": {_PROBLEM_MEANINGS[k]}" if k in _PROBLEM_MEANINGS else ""
+            rows.append(
+                (f"  problem: {k}", f"{v} (first at {info['problem_examples'].get(k, '?')}){meaning}")
+            )
         if not info["problems"]:
             rows.append(("problems", "none"))
         return rows

@@ -116,12 +116,20 @@ class Comparison:
 
 
 def _warnings(sa: EvalSummary, sb: EvalSummary, only_a: list, only_b: list, shared: int) -> list[str]:
-    """What makes two runs' comparison doubtful: other splits, partial shards, different task sets."""
+    """What makes two runs' comparison doubtful: different task sets (named by split too), partial shards.
+
+    The task sets decide, not the split names: the loop names each validation by its round
+    (``eval-round-0``, ``eval-round-1``) over one task set, and those compare as they are. Other split
+    names are worth a word only when the tasks differ as well.
+    """
     out = []
-    if sa.split is not None and sb.split is not None and sa.split != sb.split:
+    same_tasks = not (only_a or only_b) and (
+        sa.task_set is None or sb.task_set is None or sa.task_set == sb.task_set
+    )
+    if sa.split is not None and sb.split is not None and sa.split != sb.split and not same_tasks:
         out.append(
-            f"the runs are of different splits: A {sa.split!r}, B {sb.split!r}; the figures compare "
-            "different evaluations"
+            f"the runs are of different splits: A {sa.split!r}, B {sb.split!r}, over different tasks; the "
+            "figures compare different evaluations"
         )
     out += [f"A: {w}" for w in sa.warnings] + [f"B: {w}" for w in sb.warnings]
     if only_a or only_b:

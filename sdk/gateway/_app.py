@@ -430,6 +430,10 @@ class _Gateway:
             route = rel.rstrip("/")
             endpoint = next((name for suffix, name in _ENDPOINTS if route.endswith(suffix)), None)
         payload = recordable(endpoint, body, encoding) if endpoint is not None else None
+        if payload is None and endpoint == "messages" and self.config.anthropic_to_chat:
+            # There is no Messages upstream to pass it to: refused in the route's format (counted above).
+            msg = "tracerl gateway: the request body is not a JSON object the gateway can translate"
+            return await anthropic_error(send, 400, msg)
         if payload is None:
             # Not recorded: the body is never read here, so the client's own encodings go through.
             return await self._passthrough(send, method, url, headers + accept_encoding, body)

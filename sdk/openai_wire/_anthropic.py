@@ -16,7 +16,9 @@ its own parameters) with its conversation in OpenAI chat format, by this mapping
   ``tool_use`` → ``tool_calls``, ``refusal`` → ``content_filter``.
 
 Anything else in a conversation (an unknown block type, a block that is not an object) is a
-:class:`MappingError`: the call is stored without messages, its request kept raw, never guessed at.
+:class:`MappingError`: the call is stored without messages, its request kept raw, never guessed at. In a
+stream, an event without an ``event:`` name is ignored, as the ``anthropic`` SDKs ignore it (counted,
+``anthropic_stream_events_unnamed``): the record is what the client read.
 
 Example:
     >>> body = {"system": "be brief", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9}

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from sdk.rollout._run import _finish, _Plan, _prepare
-from sdk.rollout._sample import _one_sample, _Progress
+from sdk.rollout._sample import _one_sample, _Progress, _settle_loop
 from sdk.rollout._summary import RolloutSummary, _append, read_results
 from sdk.rollout._tasks import RolloutError, load_tasks
 
@@ -221,6 +221,7 @@ class _Continuous:
                 feed.close()
         if running:
             await asyncio.gather(*running)
+        await _settle_loop()
 
     async def sample(self, task: dict[str, Any], k: int) -> None:
         """One sample, its line appended to the results file as it ends (no await in between)."""

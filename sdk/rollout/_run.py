@@ -22,7 +22,7 @@ from sdk import _env
 from sdk.eval import parse_shard
 from sdk.rollout._resume import _current_store, _resume, _run_key, _store_location
 from sdk.rollout._sample import TASK_SET as _TASK_SET
-from sdk.rollout._sample import _one_sample, _Progress
+from sdk.rollout._sample import _one_sample, _Progress, _settle_loop
 from sdk.rollout._summary import RolloutSummary, _append, _write_metrics, summarize
 from sdk.rollout._tasks import RolloutError, _shard_tasks, check_call, load_function, load_tasks
 
@@ -301,7 +301,13 @@ def _ray_sample(spec: tuple[Any, ...], task: dict[str, Any], k: int) -> dict[str
     fn = load_function(agent, "agent")
     score = load_function(reward_fn, "reward function") if reward_fn is not None else None
     quiet = _Progress(False, 0, 0)  # warnings go to the worker log
-    row = asyncio.run(_one_sample(fn, score, task, k, timeout, metadata, threshold, set(), quiet))
+
+    async def sample() -> dict[str, Any]:
+        got = await _one_sample(fn, score, task, k, timeout, metadata, threshold, set(), quiet)
+        await _settle_loop()
+        return got
+
+    row = asyncio.run(sample())
     sdk.flush()  # in the store (and shipped to an object store) before the sample counts as done
     return row
 
@@ -327,6 +333,7 @@ async def _run_all(
             bar.update(bool(row["success"]))
 
     await asyncio.gather(*(one(t, k) for t, k in jobs))
+    await _settle_loop()
 
 
 def _name(spec: Any) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import gc
 import inspect
 import json
 import os
@@ -205,6 +206,31 @@ async def _one_sample(
     row["seconds"] = round(time.monotonic() - t0, 3)
     row["ts"] = time.time()
     return row
+
+
+async def _settle_loop(wait_s: float = 5.0) -> None:
+    """Let what the samples left open close while the runner's event loop still runs (then it closes).
+
+    Framework clients built per call (a LlamaIndex or LangChain model over openai's ``AsyncOpenAI``) often
+    sit in reference cycles, so they are freed by the garbage collector, at some later time. openai's
+    async client closes itself then by starting ``aclose()`` on whatever loop runs at that moment: the
+    next round's, which cannot close connections of this closed one, and each such task printed "Task
+    exception was never retrieved ... RuntimeError: Event loop is closed". Collected here, their
+    ``aclose()`` tasks start on the loop their connections belong to, and are awaited (up to ``wait_s``;
+    what is still running after that is cancelled by ``asyncio.run`` as before).
+    """
+    here = asyncio.current_task()
+    for _ in range(2):  # a closed client can free more of them
+        before = asyncio.all_tasks()
+        gc.collect()
+        await asyncio.sleep(0)
+        started = {t for t in asyncio.all_tasks() - before if t is not here}
+        if not started:
+            return
+        await asyncio.wait(started, timeout=wait_s)
+        for t in started:  # retrieved: a failed close is the framework's, not a line for the user
+            if t.done() and not t.cancelled():
+                t.exception()
 
 
 async def _call(fn: Callable[..., Any], task: dict[str, Any]) -> Any:

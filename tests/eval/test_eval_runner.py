@@ -155,3 +155,32 @@ def test_a_summary_of_some_shards_says_what_it_covers_and_compare_checks_the_spl
     warnings = out.stderr.splitlines()
     assert "warning: the runs are of different splits: A 'eval', B 'test'" in warnings[0]
     assert any(w.startswith("warning: A: these results cover") for w in warnings)
+
+
+def test_compare_of_the_loops_validation_rounds_over_one_task_set_warns_of_nothing(
+    policy_env, tmp_path, capsys
+):
+    """Issue 50 item 7: the loop names each validation by its round (eval-round-0, eval-round-1) over one
+    task set; comparing them is not a comparison of different evaluations."""
+    from sdk.eval._cli import main as eval_main
+
+    store, files = tmp_path / "store", []
+    for rnd in (0, 1):
+        files.append(tmp_path / f"eval-round-{rnd}.jsonl")
+        run_rollout(
+            "eval_agents:solve", TASKS, group_size=2, reward_fn="eval_agents:score", split=f"eval-round-{rnd}",
+            store=store, results=files[-1], concurrency=4,
+        )  # fmt: skip
+    capsys.readouterr()  # the runs' own warnings (task-4's failing sample)
+    assert eval_main(["compare", *map(str, files), "--resamples", "100"]) == 0
+    err = capsys.readouterr().err
+    assert "different splits" not in err and "warning" not in err, err
+    # Other tasks under another split name: still said.
+    other = tmp_path / "other.jsonl"
+    run_rollout(
+        "eval_agents:solve", TASKS[:6], group_size=2, reward_fn="eval_agents:score", split="test", store=store,
+        results=other, concurrency=4,
+    )  # fmt: skip
+    capsys.readouterr()
+    assert eval_main(["compare", str(files[0]), str(other), "--resamples", "100"]) == 0
+    assert "the runs are of different splits: A 'eval-round-0', B 'test'" in capsys.readouterr().err

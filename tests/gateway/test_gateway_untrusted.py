@@ -227,6 +227,27 @@ def test_item9_a_deep_translated_answer_is_an_anthropic_error_body(chat_gw: Gate
     _no_traceback(chat_gw)
 
 
+def test_item9_errors_on_the_messages_route_are_anthropic_bodies(chat_gw: Gateway, tmp_path: Path) -> None:
+    deep = b'{"model": "m", "max_tokens": 9, "messages": ' + DEEP + b"}"
+    r = httpx.post(f"{chat_gw.url}/v1/messages", content=deep, timeout=30)
+    assert r.status_code == 400 and r.json()["type"] == "error"
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    (tmp_path / "token").write_text("s3cret")
+    with ScriptedOpenAIServer() as server:
+        gw = start_gateway(
+            server.base_url, tmp_path / "store", args=("--auth-token-file", str(tmp_path / "token"))
+        )
+        try:
+            body = {"model": "m", "max_tokens": 9, "messages": HI}
+            r = httpx.post(f"{gw.url}/v1/messages", json=body, timeout=30)
+            assert r.status_code == 401 and r.json()["type"] == "error"
+            r = httpx.post(f"{gw.url}/v1/chat/completions", json={"model": "m", "messages": HI}, timeout=30)
+            assert r.status_code == 401 and "message" in r.json()["error"]  # OpenAI's format there
+        finally:
+            gw.stop()
+    _no_traceback(chat_gw)
+
+
 # --- item 11 (through the gateway too): a nameless event the client ignores -------------------------
 
 

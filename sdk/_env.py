@@ -17,6 +17,7 @@ from __future__ import annotations
 
 __all__ = [
     "PREFIX",
+    "TRACERL_ADMIN_TOKEN",
     "TRACERL_DISABLED",
     "TRACERL_FSYNC",
     "TRACERL_GATEWAY_CONFIG",
@@ -29,6 +30,7 @@ __all__ = [
     "TRACERL_SHIP_INTERVAL",
     "TRACERL_SPOOL",
     "TRACERL_STORE",
+    "TRAINER_ONLY",
 ]
 
 PREFIX = "TRACERL_"
@@ -65,3 +67,10 @@ TRACERL_POLICY_BASE_URL = "TRACERL_POLICY_BASE_URL"
 """The policy's OpenAI base URL (``http://127.0.0.1:PORT/v1``)."""
 TRACERL_POLICY_MODEL = "TRACERL_POLICY_MODEL"
 """The model name agents send (a LoRA adapter's name under vLLM)."""
+
+# The policy server's admin credential (trainers.serve.app): the trainer's alone, never an agent's.
+TRACERL_ADMIN_TOKEN = "TRACERL_ADMIN_TOKEN"
+"""The credential ``sdk.serve``'s ``/admin/weights`` and ``/admin/reload`` need (a ``Bearer`` token)."""
+
+TRAINER_ONLY = (TRACERL_ADMIN_TOKEN, TRACERL_GATEWAY_CONTROL_TOKEN)
+"""Variables never passed on to agents (rollout's Ray tasks get the other ``TRACERL_*`` ones)."""

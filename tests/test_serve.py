@@ -170,8 +170,9 @@ def test_reload_http_and_in_process(model_dirs: tuple[str, str]) -> None:
     import httpx
 
     raw, trained = model_dirs
-    with LocalPolicyServer(raw, model_name="policy") as srv:
+    with LocalPolicyServer(raw, model_name="policy", admin_token="t0k", reload_roots=[trained]) as srv:
         c = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0)
+        admin = {"Authorization": "Bearer t0k"}
 
         def lp0() -> float:
             r = c.chat.completions.create(
@@ -180,12 +181,14 @@ def test_reload_http_and_in_process(model_dirs: tuple[str, str]) -> None:
             return r.choices[0].logprobs.content[0].logprob
 
         before = lp0()
-        resp = httpx.post(srv.base_url.replace("/v1", "/admin/reload"), json={"path": trained})
+        resp = httpx.post(srv.base_url.replace("/v1", "/admin/reload"), json={"path": trained}, headers=admin)
         assert resp.status_code == 200 and resp.json()["version"] == 1
         after = lp0()
         assert not math.isclose(before, after)
         assert srv.reload(raw) == 2 and math.isclose(lp0(), before, abs_tol=1e-5)
-        bad = httpx.post(srv.base_url.replace("/v1", "/admin/reload"), json={"path": "/nonexistent"})
+        bad = httpx.post(
+            srv.base_url.replace("/v1", "/admin/reload"), json={"path": f"{raw}/none"}, headers=admin
+        )
         assert bad.status_code == 400
 
 

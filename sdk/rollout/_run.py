@@ -247,7 +247,11 @@ def _run_on_ray(
     except ImportError as exc:
         raise RolloutError("--ray needs Ray: pip install 'tracerl[ray]'") from exc
     env = dict(runtime_env or {})
-    env_vars = {k: v for k, v in os.environ.items() if k.startswith(_env.PREFIX) and k != _env.TRACERL_STORE}
+    env_vars = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(_env.PREFIX) and k != _env.TRACERL_STORE and k not in _env.TRAINER_ONLY
+    }
     env["env_vars"] = {**env_vars, **env.get("env_vars", {})}
     started_here = not ray.is_initialized()
     if started_here:

@@ -6,6 +6,18 @@ from pathlib import Path
 
 MSGS = [{"role": "user", "content": "What is 3 plus 4?"}]
 
+ADMIN_TOKEN = "test-admin-credential"
+"""The admin credential the tests' servers are started with (``$TRACERL_ADMIN_TOKEN`` or ``admin_token=``)."""
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+"""The header a trainer's push or reload carries."""
+
+
+def admin_env() -> dict[str, str]:
+    """This environment plus the admin credential, for a ``python -m sdk.serve`` child."""
+    import os
+
+    return {**os.environ, "TRACERL_ADMIN_TOKEN": ADMIN_TOKEN}
+
 
 def make_base(root: Path) -> str:
     """The tiny Qwen2 model of ``trainers._tiny`` saved under ``root/base``."""

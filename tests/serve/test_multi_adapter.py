@@ -17,7 +17,14 @@ pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-from tests.serve.serve_helpers import MSGS, make_adapter, make_base, reference_logprobs  # noqa: E402
+from tests.serve.serve_helpers import (  # noqa: E402
+    ADMIN,
+    MSGS,
+    admin_env,
+    make_adapter,
+    make_base,
+    reference_logprobs,
+)
 from trainers.serve.pidfile import free_port, terminate, wait_healthy  # noqa: E402
 
 
@@ -40,9 +47,10 @@ def server(weights: dict[str, str], tmp_path_factory: pytest.TempPathFactory):
     log = tmp_path_factory.mktemp("log") / "serve.log"
     cmd = [sys.executable, "-m", "sdk.serve", "--model", weights["base"], "--model-name", "base",
            "--adapter", f"alpha={weights['alpha']}", "--adapter", f"beta={weights['beta']}",
-           "--port", str(port), "--threads", "1"]  # fmt: skip
+           "--port", str(port), "--threads", "1",
+           "--reload-root", str(tmp_path_factory.getbasetemp())]  # fmt: skip
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=admin_env())
     try:
         wait_healthy(f"http://127.0.0.1:{port}/health", proc, 120, log)
         yield f"http://127.0.0.1:{port}"
@@ -99,7 +107,7 @@ def test_reload_one_adapter_while_the_other_keeps_serving(server: str, weights: 
     for t in threads:
         t.start()
     try:
-        r = httpx.post(f"{server}/admin/reload", timeout=60,
+        r = httpx.post(f"{server}/admin/reload", timeout=60, headers=ADMIN,
                        json={"adapter": "alpha", "checkpoint": weights["alpha2"]})  # fmt: skip
         assert r.status_code == 200 and r.json()["policy_version"] == 1
         after_reload = len(results)
@@ -124,9 +132,13 @@ def test_reload_one_adapter_while_the_other_keeps_serving(server: str, weights: 
 
 
 def test_bad_reload_and_bad_adapter_arguments(server: str, tmp_path: Path) -> None:
-    bad = httpx.post(f"{server}/admin/reload", json={"adapter": "alpha", "checkpoint": str(tmp_path)})
+    bad = httpx.post(
+        f"{server}/admin/reload", json={"adapter": "alpha", "checkpoint": str(tmp_path)}, headers=ADMIN
+    )
     assert bad.status_code == 400 and "adapter_config.json" in bad.json()["error"]["message"]
-    bad = httpx.post(f"{server}/admin/reload", json={"checkpoint": str(tmp_path), "policy_version": -1})
+    bad = httpx.post(
+        f"{server}/admin/reload", json={"checkpoint": str(tmp_path), "policy_version": -1}, headers=ADMIN
+    )
     assert bad.status_code == 400
     out = subprocess.run([sys.executable, "-m", "sdk.serve", "--model", str(tmp_path), "--adapter", "x"],
                          capture_output=True, text=True, timeout=60)  # fmt: skip

@@ -110,7 +110,7 @@ def test_a_cuda_ipc_push_a_server_cannot_open_goes_through_the_host_said_once(
         r = httpx.post(
             policy.base_url.removesuffix("/v1") + "/admin/weights",
             content=b"{not json",
-            headers={"Content-Type": ipc.CONTENT_TYPE},
+            headers={"Content-Type": ipc.CONTENT_TYPE, "Authorization": f"Bearer {policy._admin_token}"},
         )
         assert r.status_code == 400 and "not a CUDA IPC push" in r.text
         assert policy.push(tensors, policy_version=1)["policy_version"] == 1
@@ -189,15 +189,19 @@ def _push_round_trip(models: tuple[str, str, str], policy: LocalPolicy, on: str 
         still = _ask(policy)
         assert still[0] == 1 and _matches(other, None, still)
 
-        # A LoRA adapter's tensors only: served as <name>-lora, which agents send from now on.
+        # A LoRA adapter's tensors only: served as <name>-lora, and the name agents send stays the same
+        # (issue 50, one name for the policy): the server routes it to the adapter.
         tensors, config = _adapter_state(adapter)
         tensors = {k: v.to(on) for k, v in tensors.items()}
         stats = policy.push(tensors, adapter_config=config, policy_version=2)
-        assert policy.model_name == "policy-lora" and stats["bytes"] < 100_000
+        assert policy.model_name == "policy" and stats["bytes"] < 100_000
         lora = _ask(policy)
         assert lora[0] == 2 and _matches(other, adapter, lora)
+        models = httpx.get(f"{policy.base_url}/models", timeout=10).json()["data"]
+        served = {m["id"]: (m["policy_version"], m.get("served_by")) for m in models}
+        assert served == {"policy-lora": (2, None), "policy": (2, "policy-lora")}
         policy.push(tensors, adapter_config=config, policy_version=3)  # again: replaced in place
-        assert _ask(policy)[0] == 3
+        assert _ask(policy)[0] == 3 and policy.model_name == "policy"
     finally:
         policy.stop()
     with pytest.raises(UserError, match="not running|did not answer"):

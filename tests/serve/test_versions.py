@@ -21,7 +21,7 @@ from integrations.openai import wrap_openai  # noqa: E402
 from sdk.episodes import open_episodes  # noqa: E402
 from sdk.openai_wire import assemble_chat_stream  # noqa: E402
 from sdk.store import StoreReader  # noqa: E402
-from tests.serve.serve_helpers import MSGS, make_base  # noqa: E402
+from tests.serve.serve_helpers import ADMIN, ADMIN_TOKEN, MSGS, make_base  # noqa: E402
 from trainers.serve import LocalPolicyServer  # noqa: E402
 
 REQUEST = {"messages": MSGS, "temperature": 0, "max_tokens": 8, "logprobs": True, "return_token_ids": True}
@@ -58,7 +58,7 @@ def _close(a: tuple[list[int], list[float]], b: tuple[list[int], list[float]]) -
 
 def test_concurrent_requests_across_a_reload_report_the_weights_that_produced_them(weights) -> None:
     base, other = weights
-    with LocalPolicyServer(base, model_name="policy") as srv:
+    with LocalPolicyServer(base, model_name="policy", admin_token=ADMIN_TOKEN, reload_roots=[other]) as srv:
         root = srv.base_url
         v0, *ref0 = _ask(root, stream=False)
         assert v0 == 0
@@ -79,7 +79,7 @@ def test_concurrent_requests_across_a_reload_report_the_weights_that_produced_th
         while len(results) < 4 and not errors:
             threading.Event().wait(0.01)
         r = httpx.post(root.removesuffix("/v1") + "/admin/reload",
-                       json={"checkpoint": other, "policy_version": 5}, timeout=120)  # fmt: skip
+                       json={"checkpoint": other, "policy_version": 5}, timeout=120, headers=ADMIN)  # fmt: skip
         assert r.status_code == 200 and r.json()["policy_version"] == 5
         reloaded.set()
         for t in threads:
@@ -133,7 +133,7 @@ def test_the_gateway_in_front_of_a_policy_server_records_versions(weights, tmp_p
     from tests.gateway.gateway_helpers import new_id, start_gateway
 
     base, other = weights
-    with LocalPolicyServer(base, model_name="policy") as srv:
+    with LocalPolicyServer(base, model_name="policy", admin_token=ADMIN_TOKEN, reload_roots=[other]) as srv:
         gw = start_gateway(srv.base_url, tmp_path / "store")
         try:
             sid = new_id()
@@ -142,7 +142,7 @@ def test_the_gateway_in_front_of_a_policy_server_records_versions(weights, tmp_p
             raw = client.chat.completions.with_raw_response.create(**kw)
             assert raw.headers["x-tracerl-policy-version"] == "0"  # forwarded to the agent as well
             r = httpx.post(srv.base_url.removesuffix("/v1") + "/admin/reload",
-                           json={"checkpoint": other, "policy_version": 2}, timeout=120)  # fmt: skip
+                           json={"checkpoint": other, "policy_version": 2}, timeout=120, headers=ADMIN)  # fmt: skip
             assert r.status_code == 200
             list(client.chat.completions.create(stream=True, **kw))
             client.chat.completions.create(**kw)

@@ -31,6 +31,25 @@ mis-shaped checkpoint or adapter, an adapter that does not load on new base weig
 is a JSON error with a 4xx status and leaves what is served as it was; anything else unexpected is a JSON
 500, never a plain-text one.
 
+Who holds what (the agent being trained is untrusted code; nothing it can reach may change its policy):
+
+- The trainer holds the *admin credential*, the only key to ``/admin/weights`` and ``/admin/reload``
+  (``Authorization: Bearer <token>``; no or a wrong one: a JSON 401 or 403, nothing changes). The server
+  takes it from ``--admin-token-file PATH`` (``-``: standard input) or ``$TRACERL_ADMIN_TOKEN``, never
+  from its command line, which ``ps`` shows; without one the admin routes are off (403). The loop
+  (:class:`~trainers.serve.policy.LocalPolicy`) makes a fresh one per run, hands it to its server process
+  on standard input and keeps it for its own pushes; it never reaches the agents' environment.
+- Agents get only the base URL and the model name (``TRACERL_POLICY_BASE_URL``, ``TRACERL_POLICY_MODEL``):
+  the chat routes need no credential, so anyone who reaches the port may sample (not change) the policy. A
+  bind beyond loopback (``--host 0.0.0.0``) is refused without an admin credential.
+- A reload loads only checkpoints under the server's reload roots (its ``--model`` and ``--adapter``
+  directories and each ``--reload-root``); any other path gets one answer, whether or not it exists.
+- On the gateway (:mod:`sdk.gateway`) the gateway token lets an agent make model calls; rewarding and
+  ending sessions can need a credential of their own, so the agent cannot score itself.
+
+A process running as the same user as the trainer can still read the trainer's memory and environment: a
+hard boundary runs the agents as another user or in a sandbox.
+
 Endpoints: ``POST /v1/chat/completions`` (non-streaming and SSE streaming), ``GET /v1/models`` (every
 served name with its version), ``GET /health``, ``POST /admin/reload`` (``{"checkpoint": PATH}`` swaps in
 new base weights, ``{"adapter": NAME, "checkpoint": PATH}`` loads or replaces one adapter while the rest
@@ -38,7 +57,13 @@ keep serving; ``"policy_version": N`` sets the new version, else the current one
 older spelling of ``"checkpoint"``). ``POST /admin/weights``
 (a ``safetensors`` body of tensors from the resident trainer, no checkpoint on disk: the base's whole state,
 or with ``?adapter=NAME`` one LoRA adapter's tensors, its peft config in the buffer's metadata when new;
-``?policy_version=N``; all or nothing: a push that does not fit is a 400 and changes nothing).
+``?policy_version=N``; ``?alias=NAME``: requests naming NAME are served by this adapter from now on; all or
+nothing: a push that does not fit, or whose tensors are not finite floating-point values, is a 400 and
+changes nothing).
+
+Back-pressure: at most the engine's ``max_pending`` requests are admitted at once; one that waits longer than
+its ``admit_timeout_s`` for a place is a JSON 429 with ``Retry-After``. A response whose logprobs are not
+finite (broken weights) is a JSON 500, never a plain-text one.
 
 Run it as ``python -m sdk.serve --model PATH --port 8000`` (or ``python -m trainers.serve``) or in-process
 (a bad argument, model or adapter at start is one ``error:`` line and exit status 2). ``--parent-pid PID``
@@ -59,21 +84,25 @@ This module imports torch, transformers and FastAPI at the top; ``sdk.serve`` ha
 from __future__ import annotations
 
 import argparse
+import hmac
+import ipaddress
+import json
 import os
 import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from sdk import _env
 from sdk._cli import KEEP_ALIVE_S
 from sdk.openai_wire import SSE_DONE, VERSION_HEADER, error_body, sse, stream_chunks
 from trainers.serve.engine import (
@@ -89,6 +118,7 @@ from trainers.serve.versions import StaleVersion
 from trainers.serve.weights import SERVING_DTYPES, serving_device
 
 __all__ = [
+    "ADMIN_TOKEN_ENV",
     "Engine",
     "Generation",
     "LocalPolicyServer",
@@ -99,6 +129,12 @@ __all__ = [
     "render_prompt_ids",
 ]
 
+ADMIN_TOKEN_ENV = _env.TRACERL_ADMIN_TOKEN
+"""The environment variable holding the admin credential (``--admin-token-file`` takes precedence)."""
+
+RETRY_AFTER_S = 1
+"""``Retry-After`` of a 429: a place frees as soon as any admitted request ends."""
+
 # ----------------------------------------------------------------------------------------------------
 # HTTP
 # ----------------------------------------------------------------------------------------------------
@@ -108,6 +144,69 @@ def _error(
     status: int, message: str, type_: str = "invalid_request_error", code: str | None = None
 ) -> JSONResponse:
     return JSONResponse(error_body(message, type_, code=code), status)
+
+
+def _busy(message: str) -> JSONResponse:
+    response = _error(429, message, "rate_limit_error")
+    response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response
+
+
+def _admin_refusal(request: Request, token: str | None) -> JSONResponse | None:
+    """``None`` when ``request`` carries the admin credential, else its JSON 401 or 403.
+
+    Checked before the body is read, so a caller without the credential cannot make the server take in a push.
+    """
+    if token is None:
+        return _error(
+            403,
+            f"the admin routes are off: this server was started without an admin credential "
+            f"(--admin-token-file or ${ADMIN_TOKEN_ENV})",
+            "permission_error",
+            code="admin_disabled",
+        )
+    sent = request.headers.get("authorization")
+    if sent is None or sent[:7].lower() != "bearer ":
+        response = _error(401, "the admin routes need 'Authorization: Bearer <admin token>'",
+                          "authentication_error", code="admin_credential_missing")  # fmt: skip
+        response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+    if not hmac.compare_digest(sent[7:].strip().encode("utf-8", "surrogateescape"), token.encode()):
+        return _error(403, "the admin credential is wrong", "permission_error", code="admin_credential_wrong")
+    return None
+
+
+def _encoded(resp: dict[str, Any]) -> bytes | None:
+    """``resp`` as JSON (Starlette's encoding); ``None`` when it holds a NaN or infinity (JSON has none)."""
+    try:
+        return json.dumps(resp, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    except ValueError:
+        return None
+
+
+def _not_finite(resp: dict[str, Any]) -> JSONResponse:
+    return _error(
+        500,
+        f"the policy (version {resp.get('policy_version')}) produced logprobs that are not finite (NaN or "
+        f"infinity): its weights are broken; the response is withheld",
+        "server_error",
+        code="non_finite_logprobs",
+    )
+
+
+def _roots(engine: Engine, extra: Iterable[str | Path]) -> list[Path]:
+    """The directories reloads may load from: the served base's and adapters', and ``extra``."""
+    found = [engine.model_path] + [slot.path for slot in engine.slots.values()] + list(extra)
+    return [Path(p).resolve() for p in dict.fromkeys(str(p) for p in found if p)]
+
+
+def _confined(path: str, roots: list[Path]) -> bool:
+    """Whether ``path`` (symbolic links followed) lies under one of ``roots``; alike for any other path."""
+    try:
+        real = Path(path).resolve()
+    except (OSError, RuntimeError, ValueError):  # a loop of links, a NUL byte
+        return False
+    return any(real.is_relative_to(root) for root in roots)
 
 
 def _version_header(resp: dict[str, Any]) -> dict[str, str]:
@@ -150,12 +249,21 @@ async def _swap(change: Any) -> Any:
         return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
 
 
-async def _reload(engine: Engine, request: Request) -> Any:
-    """``POST /admin/reload``: new base weights, or one adapter, from a checkpoint directory."""
+async def _reload(engine: Engine, request: Request, roots: list[Path]) -> Any:
+    """``POST /admin/reload``: new base weights, or one adapter, from a checkpoint under ``roots``."""
     body = await _json_object(request)
     if body is None:
         return _error(400, "request body is not a JSON object")
     path = body.get("checkpoint") or body.get("path")
+    if isinstance(path, str) and not _confined(path, roots):
+        # one answer whether the path exists or not: a caller learns nothing about the disk outside the roots
+        return _error(
+            403,
+            f"'checkpoint' {path!r} is not under this server's reload roots (its --model and --adapter "
+            f"directories and each --reload-root)",
+            "permission_error",
+            code="outside_reload_roots",
+        )
     if not isinstance(path, str) or not Path(path).exists():
         return _error(400, f"'checkpoint' must be an existing checkpoint directory, got {path!r}")
     version = body.get("policy_version")
@@ -193,6 +301,7 @@ async def _push(engine: Engine, request: Request) -> Any:
     from trainers.serve.weights import decode_push
 
     adapter = request.query_params.get("adapter") or None
+    alias = request.query_params.get("alias") or None
     raw = request.query_params.get("policy_version")
     if raw is not None and not raw.isdigit():
         return _error(400, f"'policy_version' must be a non-negative integer, got {raw!r}")
@@ -208,7 +317,9 @@ async def _push(engine: Engine, request: Request) -> Any:
         return _error(400, f"ValueError: {exc}")
     version = None if raw is None else int(raw)
     new = await _swap(
-        lambda: engine.push(tensors, adapter=adapter, adapter_config=config, policy_version=version)
+        lambda: engine.push(
+            tensors, adapter=adapter, adapter_config=config, policy_version=version, alias=alias
+        )
     )
     if not isinstance(new, int):
         return new
@@ -216,16 +327,25 @@ async def _push(engine: Engine, request: Request) -> Any:
         "ok": True,
         "policy_version": new,
         "adapter": adapter,
+        "alias": alias,
         "bytes": len(body),
         "versions": engine.versions(),
     }
 
 
-def create_app(engine: Engine) -> FastAPI:
+def create_app(
+    engine: Engine, *, admin_token: str | None = None, reload_roots: Iterable[str | Path] = ()
+) -> FastAPI:
     """The FastAPI app serving ``engine``.
 
+    Args:
+        engine: The engine.
+        admin_token: The credential ``/admin/weights`` and ``/admin/reload`` need (``Authorization:
+            Bearer``); ``None`` turns them off.
+        reload_roots: Directories reloads may load from, beside the served base's and adapters'.
+
     Example:
-        >>> app = create_app(Engine("path/to/model"))  # doctest: +SKIP
+        >>> app = create_app(Engine("path/to/model"), admin_token=secrets.token_urlsafe())  # doctest: +SKIP
     """
     import anyio
     import anyio.to_thread
@@ -235,12 +355,15 @@ def create_app(engine: Engine) -> FastAPI:
     # capped the running batch at 40 rows with more clients waiting outside the engine; a pool of its own as
     # large as the engine's admission lets every admitted request join the batch (and keeps the admin
     # endpoints, on the default pool, from queueing behind chat requests).
+    # The engine's bound holds here too: beyond max_pending, a request waits for a place in the web server at
+    # most admit_timeout_s, then gets a 429 (without this it queued for a thread with no limit).
     threads: list[Any] = []
+    roots = _roots(engine, reload_roots)
 
-    def chat_threads() -> Any:
+    def chat_threads() -> tuple[Any, Any]:
         if not threads:  # made in the event loop: older anyio versions need one
-            threads.append(anyio.CapacityLimiter(engine.max_pending))
-        return threads[0]
+            threads.extend([anyio.CapacityLimiter(engine.max_pending), anyio.Semaphore(engine.max_pending)])
+        return threads[0], threads[1]
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -248,10 +371,13 @@ def create_app(engine: Engine) -> FastAPI:
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        data = [
-            {"id": name, "object": "model", "created": 0, "owned_by": "tracerl", "policy_version": version}
-            for name, version in engine.versions().items()
-        ]
+        versions, data = engine.versions(), []
+        for name, slot in engine.served().items():
+            entry = {"id": name, "object": "model", "created": 0, "owned_by": "tracerl"}
+            entry["policy_version"] = versions[slot]
+            if slot != name:  # an alias: the adapter that serves it
+                entry["served_by"] = slot
+            data.append(entry)
         return {"object": "list", "data": data}
 
     @app.post("/v1/chat/completions", response_model=None)
@@ -261,30 +387,42 @@ def create_app(engine: Engine) -> FastAPI:
             return _error(400, "request body is not a JSON object")
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             return _error(400, "'messages' must be a non-empty list")
+        admitted = False
+        limiter, admission = chat_threads()
+        with anyio.move_on_after(engine.admit_timeout_s):
+            await admission.acquire()
+            admitted = True
+        if not admitted:  # back-pressure: the client retries later
+            return _busy(f"the server is at its limit of concurrent requests for {engine.admit_timeout_s} s")
         try:
-            resp = await anyio.to_thread.run_sync(engine.chat, body, limiter=chat_threads())
+            resp = await anyio.to_thread.run_sync(engine.chat, body, limiter=limiter)
         except ModelNotFound as exc:
             return _error(404, str(exc), code="model_not_found")
-        except EngineBusy as exc:  # back-pressure: the client retries later
-            return _error(429, str(exc), "rate_limit_error")
+        except EngineBusy as exc:
+            return _busy(str(exc))
         except (ValueError, TypeError, KeyError) as exc:
             return _error(400, f"{type(exc).__name__}: {exc}")
         except Exception as exc:
             return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
+        finally:
+            admission.release()
+        encoded = _encoded(resp)
+        if encoded is None:
+            return _not_finite(resp)
         if body.get("stream"):
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return StreamingResponse(
                 _sse(resp, usage), media_type="text/event-stream", headers=_version_header(resp)
             )
-        return JSONResponse(resp, headers=_version_header(resp))
+        return Response(encoded, media_type="application/json", headers=_version_header(resp))
 
     @app.post("/admin/reload")
     async def reload(request: Request) -> Any:
-        return await _reload(engine, request)
+        return _admin_refusal(request, admin_token) or await _reload(engine, request, roots)
 
     @app.post("/admin/weights")
     async def weights(request: Request) -> Any:
-        return await _push(engine, request)
+        return _admin_refusal(request, admin_token) or await _push(engine, request)
 
     return app
 
@@ -305,6 +443,11 @@ class LocalPolicyServer:
         policy_version: version of the weights it starts with.
         device: where the model runs: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (``ValueError`` if not here).
         dtype: what checkpoints load as: ``float32`` (default), ``bfloat16``, ``float16``, ``auto``.
+        admin_token: the credential the HTTP admin routes need; ``None`` (default) turns them off (this
+            object's own :meth:`reload` and :meth:`push` need none).
+        reload_roots: directories ``/admin/reload`` may load from, beside the model's and the adapters'.
+        max_pending, admit_timeout_s: the engine's admission bound (``Engine``): past it a request waits at
+            most ``admit_timeout_s`` for a place, then gets a 429.
 
     Example:
         >>> with LocalPolicyServer("path/to/model") as srv:  # doctest: +SKIP
@@ -323,6 +466,10 @@ class LocalPolicyServer:
         policy_version: int = 0,
         device: str = "cpu",
         dtype: str = "float32",
+        admin_token: str | None = None,
+        reload_roots: Iterable[str | Path] = (),
+        max_pending: int | None = None,
+        admit_timeout_s: float = 600.0,
     ) -> None:
         self.engine = Engine(
             model,
@@ -332,9 +479,11 @@ class LocalPolicyServer:
             policy_version=policy_version,
             device=serving_device(device),
             dtype=dtype,
+            max_pending=max_pending,
+            admit_timeout_s=admit_timeout_s,
         )
         self.host, self.port = host, port
-        self.app = create_app(self.engine)
+        self.app = create_app(self.engine, admin_token=admin_token, reload_roots=reload_roots)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -403,6 +552,7 @@ class LocalPolicyServer:
         adapter: str | None = None,
         adapter_config: Mapping[str, Any] | None = None,
         policy_version: int | None = None,
+        alias: str | None = None,
     ) -> int:
         """Swap in weights sent as tensors, no checkpoint written (see ``Engine.push``); returns the version.
 
@@ -411,7 +561,11 @@ class LocalPolicyServer:
             1
         """
         return self.engine.push(
-            tensors, adapter=adapter, adapter_config=adapter_config, policy_version=policy_version
+            tensors,
+            adapter=adapter,
+            adapter_config=adapter_config,
+            policy_version=policy_version,
+            alias=alias,
         )
 
     def __enter__(self) -> LocalPolicyServer:
@@ -461,6 +615,43 @@ def exit_with_parent(parent: int, poll_s: float = 0.5) -> threading.Thread:
     return thread
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def _admin_token(p: argparse.ArgumentParser, a: argparse.Namespace) -> str | None:
+    """The admin credential from ``--admin-token-file`` or the environment (``None``: none is set).
+
+    Taken out of this process's environment once read, so nothing it starts inherits it.
+    """
+    env = os.environ.pop(ADMIN_TOKEN_ENV, None)
+    if a.admin_token_file is None:
+        if env is None:
+            return None
+        token, where = env, f"${ADMIN_TOKEN_ENV}"
+    else:
+        where = f"--admin-token-file {a.admin_token_file}"
+        try:
+            if a.admin_token_file == "-":  # LocalPolicy's way: in no file, environment or command line
+                token = sys.stdin.readline()
+            else:
+                with open(a.admin_token_file, encoding="utf-8") as fh:
+                    token = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            p.error(f"{where}: cannot read it ({type(exc).__name__})")
+    token = token.strip()
+    if not token:
+        p.error(f"{where} is empty")
+    if any(not c.isprintable() or c.isspace() for c in token) or not token.isascii():
+        p.error(f"{where}: the token must be printable ASCII without spaces")
+    return token
+
+
 def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, str]:
     """Every argument checked before the model loads; returns the adapters (``p.error`` exits 2)."""
     if not 1 <= a.port <= 65535:
@@ -488,6 +679,14 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, 
             p.error(f"--adapter {name}: a name must not end in @v<N> (that suffix names a version)")
         if not (Path(path) / "adapter_config.json").exists():
             p.error(f"--adapter {name}={path}: not a LoRA adapter directory (no adapter_config.json)")
+    for root in a.reload_root:
+        if not Path(root).is_dir():
+            p.error(f"--reload-root {root}: not a directory")
+    if a.admin_token is None and not _loopback(a.host):
+        p.error(
+            f"--host {a.host} is reachable from other machines and no admin credential is set: set "
+            f"--admin-token-file PATH (or ${ADMIN_TOKEN_ENV}); the weight and reload routes need it"
+        )
     try:  # the port is free now (uvicorn would report a busy one with a traceback)
         with socket.socket() as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
@@ -534,8 +733,27 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--parent-pid", type=int, default=None, metavar="PID", help="exit when process PID is gone"
     )
+    p.add_argument(
+        "--admin-token-file",
+        default=None,
+        metavar="PATH",
+        help=f"file holding the credential /admin/weights and /admin/reload need (Authorization: Bearer; "
+        f"'-': read it from standard input); default ${ADMIN_TOKEN_ENV}, else those routes are off",
+    )
+    p.add_argument(
+        "--reload-root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory /admin/reload may load checkpoints from, beside --model's and the adapters' "
+        "(repeatable)",
+    )
     a = p.parse_args(argv)
+    a.admin_token = _admin_token(p, a)
     adapters = _check_args(p, a)
+    from trainers.quiet import quiet_libraries
+
+    quiet_libraries()  # a bad model or adapter is one line, not a progress bar and deprecation notices too
     if a.parent_pid is not None:
         exit_with_parent(a.parent_pid)
     if a.threads:
@@ -553,6 +771,5 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     print(f"serving {', '.join(engine.model_names)} on http://{a.host}:{a.port}/v1", flush=True)
-    uvicorn.run(
-        create_app(engine), host=a.host, port=a.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S
-    )
+    app = create_app(engine, admin_token=a.admin_token, reload_roots=a.reload_root)
+    uvicorn.run(app, host=a.host, port=a.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)

@@ -147,7 +147,10 @@ class Engine:
       requests for another adapter wait, the batch takes no more rows and drains, then theirs runs.
 
     A request's ``model`` picks the weights: the base model's name, or an adapter's (a ``@v<N>`` suffix is
-    ignored). Without adapters every request is served by the base weights, whatever it names. At most
+    ignored), or an alias (:attr:`aliases`): a stable name a push points at an adapter, so the name agents
+    send stays the same for a whole run while the trained adapter changes (an alias of the base's own name
+    routes that name to the adapter). Without adapters every request is served by the base weights, whatever
+    it names. At most
     ``max_pending`` requests are admitted at once; more wait for a place (back-pressure), and one that waits
     longer than ``admit_timeout_s`` is refused with :class:`EngineBusy`.
 
@@ -213,6 +216,8 @@ class Engine:
         self.model_name = model_name or (Path(self.model_path).name if self.model_path else "local-model")
         base = _Slot(self.model_name, None, self.model_path, int(policy_version))
         self.slots: dict[str, _Slot] = {self.model_name: base}
+        # Stable names routed to an adapter's slot (``push(..., alias=NAME)``); looked up before the slots.
+        self.aliases: dict[str, str] = {}
         for name, path in (adapters or {}).items():
             self.reload_adapter(name, path, policy_version=0)
         threading.Thread(target=self._worker, name="tracerl-engine", daemon=True).start()
@@ -231,6 +236,16 @@ class Engine:
     def model_names(self) -> list[str]:
         """Names a request may send: the base model's, then each adapter's."""
         return list(self.slots)
+
+    def served(self) -> dict[str, str]:
+        """``{name a request may send: the slot serving it}``: slots an alias does not shadow, then aliases.
+
+        Example:
+            >>> engine.served()  # doctest: +SKIP
+            {'policy-lora': 'policy-lora', 'policy': 'policy-lora'}
+        """
+        names = {n: n for n in self.slots if n not in self.aliases}
+        return {**names, **self.aliases}
 
     def versions(self) -> dict[str, int]:
         """``{served name: policy version}``.
@@ -371,6 +386,7 @@ class Engine:
         adapter: str | None = None,
         adapter_config: Mapping[str, Any] | None = None,
         policy_version: int | None = None,
+        alias: str | None = None,
     ) -> int:
         """Swap in weights sent as tensors (no checkpoint on disk); returns their version.
 
@@ -380,7 +396,9 @@ class Engine:
         a push that does not fit (``ValueError``) or a version below the current one (:class:`StaleVersion`)
         leaves the served weights as they were. The swap happens between generation steps: requests
         already generating finish on the old weights and version. A base push moves each adapter's version
-        up by one (as :meth:`reload` does).
+        up by one (as :meth:`reload` does). ``alias`` (with ``adapter``): from this push on, requests naming
+        ``alias`` are served by the adapter (the swap and the new route are one step); it may be the base's
+        own name, which then routes to the adapter, so agents keep sending one name while it is trained.
 
         Example:
             >>> engine.push(trainer_state, policy_version=3)  # doctest: +SKIP
@@ -388,9 +406,15 @@ class Engine:
         """
         from trainers.serve import weights
 
-        if adapter is not None and _VERSION_SUFFIX.search(adapter):
-            raise ValueError(f"adapter name {adapter!r} must not end in @v<N> (that suffix names a version)")
+        for name in (adapter, alias):
+            if name is not None and _VERSION_SUFFIX.search(name):
+                raise ValueError(f"name {name!r} must not end in @v<N> (that suffix names a version)")
+        if alias is not None and (adapter is None or alias == adapter):
+            raise ValueError("an alias names an adapter pushed under another name")
         with self._swapping_weights():
+            named = self.slots.get(alias or "")
+            if named is not None and named.adapter is not None:
+                raise ValueError(f"the alias {alias!r} names another adapter")
             if adapter is None:
                 slot = self.slots[self.model_name]
                 version = next_version(slot.name, slot.version, policy_version)
@@ -421,6 +445,8 @@ class Engine:
                     weights.copy_adapter_weights(self.model, str(slot.adapter), tensors)
             slot.path = None  # served from memory: no checkpoint on disk holds these weights
             slot.version = version
+            if alias is not None:
+                self.aliases[alias] = slot.name
             return version
 
     def _add_adapter(self, config: Any) -> str:
@@ -460,11 +486,13 @@ class Engine:
             'router'
         """
         name = _VERSION_SUFFIX.sub("", model or "")
+        if name in self.aliases:
+            return self.aliases[name]
         if name in self.slots:
             return name
         if len(self.slots) == 1:
             return self.model_name
-        raise ModelNotFound(f"the model {model!r} does not exist; served: {', '.join(self.slots)}")
+        raise ModelNotFound(f"the model {model!r} does not exist; served: {', '.join(self.served())}")
 
     # -- sampling ---------------------------------------------------------------------------------
 

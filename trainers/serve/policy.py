@@ -18,6 +18,17 @@ unloaded) and ``model_name`` (what agents send, :func:`export_env`) moves to it,
 ``model`` names its version (``sdk.openai_wire.policy_version_of``). Agents find the policy through the
 environment: :func:`export_env` sets ``TRACERL_POLICY_BASE_URL`` and ``TRACERL_POLICY_MODEL``.
 
+One served name: with :class:`LocalPolicy` the name agents send stays ``model_name`` for the whole run. A
+LoRA adapter pushed as the policy is served as ``<model_name>-lora`` and the server routes ``model_name`` to
+it (an alias), so agents never re-read the name; each response's ``policy_version`` (and ``model``, the
+adapter that served it) says which weights answered.
+
+The admin credential: :class:`LocalPolicy` makes a fresh one per run (``secrets.token_urlsafe``), hands it
+to its server process on standard input (not the command line, which ``ps`` shows, nor the environment)
+and sends it with its own pushes and reloads; :class:`ExternalPolicy` takes the one its server was started
+with (``admin_token``, ``admin_token_file`` or ``$TRACERL_ADMIN_TOKEN``). :func:`export_env` never exports
+it and takes ``$TRACERL_ADMIN_TOKEN`` out of this process's environment, which agents inherit.
+
 Example:
     >>> from trainers.serve.policy import make_policy
     >>> policy = make_policy({"kind": "local"}, "runs/sft")  # doctest: +SKIP
@@ -28,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -101,16 +113,28 @@ def export_env(policy: PolicyServer) -> None:
     """
     os.environ[ENV_BASE_URL] = policy.base_url
     os.environ[ENV_MODEL] = policy.model_name
+    for name in _env.TRAINER_ONLY:  # agents inherit this environment: the trainer's credentials leave it
+        os.environ.pop(name, None)
 
 
 def _post(
-    url: str, body: dict[str, Any] | bytes, timeout: float = 600.0, kind: str | None = None
+    url: str,
+    body: dict[str, Any] | bytes,
+    timeout: float = 600.0,
+    kind: str | None = None,
+    token: str | None = None,
 ) -> tuple[int, str]:
-    """POST JSON or bytes (of content type ``kind``); ``(status, text)``, 0 if the server did not answer."""
+    """POST JSON or bytes (of content type ``kind``); ``(status, text)``, 0 if the server did not answer.
+
+    ``token``: the admin credential, sent as ``Authorization: Bearer``.
+    """
     raw = isinstance(body, bytes)
     data = body if raw else json.dumps(body).encode()
     kind = kind or ("application/octet-stream" if raw else "application/json")
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": kind}, method="POST")
+    headers = {"Content-Type": kind}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=data, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read().decode(errors="replace")
@@ -156,6 +180,11 @@ class LocalPolicy:
             The subprocess exits with this process in any case (``--parent-pid``), ``kill -9`` included.
         device: Where the model runs: ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (checked here).
         dtype: What checkpoints load as: ``float32`` (default), ``bfloat16``, ``float16``, ``auto``.
+        reload_roots: Directories the server process may reload checkpoints from, beside ``model`` and the
+            adapters' (``make_policy``: the run's output directory).
+
+    The server process's admin routes need a credential made here per run and known only to this object
+    (in this process the server's admin routes are off: pushes and reloads are calls).
 
     Example:
         >>> p = LocalPolicy("runs/sft", model_name="policy")  # doctest: +SKIP
@@ -174,6 +203,7 @@ class LocalPolicy:
         pid_file: str | os.PathLike[str] | None = None,
         device: str = "cpu",
         dtype: str = "float32",
+        reload_roots: list[str] | None = None,
     ) -> None:
         if device != "cpu" or dtype != "float32":  # checked now, not at start; torch imported only then
             from trainers.serve.weights import serving_device, serving_dtype
@@ -183,6 +213,8 @@ class LocalPolicy:
             except ValueError as exc:
                 raise UserError(f"policy {exc}") from None
         self.model, self.model_name, self.device, self.dtype = str(model), model_name, device, dtype
+        self.reload_roots = [str(r) for r in reload_roots or []]
+        self._admin_token = secrets.token_urlsafe(32)  # this run's; never in an agent's environment
         self.pid_file = Path(pid_file) if pid_file else None
         self.adapters = {name: str(path) for name, path in (adapters or {}).items()}
         self.use_subprocess, self.threads = subprocess, threads
@@ -231,14 +263,25 @@ class LocalPolicy:
         cmd += ["--model-name", self.model_name, "--policy-version", str(self.policy_version)]
         for name, path in self.adapters.items():
             cmd += ["--adapter", f"{name}={path}"]
+        for root in self.reload_roots:
+            cmd += ["--reload-root", root]
         if self.threads:
             cmd += ["--threads", str(self.threads)]
-        cmd += ["--device", self.device, "--dtype", self.dtype]
+        cmd += ["--device", self.device, "--dtype", self.dtype, "--admin-token-file", "-"]
         out: Any = subprocess.DEVNULL
         if self.log is not None:
             self.log.parent.mkdir(parents=True, exist_ok=True)
             out = open(self.log, "ab")  # the child process writes to it
-        self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        env = {k: v for k, v in os.environ.items() if k not in _env.TRAINER_ONLY}  # the token comes on stdin
+        self._proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+        try:  # on standard input: neither ps nor /proc/PID/environ shows it
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(f"{self._admin_token}\n".encode())
+            self._proc.stdin.close()
+        except OSError:  # it exited at once: wait_healthy reports its error
+            pass
         if self.pid_file is not None:
             pidfile.record(self.pid_file, self._proc.pid, self._port)
         self.base_url = f"http://127.0.0.1:{self._port}/v1"
@@ -259,7 +302,7 @@ class LocalPolicy:
                 raise UserError(f"policy reload failed: {exc}") from None
         elif self._proc is not None:
             body = {"path": str(checkpoint), "policy_version": version}
-            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body)
+            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body, token=self._admin_token)
             if status != 200:
                 raise UserError(f"policy reload failed ({status}): {text[:500]}")
         self.model, self.policy_version = str(checkpoint), version
@@ -276,9 +319,10 @@ class LocalPolicy:
 
         Returns ``{"policy_version", "bytes", "seconds"}``. Full weights (no ``adapter_config``) replace
         the base's. A LoRA adapter (``adapter_config``: its peft config's ``to_dict()``) is served as
-        ``adapter`` (default: ``<model_name>-lora``, after which :attr:`model_name`, what agents send,
-        names it). In this process the tensors are copied into the
-        served model; to a server process they go as one ``safetensors`` buffer over the loopback.
+        ``adapter`` (default: ``<model_name>-lora``); the policy's adapter (the first pushed) is also served
+        as :attr:`model_name` (an alias on the server), so the name agents send never changes. In this
+        process the tensors are copied into the served model; to a server process they go as one
+        ``safetensors`` buffer over the loopback, with this run's admin credential.
 
         Raises:
             UserError: The server is gone or refused the weights (names or shapes that do not fit): the
@@ -290,17 +334,27 @@ class LocalPolicy:
         """
         if adapter_config is not None and adapter is None:
             adapter = self._lora_name or f"{self.model_name}-lora"
+        # the policy's adapter: the first one pushed new (with its config), then that one again
+        first = adapter is not None and adapter_config is not None
+        policy = adapter == self._lora_name if self._lora_name else first
+        alias = self.model_name if policy else None  # the name agents send routes to the policy's adapter
         t0 = time.perf_counter()
         if self._server is not None:
             try:
                 version = self._server.push(
-                    tensors, adapter=adapter, adapter_config=adapter_config, policy_version=policy_version
+                    tensors,
+                    adapter=adapter,
+                    adapter_config=adapter_config,
+                    policy_version=policy_version,
+                    alias=alias,
                 )
             except ValueError as exc:
                 raise UserError(f"the policy server refused the weights: {exc}") from None
             moved = sum(t.numel() * t.element_size() for t in tensors.values())
         elif self._proc is not None:
             query = {"adapter": adapter} if adapter else {}
+            if alias is not None:
+                query["alias"] = alias
             if policy_version is not None:
                 query["policy_version"] = str(int(policy_version))
             url = f"http://127.0.0.1:{self._port}/admin/weights?{urllib.parse.urlencode(query)}"
@@ -315,9 +369,8 @@ class LocalPolicy:
             version = int(json.loads(text)["policy_version"])
         else:
             raise UserError("the policy server is not running: start() it before pushing weights")
-        if adapter is not None and adapter_config is not None and self._lora_name in (None, adapter):
+        if policy:
             self._lora_name = adapter
-            self.model_name = adapter
             self.adapters.pop(adapter, None)
         if adapter is None or adapter == self._lora_name:
             self.policy_version = version
@@ -333,7 +386,7 @@ class LocalPolicy:
         moved = sum(t.numel() * t.element_size() for t in tensors.values())
         shared = ipc.share(tensors, adapter_config) if self.device != "cpu" and not self._no_ipc else None
         if shared is not None:
-            status, text = _post(url, shared.body, kind=ipc.CONTENT_TYPE)
+            status, text = _post(url, shared.body, kind=ipc.CONTENT_TYPE, token=self._admin_token)
             del shared  # the server has let go of the buffer (it answered); torch frees it
             ipc.collect()
             if status != 400 or ipc.UNAVAILABLE not in text:
@@ -341,7 +394,7 @@ class LocalPolicy:
             self._no_ipc = True  # said once; every later push goes through the host
             print(f"tracerl: pushing weights through the host: {text[:300]}", file=sys.stderr, flush=True)
         body = encode_push({k: v.to("cpu") for k, v in tensors.items()}, adapter_config)
-        status, text = _post(url, body)
+        status, text = _post(url, body, token=self._admin_token)
         return status, text, len(body)
 
     def update_adapter(self, name: str, checkpoint: str, *, policy_version: int | None = None) -> int:
@@ -362,7 +415,7 @@ class LocalPolicy:
             body: dict[str, Any] = {"adapter": name, "checkpoint": str(checkpoint)}
             if policy_version is not None:
                 body["policy_version"] = int(policy_version)
-            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body)
+            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body, token=self._admin_token)
             if status != 200:
                 raise UserError(f"adapter reload failed ({status}): {text[:500]}")
             version = int(json.loads(text)["policy_version"])
@@ -615,15 +668,33 @@ class ExternalPolicy:
         reload: ``"admin"`` (``sdk.serve``'s ``POST /admin/reload``), ``"vllm-lora"`` (vLLM's LoRA
             endpoints; the server runs with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``)
             or ``"none"`` (nothing is reloaded: the loop then keeps collecting with the old weights).
+        admin_token: The admin credential the server was started with (``admin``): this argument, else
+            the file ``admin_token_file`` (what a loop config should name: the config is saved in the run
+            directory), else ``$TRACERL_ADMIN_TOKEN``.
+        admin_token_file: A file holding it.
 
     Example:
         >>> ExternalPolicy("http://127.0.0.1:8000/v1", "policy", reload="admin").base_url
         'http://127.0.0.1:8000/v1'
     """
 
-    def __init__(self, base_url: str, model_name: str = "policy", *, reload: str = "admin") -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model_name: str = "policy",
+        *,
+        reload: str = "admin",
+        admin_token: str | None = None,
+        admin_token_file: str | None = None,
+    ) -> None:
         if reload not in ("admin", "vllm-lora", "none"):
             raise UserError(f"policy reload must be admin, vllm-lora or none, got {reload!r}")
+        if admin_token is None and admin_token_file is not None:
+            try:
+                admin_token = Path(admin_token_file).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UserError(f"policy admin_token_file {admin_token_file}: {exc}") from None
+        self._admin_token = admin_token or os.environ.get(_env.TRACERL_ADMIN_TOKEN) or None
         self.base_url, self.model_name, self.reload = base_url.rstrip("/"), model_name, reload
         self.name = model_name
         self.policy_version = 0
@@ -645,7 +716,7 @@ class ExternalPolicy:
             body: dict[str, Any] = {"path": str(checkpoint)}
             if policy_version is not None:
                 body["policy_version"] = version
-            status, text = _post(f"{root}/admin/reload", body)
+            status, text = _post(f"{root}/admin/reload", body, token=self._admin_token)
             if status != 200:
                 raise UserError(f"policy reload failed ({status}): {text[:500]}")
         elif self.reload == "vllm-lora":
@@ -668,9 +739,11 @@ def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | 
     """Build the policy server a loop config's ``policy:`` section describes.
 
     Keys: ``kind`` (``local`` default, ``vllm``, ``external``), ``model_name`` (``policy``); local:
-    ``subprocess``, ``threads``, ``adapters``, ``device``, ``dtype``; vllm: ``lora``, ``max_lora_rank``,
+    ``subprocess``, ``threads``, ``adapters``, ``device``, ``dtype``, ``reload_roots`` (with ``log_dir``
+    too); vllm: ``lora``, ``max_lora_rank``,
     ``max_loras``, ``port``, ``tool_call_parser``, ``extra_args``, ``executable``, ``startup_timeout``,
-    ``weight_transfer``, ``weight_sender``, ``master_address``; external: ``base_url``, ``reload``.
+    ``weight_transfer``, ``weight_sender``, ``master_address``; external: ``base_url``, ``reload``,
+    ``admin_token_file`` (else ``$TRACERL_ADMIN_TOKEN``).
 
     Example:
         >>> make_policy({"kind": "external", "base_url": "http://127.0.0.1:8000/v1"}, "m").model_name
@@ -683,7 +756,8 @@ def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | 
     try:
         if kind == "local":
             pid_file = str(Path(log_dir) / "policy-server.pid") if log_dir else None
-            return LocalPolicy(checkpoint, name, log=log, pid_file=pid_file, **spec)
+            roots = [*spec.pop("reload_roots", []), *([log_dir] if log_dir else [])]  # the run's checkpoints
+            return LocalPolicy(checkpoint, name, log=log, pid_file=pid_file, reload_roots=roots, **spec)
         if kind == "vllm":
             return VLLMPolicy(checkpoint, name, log=log, **spec)
         if kind == "external":

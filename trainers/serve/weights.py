@@ -7,6 +7,14 @@ adapter's tensors (never a merged copy of the base) into the adapter's. Every na
 before the first tensor is copied, so a push that does not fit changes nothing. Checkpoints a server loads
 whole come through :func:`load_model`.
 
+Pushed tensors are input (:func:`check_values`, before anything is copied): a tensor that is not floating
+point (``int32``, ``bool``, ...) or holds a value that is not finite (NaN, infinity) is refused with one
+``ValueError`` naming it, and so is one whose values would become infinite in the served dtype (a float32
+value beyond float16's 65504 pushed to a float16 server). The casts that remain are between floating
+dtypes: ``copy_`` rounds each tensor to the dtype of the parameter it replaces (float32 → bfloat16 or
+float16 on a server loaded with ``--dtype bfloat16``/``float16``, float64 → float32), as loading a
+checkpoint of another dtype would.
+
 Example:
     >>> import torch
     >>> from trainers.serve.weights import check_full_weights
@@ -18,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +35,7 @@ import torch
 __all__ = [
     "attach_adapter",
     "check_full_weights",
+    "check_values",
     "copy_adapter_weights",
     "copy_full_weights",
     "copy_served_adapter",
@@ -53,11 +63,44 @@ def _base_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
+def check_values(tensors: Mapping[str, torch.Tensor], targets: Mapping[str, torch.Tensor]) -> None:
+    """Refuse pushed ``tensors`` that are not finite floating-point values the served ``targets`` can hold.
+
+    ``targets``: the served tensor each name replaces (its dtype bounds the values). A non-floating dtype, a
+    NaN or infinity, or a value beyond the served dtype's range is a :class:`ValueError` naming the tensor.
+
+    Example:
+        >>> check_values({"w": torch.tensor([1.0, float("nan")])}, {"w": torch.zeros(2)})
+        Traceback (most recent call last):
+        ValueError: the pushed tensor 'w' holds values that are not finite (NaN or infinity)
+        >>> check_values({"w": torch.ones(2, dtype=torch.int32)}, {"w": torch.zeros(2)})
+        Traceback (most recent call last):
+        ValueError: the pushed tensor 'w' is torch.int32: weights must be floating point
+    """
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            raise ValueError(f"the pushed tensor {name!r} is {tensor.dtype}: weights must be floating point")
+        if tensor.numel() == 0:
+            continue
+        # amin and amax propagate NaN and reduce without a copy of the tensor
+        low, high = (float(v) for v in torch.aminmax(tensor.detach()))
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise ValueError(f"the pushed tensor {name!r} holds values that are not finite (NaN or infinity)")
+        served = targets[name].dtype
+        limit = torch.finfo(served).max if served.is_floating_point else math.inf
+        if max(-low, high) > limit:
+            raise ValueError(
+                f"the pushed tensor {name!r} holds values beyond {served}'s range (±{limit:g}): they would "
+                f"be served as infinity"
+            )
+
+
 def check_full_weights(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor]) -> int:
-    """Check that ``tensors`` are ``model``'s whole state (names and shapes); returns how many there are.
+    """Check that ``tensors`` are ``model``'s whole state (names, shapes, values); returns how many there are.
 
     A name the model lacks, a shape that differs, or a parameter that is neither sent nor tied to one that
-    is (tied embeddings are sent once) is a :class:`ValueError` naming it.
+    is (tied embeddings are sent once) is a :class:`ValueError` naming it, and so are values
+    :func:`check_values` refuses.
 
     Example:
         >>> check_full_weights(torch.nn.Linear(2, 2), {"weight": torch.zeros(2, 2)})
@@ -79,6 +122,7 @@ def check_full_weights(model: torch.nn.Module, tensors: Mapping[str, torch.Tenso
         raise ValueError(
             f"the pushed weights lack {missing[0]!r} ({len(missing)} of {len(target)} tensors missing)"
         )
+    check_values(tensors, target)
     return len(tensors)
 
 
@@ -142,6 +186,7 @@ def copy_adapter_weights(model: Any, adapter_id: str, tensors: Mapping[str, torc
                 f"adapter tensor {name!r} has shape {tuple(tensor.shape)}, the served adapter's "
                 f"{tuple(current[name].shape)}"
             )
+    check_values(tensors, current)
     set_peft_model_state_dict(model, dict(tensors), adapter_name=adapter_id)
     return sum(t.numel() * t.element_size() for t in tensors.values())
 

@@ -72,6 +72,9 @@ class Session:
         metadata: Merged metadata (enclosing sessions' first, this one's wins).
         parent_session_ids: Enclosing sessions' ids, outermost first.
         num_calls: Calls recorded in this session and in sessions nested inside it.
+        num_tool_calls: Tool calls the server parsed in those calls' responses.
+        num_malformed_tool_calls: Those calls whose response opens a tool call the server did not parse
+            (stored with ``malformed_tool_call``; see :func:`sdk.messages.malformed_tool_call`).
         rewards: ``(name, value, call_id)`` tuples given so far.
 
     Example:
@@ -93,6 +96,8 @@ class Session:
         "started_at",
         "ended_at",
         "num_calls",
+        "num_tool_calls",
+        "num_malformed_tool_calls",
         "rewards",
         "last_call_id",
         "_lock",
@@ -127,6 +132,8 @@ class Session:
         self.started_at = time.time()
         self.ended_at: float | None = None
         self.num_calls = 0
+        self.num_tool_calls = 0
+        self.num_malformed_tool_calls = 0
         self.rewards: list[tuple[str, float, str | None]] = []
         self.last_call_id: str | None = None
         self._lock = threading.Lock()
@@ -259,9 +266,15 @@ class Session:
             self._release(att)  # a hook's record of this same call was waiting for this one
         if same_call_as is not None:
             return False  # the transport's record of this call was counted already
+        msg = record.response_message
+        calls = msg.get("tool_calls") if isinstance(msg, dict) else None
+        tool_calls = len(calls) if isinstance(calls, list) else 0
+        malformed = int(record.malformed_tool_call)
         s: Session | None = self
         while s is not None:
             s.num_calls += 1
+            s.num_tool_calls += tool_calls
+            s.num_malformed_tool_calls += malformed
             s = s.parent
         return True
 

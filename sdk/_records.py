@@ -9,7 +9,7 @@ import uuid
 from typing import Any
 
 from sdk._redact import redact, redact_params, redact_text
-from sdk.messages import flatten_content
+from sdk.messages import flatten_content, malformed_tool_call
 from sdk.store import _events as events
 from sdk.store._events import CALL_DEFAULTS
 
@@ -112,6 +112,17 @@ class CallRecord:
     attempt: Any = dataclasses.field(default=None, repr=False, compare=False)
     link: Any = dataclasses.field(default=None, repr=False, compare=False)
 
+    @property
+    def malformed_tool_call(self) -> bool:
+        """The response opens a tool call the server did not parse (:func:`sdk.messages.malformed_tool_call`).
+
+        Example:
+            >>> CallRecord(framework="openai", response_message={"role": "assistant",
+            ...            "content": "<tool_call>{bad}</tool_call>"}).malformed_tool_call
+            True
+        """
+        return malformed_tool_call(self.response_message)
+
     def fingerprint(self) -> tuple[Any, ...] | None:
         """What identifies this call across two observers of it (a framework hook and the transport).
 
@@ -187,6 +198,7 @@ class CallRecord:
             ("source", self.source),
             ("same_call_as", same_call_as),
             ("policy_version", self.policy_version),
+            ("malformed_tool_call", self.malformed_tool_call),
         )
         return events.call(
             self.call_id,

@@ -95,9 +95,13 @@ def inspect_store(path: str | Path) -> dict[str, Any]:
     tasks: set[Any] = set()
     rewards: list[float] = []
     calls = with_logprobs = with_token_ids = 0
+    tool_calls = malformed = sessions_malformed = 0
     first = last = None
     for s in reader.sessions():
         status[s.status] += 1
+        marked = sum(bool(c.get("malformed_tool_call")) for c in s.calls)
+        malformed += marked
+        sessions_malformed += marked > 0
         tasks.add(_task_key(s.task_id))
         if s.reward is not None:
             rewards.append(s.reward)
@@ -110,6 +114,9 @@ def inspect_store(path: str | Path) -> dict[str, Any]:
             if isinstance(c.get("error"), dict):
                 errors[str(c["error"].get("type"))] += 1
             with_logprobs += bool(c.get("logprobs"))
+            msg = (c.get("response") or {}).get("message")
+            parsed = msg.get("tool_calls") if isinstance(msg, dict) else None
+            tool_calls += len(parsed) if isinstance(parsed, list) else 0
             with_token_ids += bool(c.get("completion_token_ids"))
             t = c.get("started_at")
             if isinstance(t, (int, float)):
@@ -127,6 +134,9 @@ def inspect_store(path: str | Path) -> dict[str, Any]:
         "calls_with_logprobs": with_logprobs,
         "calls_with_token_ids": with_token_ids,
         "failed_calls": dict(errors),
+        "tool_calls": tool_calls,
+        "malformed_tool_calls": malformed,
+        "sessions_with_malformed_tool_calls": sessions_malformed,
         "models": dict(models),
         "frameworks": dict(frameworks),
         "agents": dict(agents),
@@ -239,6 +249,18 @@ def _duplicates(dup: dict[str, Any]) -> str:
     return f"{dup['count']} (e.g. {dup['example']}; training drops every copy after the first)"
 
 
+def _tool_calls(info: dict[str, Any]) -> str:
+    # Malformed: an answer opened a <tool_call> the server could not parse (sdk.messages.malformed_tool_call)
+    made, bad = info["tool_calls"], info["malformed_tool_calls"]
+    if not bad:
+        return f"{made} / 0"
+    n = info["sessions_with_malformed_tool_calls"]
+    return (
+        f"{made} / {bad} ({100 * bad / (made + bad):.1f}% malformed, in {n} session{'s' * (n != 1)}: "
+        "answers that opened a tool call the server could not parse, taken by the agent as text)"
+    )
+
+
 def _rows(info: dict[str, Any], max_tasks: int) -> list[tuple[str, str]]:
     if info["kind"] == "store":
         rows = [
@@ -250,6 +272,7 @@ def _rows(info: dict[str, Any], max_tasks: int) -> list[tuple[str, str]]:
             ("  with logprobs", str(info["calls_with_logprobs"])),
             ("  with token ids", str(info["calls_with_token_ids"])),
             ("  failed", _top(Counter(info["failed_calls"]))),
+            ("tool calls: parsed / malformed", _tool_calls(info)),
             ("models", _top(Counter(info["models"]))),
             ("frameworks", _top(Counter(info["frameworks"]))),
             ("agents", _top(Counter(info["agents"]))),

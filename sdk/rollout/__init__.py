@@ -33,6 +33,11 @@ calls/tokens/latency per sample), also written to ``<results>.metrics.json``. ``
 I-th of N disjoint slices of the tasks (by a hash of the task id), so N machines cover the task set;
 ``python -m sdk.eval summarize`` merges their results files into the numbers of one run.
 
+``--check`` runs the first two tasks ``--group-size`` times each in a store of its own and prints what
+decides whether a run can learn: model calls per sample, tool calls parsed and malformed, each group's
+reward mean and spread, seconds per call, how long the whole rollout will take, peak memory, and a verdict
+(:func:`check_rollout`).
+
 Usage::
 
     python -m sdk.rollout my_agent:solve tasks.jsonl --group-size 8 --concurrency 16 --timeout 120
@@ -46,7 +51,10 @@ Task files: JSON lines, Parquet, a directory saved with ``datasets.save_to_disk`
 
 Results line fields: ``task_id``, ``sample``, ``split``, ``status`` (``ok``, ``error``, ``timeout``,
 ``reward_error``, ``no_reward``), ``reward``, ``rewards`` (named values), ``success``, ``answer``,
-``error``, ``session_id``, ``seconds``, ``ts``.
+``error``, ``session_id``, ``seconds``, ``ts``, ``tool_calls`` (parsed by the server) and
+``malformed_tool_calls`` (calls whose answer opened a tool call the server could not parse; the summary
+shows their share). Session metadata :data:`MALFORMED_TOOL_CALL_PENALTY` (a number) lowers the reward of a
+sample with such a call by that much (the loop's ``malformed_tool_call_penalty``).
 
 Example:
     >>> from sdk.rollout import run_rollout
@@ -59,19 +67,23 @@ Example:
 
 from __future__ import annotations
 
+from sdk.rollout._check import RolloutCheck, check_rollout
 from sdk.rollout._cli import build_parser, main
 from sdk.rollout._continuous import run_continuous
 from sdk.rollout._run import run_rollout
-from sdk.rollout._sample import PolicyEndpoint, policy_endpoint
+from sdk.rollout._sample import MALFORMED_TOOL_CALL_PENALTY, PolicyEndpoint, policy_endpoint
 from sdk.rollout._summary import RolloutSummary, read_results, summarize
 from sdk.rollout._tasks import RolloutError, SampleTimeout, load_function, load_tasks
 
 __all__ = [
+    "MALFORMED_TOOL_CALL_PENALTY",
     "PolicyEndpoint",
+    "RolloutCheck",
     "RolloutError",
     "RolloutSummary",
     "SampleTimeout",
     "build_parser",
+    "check_rollout",
     "load_function",
     "load_tasks",
     "main",

@@ -23,10 +23,15 @@ from typing import Any, NamedTuple
 from sdk import _env
 from sdk.rollout._tasks import SampleTimeout
 
-__all__ = ["PolicyEndpoint", "policy_endpoint"]
+__all__ = ["MALFORMED_TOOL_CALL_PENALTY", "PolicyEndpoint", "policy_endpoint"]
 
 TASK_SET = "task_set"
 """A result line's task set: ``{"tasks": size of the whole set, "shard": "I/N" or None}``."""
+
+MALFORMED_TOOL_CALL_PENALTY = "malformed_tool_call_penalty"
+"""Session metadata (a number, the loop's setting of that name) that shapes a sample's reward: a sample whose
+calls include a malformed tool call (``sdk.messages.malformed_tool_call``) gets its ``reward`` lowered by
+it, recorded as a reward of this name (minus the penalty) and a new ``reward`` (the last one counts)."""
 
 
 class PolicyEndpoint(NamedTuple):
@@ -145,6 +150,8 @@ async def _one_sample(
 
     _POLICY.set(_policy_now())  # this sample's context (its task, the agent's thread) only
     t0 = time.monotonic()
+    session: Any = None
+    unshaped: float | None = None
     row: dict[str, Any] = {
         "task_id": task["id"],
         "sample": k,
@@ -163,6 +170,7 @@ async def _one_sample(
             metadata = {key: v for key, v in metadata.items() if key != TASK_SET}
         async with sdk.session(task_id=task["id"], sample=k, **metadata) as s:
             row["session_id"] = s.session_id
+            session = s
             try:
                 answer = await asyncio.wait_for(_call(fn, task), timeout)
             except asyncio.TimeoutError:
@@ -187,6 +195,12 @@ async def _one_sample(
                             "counted)"
                         )
             named = {n: v for n, v, call_id in s.rewards if call_id is None}
+            penalty = metadata.get(MALFORMED_TOOL_CALL_PENALTY)
+            if penalty and s.num_malformed_tool_calls and _is_number(named.get("reward")):
+                unshaped = named["reward"]  # success is the task's, not the format's
+                s.reward(-float(penalty), MALFORMED_TOOL_CALL_PENALTY)
+                s.reward(unshaped - float(penalty))
+                named = {n: v for n, v, call_id in s.rewards if call_id is None}
             row["rewards"] = named
             row["reward"] = named.get("reward")
             if row["reward"] is None and row["status"] == "ok":
@@ -202,7 +216,12 @@ async def _one_sample(
                 f"warning: the agent raised on task {task['id']!r} sample {k}: {root_cause(exc)} (counted as "
                 "error; further errors only counted)"
             )
-    row["success"] = row["reward"] is not None and row["reward"] >= threshold
+    if session is not None:  # the calls' tool calls, as recorded (sdk.messages.malformed_tool_call)
+        row["tool_calls"] = session.num_tool_calls
+        row["malformed_tool_calls"] = session.num_malformed_tool_calls
+    if unshaped is None:
+        unshaped = row["reward"]
+    row["success"] = unshaped is not None and unshaped >= threshold
     row["seconds"] = round(time.monotonic() - t0, 3)
     row["ts"] = time.time()
     return row
@@ -271,6 +290,10 @@ def _in_thread(fn: Callable[..., Any], task: dict[str, Any]) -> asyncio.Future[A
 
     threading.Thread(target=run, name="tracerl-rollout-sample", daemon=True).start()
     return fut
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _named_rewards(value: Any) -> dict[str, float]:

@@ -63,6 +63,10 @@ class RolloutSummary:
         task_rewards: Mean reward per task.
         tasks_always / tasks_sometimes / tasks_never: Tasks whose every / some / no sample succeeded.
         mean_task_std: Mean over tasks of the standard deviation of their samples' rewards (GRPO signal).
+        tool_calls: Tool calls the server parsed, over the samples whose line counts them.
+        malformed_tool_calls: Calls whose answer opened a tool call the server could not parse (returned
+            as text: the agent's framework does not run it; ``sdk.messages.malformed_tool_call``).
+        samples_with_malformed: Samples with at least one such call.
         seconds: Wall time of this call.
         interrupted: The run stopped early (Ctrl-C); re-run the same command to continue.
         metrics: pass@k, pass^k, maj@k with standard errors, rates and per-sample costs
@@ -86,6 +90,9 @@ class RolloutSummary:
     tasks_sometimes: int = 0
     tasks_never: int = 0
     mean_task_std: float | None = None
+    tool_calls: int = 0
+    malformed_tool_calls: int = 0
+    samples_with_malformed: int = 0
     seconds: float = 0.0
     interrupted: bool = False
     metrics: EvalSummary | None = None
@@ -99,7 +106,19 @@ class RolloutSummary:
         """
         out = dataclasses.asdict(self)
         out["metrics"] = None if self.metrics is None else self.metrics.as_dict()
+        out["malformed_share"] = self.malformed_share
         return out
+
+    @property
+    def malformed_share(self) -> float | None:
+        """Malformed tool calls over all tool-call attempts (parsed + malformed); ``None`` without any.
+
+        Example:
+            >>> RolloutSummary("t", "r", tool_calls=3, malformed_tool_calls=1).malformed_share
+            0.25
+        """
+        attempts = self.tool_calls + self.malformed_tool_calls
+        return self.malformed_tool_calls / attempts if attempts else None
 
     def format_table(self) -> str:
         """A plain-text summary table.
@@ -124,6 +143,7 @@ class RolloutSummary:
                 f"{self.tasks_always} / {self.tasks_sometimes} / {self.tasks_never}",
             ),
             ("per-task reward std (mean)", sd),
+            ("tool calls: parsed / malformed", _tool_call_line(self)),
             ("errors", str(c.get("error", 0))),
             ("timeouts", str(c.get("timeout", 0))),
             ("reward function failures", str(c.get("reward_error", 0))),
@@ -136,6 +156,16 @@ class RolloutSummary:
         if self.interrupted:
             lines.append("interrupted: re-run the same command to continue")
         return "\n".join(lines)
+
+
+def _tool_call_line(s: RolloutSummary) -> str:
+    share = s.malformed_share
+    if share is None:
+        return "0 / 0"
+    return (
+        f"{s.tool_calls} / {s.malformed_tool_calls} ({100 * share:.1f}% malformed, in "
+        f"{s.samples_with_malformed} sample{'s' * (s.samples_with_malformed != 1)})"
+    )
 
 
 def summarize(
@@ -158,6 +188,11 @@ def summarize(
         status = r.get("status", "ok")
         s.counts[status] = s.counts.get(status, 0) + 1
         ok = bool(r.get("success"))
+        malformed = r.get("malformed_tool_calls")
+        if isinstance(malformed, int):  # lines of older runs do not count them
+            s.tool_calls += int(r.get("tool_calls") or 0)
+            s.malformed_tool_calls += malformed
+            s.samples_with_malformed += malformed > 0
         successes[tid].append(ok)
         if isinstance(r.get("reward"), (int, float)):
             rewards.append(float(r["reward"]))

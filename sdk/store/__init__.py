@@ -17,7 +17,10 @@ Event lines (``v`` = 1), one JSON object per line, built only by the constructor
   completion ids, then ``ids``) instead of ``prompt_token_ids``, and ``logprobs`` are plain numbers when
   the completion ids are stored beside them and no entry has ``top_logprobs`` (older stores: per-token
   entries and full prompt ids, read as before). ``same_call_as`` links a framework
-  hook's record to the recording transport's record of the same call (merged on read)
+  hook's record to the recording transport's record of the same call (merged on read);
+  ``malformed_tool_call: true`` marks a response whose content opens a tool call that the server did not
+  parse into ``tool_calls`` (``sdk.messages.malformed_tool_call``): counted by the rollout summary, the
+  loop and ``tracerl inspect``, and the loop's ``malformed_tool_call_penalty`` scores it
 - ``reward``: ``session_id, value, name, call_id, ts``
 - ``session_end``: ``session_id, ts, status ("ok" | "error"), error, num_calls``
 - ``supersede``: ``session_id, reason, run, ts``: that session is replaced by a later attempt (the rollout

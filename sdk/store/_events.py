@@ -53,6 +53,7 @@ CALL_DEFAULTS: dict[str, Any] = {
     "source": "framework",
     "same_call_as": None,
     "policy_version": None,
+    "malformed_tool_call": False,
 }
 """Values of the call fields that the writer omits when they hold their default."""
 

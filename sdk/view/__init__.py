@@ -1,12 +1,12 @@
 """The episode viewer: one self-contained HTML file that shows what a trainer would see.
 
 Task groups with their rewards and group-relative advantages, each episode's conversation with its tool
-calls, and for token data the trained tokens (completion tokens of the assistant turns the thread's own
-calls generated) highlighted with their behaviour logprobs. Filters by task, agent, reward and status. A
-multi-agent task is shown as one group per agent (role), compared on the role's own reward, as per-agent
-training sees it. The
-episodes are embedded as JSON and rendered a page at a time, so 10k episodes open without freezing;
-nothing is fetched, so the file opens offline.
+calls (an answer that opened a tool call the server could not parse is flagged, and the header shows their
+share of the tool-call attempts), and for token data the trained tokens (completion tokens of the assistant
+turns the thread's own calls generated) highlighted with their behaviour logprobs. Filters by task, agent,
+reward, status and malformed tool calls. A multi-agent task is shown as one group per agent (role), compared
+on the role's own reward, as per-agent training sees it. The episodes are embedded as JSON and rendered a
+page at a time, so 10k episodes open without freezing; nothing is fetched, so the file opens offline.
 
 Example:
     >>> from sdk.view import build_report
@@ -31,7 +31,7 @@ from typing import Any
 
 from sdk._sources import SourcedEpisode, episode_metadata, episodes_with_calls
 from sdk.episodes import group_advantages, token_faithful, untrained_messages
-from sdk.messages import flatten_content
+from sdk.messages import flatten_content, malformed_tool_call
 from sdk.view._page import PAGE
 
 __all__ = ["ViewSummary", "build_report", "episode_view"]
@@ -48,6 +48,8 @@ class ViewSummary:
         out: The HTML file written.
         malformed: Messages, tools and tool calls not in the OpenAI shape, shown as their raw JSON
             (or episodes that could not be read at all, shown with the reason).
+        malformed_tool_calls: Generated answers that opened a tool call the server could not parse
+            (:func:`sdk.messages.malformed_tool_call`), flagged on the page.
 
     Example:
         >>> ViewSummary(2, 1, 0, Path("r.html")).episodes
@@ -59,6 +61,7 @@ class ViewSummary:
     token_episodes: int
     out: Path
     malformed: int = 0
+    malformed_tool_calls: int = 0
 
 
 def _advantages(rewards: list[float | None]) -> list[float | None]:
@@ -176,6 +179,14 @@ def episode_view(se: SourcedEpisode, decode: Callable[[int], str] | None = None)
             toks = [decode(x) for x in ids]
         turns[str(i)] = {"ids": ids, "lp": lps, "toks": toks, "trained": i not in context}
     msgs = [_message_view(m, bad) for m in messages]
+    parsed = unparsed = 0
+    for i, (m, v) in enumerate(zip(messages, msgs, strict=True)):
+        if v["r"] != "assistant" or i in context:
+            continue
+        parsed += len(v.get("tc") or ())
+        if malformed_tool_call(m):
+            v["mt"] = True  # shown as a call the agent's framework did not run
+            unparsed += 1
     tools = _tool_names(ep.get("tools"), bad)
     reward = ep.get("reward")
     return {
@@ -195,6 +206,8 @@ def episode_view(se: SourcedEpisode, decode: Callable[[int], str] | None = None)
         "msgs": msgs,
         "turns": turns,
         "malformed": bad[0],
+        "tool_calls": parsed,
+        "malformed_tool_calls": unparsed,
     }
 
 
@@ -218,6 +231,8 @@ def _unreadable_view(se: SourcedEpisode, exc: Exception) -> dict[str, Any]:
         "msgs": [{"r": "(malformed)", "c": reason}],
         "turns": {},
         "malformed": 1,
+        "tool_calls": 0,
+        "malformed_tool_calls": 0,
     }
 
 
@@ -339,7 +354,11 @@ def build_report(
         groups.append({"task": task, "n": len(members), "mean": mean, "std": std})
     ordered = [v for task in by_task for v in by_task[task]]
     name = title or (Path(source).name if isinstance(source, (str, os.PathLike)) else "episodes")
-    data = {"title": name, "episodes": ordered, "groups": groups}
+    tool_calls = {
+        "parsed": sum(v["tool_calls"] for v in ordered),
+        "malformed": sum(v["malformed_tool_calls"] for v in ordered),
+    }
+    data = {"title": name, "episodes": ordered, "groups": groups, "tool_calls": tool_calls}
     title_html = html.escape(f"tracerl episodes: {name}")
     page = _fill(PAGE, {"__TITLE__": title_html, "__DATA__": _payload(data)})
     path = Path(out)
@@ -352,4 +371,5 @@ def build_report(
         token_episodes=sum(1 for v in ordered if v["turns"]),
         out=path,
         malformed=sum(v["malformed"] for v in ordered),
+        malformed_tool_calls=tool_calls["malformed"],
     )

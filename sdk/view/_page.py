@@ -62,6 +62,8 @@ main { display:grid; grid-template-columns: minmax(340px, 36%) 1fr; height: calc
 .legend { font-size:12px; color:var(--muted); margin:2px 0 8px; }
 .legend .tok { padding:1px 4px; }
 .empty { color:var(--muted); padding:24px; }
+.call.bad { border-color:#ffc9c9; background:#fff5f5; color:var(--bad); }
+#toolcalls.bad { color:var(--bad); }
 h2 { font-size:15px; margin:0; }
 </style>
 </head>
@@ -69,12 +71,14 @@ h2 { font-size:15px; margin:0; }
 <header>
   <h1 id="title"></h1>
   <span id="count"></span>
+  <span id="toolcalls"></span>
   <label>task <input id="f-task" type="search" placeholder="contains…"></label>
   <label>agent <input id="f-agent" type="search" placeholder="contains…"></label>
   <label>reward ≥ <input id="f-min" type="number" step="any"></label>
   <label>≤ <input id="f-max" type="number" step="any"></label>
   <label>status <select id="f-status"><option value="">all</option></select></label>
   <label><input id="f-tokens" type="checkbox"> token data only</label>
+  <label><input id="f-badcalls" type="checkbox"> malformed tool calls only</label>
 </header>
 <main>
   <section id="list"><div id="rows"></div><div id="pager"></div></section>
@@ -108,6 +112,13 @@ function num(x, d = 2) { return x === null || x === undefined ? "–" : Number(x
 function signed(x) { return x === null || x === undefined ? "–" : (x > 0 ? "+" : "") + Number(x).toFixed(2); }
 
 document.getElementById("title").textContent = DATA.title;
+{
+  // Malformed: an answer that opened a tool call the server could not parse (returned as text, not run).
+  const tc = DATA.tool_calls || {parsed: 0, malformed: 0}, n = tc.parsed + tc.malformed;
+  const box = document.getElementById("toolcalls");
+  box.textContent = n ? `tool calls: ${tc.parsed} parsed · ${tc.malformed} malformed (${(100 * tc.malformed / n).toFixed(1)}%)` : "";
+  box.className = tc.malformed ? "bad" : "";
+}
 for (const s of [...new Set(EPS.map(e => e.status))].sort()) {
   const o = el("option", null, s); o.value = s; document.getElementById("f-status").appendChild(o);
 }
@@ -117,13 +128,15 @@ function applyFilters() {
   const agent = document.getElementById("f-agent").value.trim().toLowerCase();
   const min = parseFloat(document.getElementById("f-min").value), max = parseFloat(document.getElementById("f-max").value);
   const status = document.getElementById("f-status").value, tokens = document.getElementById("f-tokens").checked;
+  const badcalls = document.getElementById("f-badcalls").checked;
   filtered = EPS.filter(e =>
     (!task || String(e.task ?? "").toLowerCase().includes(task)) &&
     (!agent || String(e.agent ?? "").toLowerCase().includes(agent)) &&
     (isNaN(min) || (e.reward !== null && e.reward >= min)) &&
     (isNaN(max) || (e.reward !== null && e.reward <= max)) &&
     (!status || e.status === status) &&
-    (!tokens || Object.keys(e.turns).length > 0));
+    (!tokens || Object.keys(e.turns).length > 0) &&
+    (!badcalls || e.malformed_tool_calls > 0));
   page = 0;
   renderList();
   if (!selected || !filtered.includes(selected)) select(filtered[0] || null);
@@ -136,6 +149,7 @@ function writeHash() {
   const q = new URLSearchParams();
   for (const [k, id] of FILTERS) { const v = document.getElementById(id).value.trim(); if (v) q.set(k, v); }
   if (document.getElementById("f-tokens").checked) q.set("tokens", "1");
+  if (document.getElementById("f-badcalls").checked) q.set("badcalls", "1");
   if (selected) q.set("ep", selected.id);
   const hash = "#" + q.toString();
   if (location.hash !== hash) history.replaceState(null, "", hash);
@@ -144,6 +158,7 @@ function readHash() {
   const q = new URLSearchParams(location.hash.slice(1));
   for (const [k, id] of FILTERS) if (q.has(k)) document.getElementById(id).value = q.get(k);
   document.getElementById("f-tokens").checked = q.get("tokens") === "1";
+  document.getElementById("f-badcalls").checked = q.get("badcalls") === "1";
   return q.get("ep") || "";
 }
 
@@ -167,7 +182,8 @@ function renderList() {
     }
     const r = el("div", "row" + (e === selected ? " sel" : ""));
     r.dataset.id = e.id;
-    r.appendChild(el("span", null, `sample ${e.sample ?? "–"} · ${e.calls} call${e.calls === 1 ? "" : "s"}`));
+    const bad = e.malformed_tool_calls ? ` · ${e.malformed_tool_calls} malformed tool call${e.malformed_tool_calls === 1 ? "" : "s"}` : "";
+    r.appendChild(el("span", bad ? "neg" : null, `sample ${e.sample ?? "–"} · ${e.calls} call${e.calls === 1 ? "" : "s"}` + bad));
     r.appendChild(el("span", "r reward", num(e.credit)));
     r.appendChild(el("span", "a " + (e.adv > 0 ? "pos" : e.adv < 0 ? "neg" : ""), "A " + signed(e.adv)));
     r.appendChild(el("span", "status " + e.status, e.status));
@@ -224,6 +240,7 @@ function select(e) {
   add("reward", num(e.reward)); add("advantage", signed(e.adv));
   for (const [name, value] of e.rewards) if (name !== "reward") add(name, num(value));
   add("status", e.status); add("calls", e.calls); add("model", e.model ?? "–");
+  if (e.malformed_tool_calls) add("malformed tool calls", e.malformed_tool_calls);
   if (e.agent) add("agent", e.agent);
   add("token-faithful", e.faithful ? "yes" : "no");
   if (e.tools.length) add("tools", e.tools.join(", "));
@@ -253,6 +270,8 @@ function select(e) {
       row.appendChild(tokensView(turn));
       box.appendChild(row);
     } else if (text) box.appendChild(text);
+    if (msg.mt) box.appendChild(el("div", "call bad",
+      "⚠ malformed tool call: this answer opened a tool call the server could not parse, so it came back as text and no tool ran"));
     for (const [name, args, id] of msg.tc || []) {
       if (name === null) {  // not an OpenAI tool call: shown as it is stored
         box.appendChild(el("div", "call", `→ (malformed tool call) ${args}`));
@@ -266,7 +285,7 @@ function select(e) {
   });
 }
 
-for (const id of ["f-task", "f-agent", "f-min", "f-max", "f-status", "f-tokens"]) document.getElementById(id).addEventListener("input", applyFilters);
+for (const id of ["f-task", "f-agent", "f-min", "f-max", "f-status", "f-tokens", "f-badcalls"]) document.getElementById(id).addEventListener("input", applyFilters);
 const fromHash = readHash();
 applyFilters();
 if (fromHash) {

@@ -100,3 +100,28 @@ def broken_until_fixed(task: dict[str, Any]) -> str | None:
     if not os.environ.get("LOOP_AGENT_FIXED"):
         raise ConnectionError("connection refused")
     return solve(task)
+
+
+def solve_or_malformed(task: dict[str, Any]) -> str | None:
+    """``solve`` on even samples; odd ones get a tool call the server could not parse, as text.
+
+    The odd samples' model is a scripted server at ``LOOP_TEST_MALFORMED_URL`` answering as vLLM does
+    when a ``<tool_call>`` does not parse (content, no ``tool_calls``).
+    """
+    import openai
+
+    from integrations.openai import wrap_openai
+
+    if _sample_index() % 2 == 0:
+        return solve(task)
+    client = wrap_openai(openai.OpenAI(base_url=os.environ["LOOP_TEST_MALFORMED_URL"], api_key="x"))
+    resp = client.chat.completions.create(
+        model=os.environ["TRACERL_POLICY_MODEL"],
+        messages=[{"role": "user", "content": f"What is {task['q']}?"}],
+    )
+    return resp.choices[0].message.content
+
+
+def zero(task: dict[str, Any], answer: Any) -> float:
+    """0 for every answer: without shaping, no group has reward spread."""
+    return 0.0

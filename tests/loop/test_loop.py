@@ -265,3 +265,45 @@ def test_kill_9_mid_round_then_the_same_command_ends_with_the_weights_of_a_run_n
     assert a.keys() == b.keys()
     for k in a:  # the same up to float summation order (the samples arrive in another order)
         torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4)
+
+
+def test_malformed_tool_calls_are_counted_in_the_table_and_the_penalty_gives_rl_a_signal(
+    tmp_path, tiny_model_dir, monkeypatch, capsys
+):
+    """Odd samples answer with a tool call the server could not parse; every reward is 0. The round's row
+    counts them, and ``malformed_tool_call_penalty`` turns the flat groups into groups RL can learn from."""
+    from sdk.testing import ScriptedOpenAIServer, ScriptedResponse
+    from trainers.loop.table import HEADER
+
+    malformed = '<tool_call>{"name": "add", "arguments": {"a": float(1, 2)}}</tool_call>'
+    cfg = {
+        **_config(tmp_path, str(tiny_model_dir)),
+        "agent": "loop_agents:solve_or_malformed",
+        "reward_fn": "loop_agents:zero",
+        "eval_tasks": None,
+        "rounds": 1,
+        "curriculum": None,
+        "plot": False,
+        "malformed_tool_call_penalty": 0.5,
+    }
+    with ScriptedOpenAIServer(policy=lambda request, endpoint: ScriptedResponse.text(malformed)) as server:
+        monkeypatch.setenv("LOOP_TEST_MALFORMED_URL", server.base_url)
+        result = run_loop(cfg)
+    row = result["rows"][1]
+    assert row["malformed_tool_calls"] == 4 and row["malformed_share"] == 1.0  # 2 tasks x 2 odd samples
+    assert row["groups"] == 2 and row["steps"] == 1  # without the penalty: no spread, nothing trained
+    out = capsys.readouterr().out
+    assert HEADER in out and "malformed" in HEADER
+    assert any(line.split()[:1] == ["1"] and "100.0%" in line for line in out.splitlines())
+    rounds = [json.loads(x) for x in (Path(cfg["out"]) / "metrics.jsonl").read_text().splitlines()]
+    assert rounds[1]["malformed_share"] == 1.0
+    shaped = [
+        json.loads(x)["reward"]
+        for x in (Path(cfg["out"]) / "rollouts" / "round-1.jsonl").read_text().splitlines()
+    ]
+    assert sorted(shaped) == [-0.5] * 4 + [0.0] * 4
+
+
+def test_the_penalty_must_not_reward_malformed_calls():
+    with pytest.raises(UserError, match="malformed_tool_call_penalty must be a finite number >= 0"):
+        LoopConfig(agent="a:f", tasks="t", model="m", malformed_tool_call_penalty=-1.0)

@@ -22,6 +22,13 @@ Curriculum (``curriculum: {start, widen_every, widen_by}``): a round draws its t
 ``start`` share of the training tasks, ranked by their mean reward in earlier rounds (tasks not tried yet
 rank with the average), and the share widens by ``widen_by`` every ``widen_every`` rounds.
 
+Malformed tool calls (a call whose answer opens a ``<tool_call>`` the policy server could not parse: the
+agent's framework takes the text as its answer; ``sdk.messages.malformed_tool_call``) are counted: the
+table's ``malformed`` column and each row's ``malformed_share`` / ``malformed_tool_calls`` (training
+samples) and ``val_malformed_share`` (validation). ``malformed_tool_call_penalty: 0.5`` subtracts 0.5 from
+the reward of a training sample with one, so RL learns the call format as well as the decision (off by
+default; validation is never shaped).
+
 Outputs in ``out``: ``metrics.jsonl`` (one line per round, appended as it finishes), ``progress.png``
 (train reward and validation success per round), ``state.json`` (the last checkpointed round and its
 checkpoint: re-running the same command continues after it), ``store/``, ``rollouts/`` (the runner's

@@ -160,7 +160,7 @@ def _main(
 ) -> None:
     """The collector process: ``run_continuous`` over the gate's task stream, stamping the served version."""
     import sdk
-    from sdk.rollout import run_continuous
+    from sdk.rollout import MALFORMED_TOOL_CALL_PENALTY, run_continuous
     from trainers.quiet import quiet_libraries
 
     quiet_libraries()
@@ -172,6 +172,8 @@ def _main(
     # file, first runs the missing samples of the groups the kill left part-done (outside the gate and the
     # budget: the trainer waits for those groups), then gives each task that comes round its next group.
     handed_out = functools.partial(_groups_begun, results, cfg.group_size)  # tasks run before (budget)
+    penalty = cfg.malformed_tool_call_penalty
+    shaping = {MALFORMED_TOOL_CALL_PENALTY: penalty} if penalty else {}  # training samples only
     try:
         run_continuous(
             cfg.agent,
@@ -183,7 +185,7 @@ def _main(
             group_size=cfg.group_size,
             split="train",
             timeout=cfg.timeout,
-            metadata=lambda task, sample: {"policy_version": env.follow()},
+            metadata=lambda task, sample: {"policy_version": env.follow(), **shaping},
             reward_fn=cfg.reward_fn,
             success_threshold=cfg.success_threshold,
         )

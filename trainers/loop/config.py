@@ -41,6 +41,11 @@ class LoopConfig:
         concurrency: Samples at once.
         timeout: Seconds per sample.
         success_threshold: Reward counted as a success.
+        malformed_tool_call_penalty: Subtracted from the reward of a training sample whose calls include a
+            malformed tool call (the model opened a ``<tool_call>`` the server could not parse, so the agent
+            took it as its answer): RL then learns the call format as well as the decision. 0 (the
+            default) leaves rewards as the reward function gives them; e.g. 0.5 with 0/1 rewards. Success
+            and validation are not shaped; the sample's stored rewards show the penalty by name.
         eval_every: Validate every N rounds (and before the first round).
         eval_samples: Samples per validation task.
         curriculum: ``{start, widen_every, widen_by}`` or null.
@@ -81,6 +86,7 @@ class LoopConfig:
     concurrency: int = 16
     timeout: float | None = None
     success_threshold: float = 1.0
+    malformed_tool_call_penalty: float = 0.0
     eval_every: int = 1
     eval_samples: int = 1
     curriculum: dict[str, Any] | None = None
@@ -106,6 +112,10 @@ class LoopConfig:
             (self.concurrency >= 1, "concurrency must be >= 1"),
             (self.timeout is None or self.timeout > 0, "timeout must be > 0 seconds (or null: no limit)"),
             (math.isfinite(self.success_threshold), "success_threshold must be a finite number"),
+            (
+                math.isfinite(self.malformed_tool_call_penalty) and self.malformed_tool_call_penalty >= 0,
+                "malformed_tool_call_penalty must be a finite number >= 0 (0: rewards as given)",
+            ),
             (self.tasks_per_round >= 1, "tasks_per_round must be >= 1"),
             (self.group_size >= 2, "group_size must be >= 2 (a GRPO group compares samples of one task)"),
             (self.eval_every >= 1, "eval_every must be >= 1"),

@@ -28,7 +28,8 @@ results files and the store resume as the rollout runner does (an interrupted at
 Metrics per optimizer step in ``metrics.jsonl`` (``kind: "train"``): ``step``, ``policy_version`` (the
 version the step produces), ``loss``, ``reward``, ``is_ratio_mean``, ``is_ratio_max``,
 ``is_truncated_frac``, and for its version ``staleness_hist`` ({versions behind: groups}),
-``groups_dropped_stale``, ``samples_per_s``, ``trainer_idle_pct``, ``collector_idle_pct``, and the swap's
+``groups_dropped_stale``, ``samples_per_s``, ``trainer_idle_pct``, ``collector_idle_pct``,
+``malformed_tool_calls`` and ``malformed_share`` (of the samples that ended meanwhile), and the swap's
 costs ``build_s``, ``train_s``, ``push_s``, ``push_bytes``, ``checkpoint_s``; validation rows
 have ``kind: "eval"``. Every row has ``wall_s``, the loop's seconds so far (a resumed run goes on from
 its last row, as the lock-step loop's rows do). ``progress.png`` shows validation success and staleness by
@@ -342,6 +343,19 @@ def _drop_line(g: Any, s: Any, reason: str, version: int) -> dict[str, Any]:
     }
 
 
+def _malformed(rows: list[Any], t0: float, t1: float) -> dict[str, Any]:
+    """Malformed tool calls of the collector's samples that ended in ``[t0, t1]`` (trained or dropped)."""
+    from sdk.rollout import summarize
+
+    ended = [r for r in rows if t0 < float(r.get("ts") or 0) <= t1]
+    got = summarize(ended, split="train", results_path="", total=len(ended))
+    return {"malformed_tool_calls": got.malformed_tool_calls, "malformed_share": got.malformed_share}
+
+
+def _malformed_words(share: float | None) -> str:
+    return "" if share is None else f", {100 * share:.1f}% of tool calls malformed"
+
+
 def _version_rows(
     run: _AsyncRun,
     n: int,
@@ -350,6 +364,7 @@ def _version_rows(
     steps: list,
     load: tuple[float, float],
     idle_pct: float,
+    malformed: dict[str, Any],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The metrics rows (one per optimizer step) and ``trained_samples.jsonl`` lines of version ``n``."""
     from trainers.data.stream import session_version
@@ -367,6 +382,7 @@ def _version_rows(
             }
         ),
         "samples_dropped": dict(Counter(d["reason"] for d in drops)),
+        **malformed,
         "samples_per_s": round(load[0], 3),
         "trainer_idle_pct": round(idle_pct, 1),
         "collector_idle_pct": round(load[1], 1),
@@ -496,7 +512,7 @@ def _freeze_gc() -> bool:
 
 
 def _tell_agents(policy: Any, env: Path) -> None:
-    """Where the policy is (a LoRA push renames the served model) for this process and the collector's."""
+    """Where the policy is for this process and the collector's (vLLM's versioned adapter names move)."""
     from trainers.serve.policy import export_env
 
     export_env(policy)
@@ -576,8 +592,10 @@ def _resident_version(
     _tell_agents(policy, run.out / "policy-env.json")
     t1 = time.time()
     version.set(n)  # the collector stamps new samples with it from now on
-    load = _collector_load(run.results.rows(), t0, t1, cfg.concurrency)
-    rows, trained = _version_rows(run, n, groups, drops, log_rows, load, 100 * idle / max(t1 - t0, 1e-9))
+    ended = run.results.rows()
+    load = _collector_load(ended, t0, t1, cfg.concurrency)
+    idle_pct = 100 * idle / max(t1 - t0, 1e-9)
+    rows, trained = _version_rows(run, n, groups, drops, log_rows, load, idle_pct, _malformed(ended, t0, t1))
     lines = {run.metrics: rows, run.trained: trained, run.dropped: drops}
     with validator.lock:
         run.version, run.steps = n, run.trainer.global_step
@@ -593,7 +611,8 @@ def _resident_version(
     last = rows[-1] if rows else {"policy_version": n, **swap}
     run.say(
         f"version {n}: {len(groups)} groups, staleness {last.get('staleness_hist')}, "
-        f"dropped {last.get('samples_dropped') or {}}, {t1 - t0:.1f} s (swap {swap['push_s']:.2f} s)"
+        f"dropped {last.get('samples_dropped') or {}}{_malformed_words(last.get('malformed_share'))}, "
+        f"{t1 - t0:.1f} s (swap {swap['push_s']:.2f} s)"
     )
     if n % cfg.eval_every == 0 and not _finished(cfg, run):
         validator.start(n)

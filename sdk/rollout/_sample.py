@@ -70,9 +70,14 @@ def policy_endpoint() -> PolicyEndpoint:
 
 
 class _Progress:
-    """tqdm bar (done / total, success so far, ETA) on stderr, or nothing."""
+    """tqdm bar (done / total, success so far, ETA) on stderr, or nothing.
 
-    def __init__(self, enabled: bool, total: int | None, initial: int) -> None:
+    ``enabled``: True for a bar labelled ``rollout`` that stays when done; a string labels the bar, which
+    is cleared when done (the loop's table keeps one line per round). Only on a terminal: a bar redrawn
+    into a log file or a CI log would fill it (tqdm's ``disable=None``).
+    """
+
+    def __init__(self, enabled: bool | str, total: int | None, initial: int) -> None:
         self.bar: Any = None
         self.ok = 0
         self.n = 0
@@ -81,7 +86,11 @@ class _Progress:
                 from tqdm import tqdm
             except ImportError:
                 return
-            self.bar = tqdm(total=total, initial=initial, desc="rollout", unit="sample", file=sys.stderr)
+            label = enabled if isinstance(enabled, str) else "rollout"
+            self.bar = tqdm(
+                total=total, initial=initial, desc=label, unit="sample", file=sys.stderr,
+                leave=not isinstance(enabled, str), disable=None,
+            )  # fmt: skip
 
     def update(self, success: bool) -> None:
         self.n += 1

@@ -14,7 +14,9 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m trainers.loop CONFIG.yaml [--rounds N] [--out DIR]``; 0, 2 on bad input, 130 on Ctrl-C.
+    """``python -m trainers.loop CONFIG.yaml [--rounds N] [--out DIR] [--check]``; 0, 2 on bad input.
+
+    130 on Ctrl-C. ``--check`` runs a few samples on the policy server and prints what they show.
 
     Example:
         >>> main(["examples/arithmetic/loop.yaml", "--rounds", "1"])  # doctest: +SKIP
@@ -31,6 +33,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="override out")
     p.add_argument("--model", default=None, help="override model")
     p.add_argument("--mode", choices=["sync", "async"], default=None, help="override mode")
+    p.add_argument(
+        "--check",
+        nargs="?",
+        type=int,
+        const=2,
+        default=None,
+        metavar="TASKS",
+        help="before a run: start the policy server, run the first TASKS training tasks (default 2) "
+        "group_size times each (nothing trained on) and say whether the run can learn: calls per sample, "
+        "tool calls parsed / malformed, reward spread per group, seconds per call, the time one round "
+        "takes, peak memory, a verdict with what to change; then exit 0",
+    )
     try:
         args = p.parse_args(argv)
     except SystemExit as exc:
@@ -40,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         # Overrides join the file's settings before validation: --rounds -1 is refused like rounds: -1.
         overrides = ("rounds", "out", "model", "mode")
         data.update({k: getattr(args, k) for k in overrides if getattr(args, k) is not None})
+        if args.check is not None:
+            from trainers.loop.check import check_loop
+
+            print(check_loop(LoopConfig.from_mapping(data), tasks=args.check).format())
+            return 0
         result = run_loop(LoopConfig.from_mapping(data))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

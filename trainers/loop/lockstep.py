@@ -20,8 +20,9 @@ from typing import Any
 
 from trainers.errors import UserError
 from trainers.loop.config import LoopConfig, check_before_loading, planned_steps, train_settings
-from trainers.loop.table import HEADER, plot_progress, print_row
+from trainers.loop.table import HEADER, plot_progress, print_row, subset_note
 from trainers.loop.training import LoopTrainer, is_resident, start_policy
+from trainers.loop.validation import validation_tasks
 
 __all__ = ["run_loop", "select_tasks"]
 
@@ -183,6 +184,7 @@ class _Run:
                 id_field="id",
                 success_threshold=cfg.success_threshold,
                 metadata={MALFORMED_TOOL_CALL_PENALTY: penalty} if penalty else None,
+                progress=False if self.quiet else _bar_label(split),
             )
         except RolloutError as exc:
             raise UserError(str(exc)) from None
@@ -226,9 +228,12 @@ class _Run:
     def validate(self, eval_pool: list[dict[str, Any]] | None, rnd: int) -> dict[str, Any]:
         """Evaluate the validation tasks (if any); the row's validation fields and ``eval_s``."""
         t0 = time.time()
-        val = self.rollout(eval_pool, f"eval-round-{rnd}", self.cfg.eval_samples) if eval_pool else None
+        tasks = validation_tasks(self.cfg, eval_pool, first_or_last=rnd in (0, self.cfg.rounds))
+        val = self.rollout(tasks, f"eval-round-{rnd}", self.cfg.eval_samples) if tasks else None
         metrics = None if val is None else val.metrics
         return {
+            "val_tasks": len(tasks) if val is not None and tasks else None,
+            "val_subset": bool(val is not None and eval_pool and len(tasks or ()) < len(eval_pool)),
             "val_success": None if val is None else val.success_rate,
             "val_reward": None if val is None else val.mean_reward,
             "val_pass_at_1": None if metrics is None else metrics.pass_at_1,
@@ -314,6 +319,8 @@ class _Run:
                 "malformed_share": got.malformed_share,
                 "malformed_tool_calls": got.malformed_tool_calls,
                 "val_malformed_share": val["val_malformed_share"],
+                "val_tasks": val["val_tasks"],
+                "val_subset": val["val_subset"],
                 "tasks": len(tasks),
                 "samples": got.done,
                 "errors": got.counts.get("error", 0),
@@ -358,6 +365,17 @@ class _Run:
             if rnd == cfg.rounds:
                 self.checkpoint = self.trainer.final()
         return done.steps, swap
+
+
+def _bar_label(split: str) -> str:
+    """The progress bar of a round's rollout (on a terminal only): ``collect round 3``, ``validate round 0``.
+
+    Example:
+        >>> _bar_label("round-3"), _bar_label("eval-round-0")
+        ('collect round 3', 'validate round 0')
+    """
+    kind, _, n = split.rpartition("round-")
+    return f"{'validate' if kind else 'collect'} round {n}"
 
 
 #: Sample statuses that mean the agent or its reward function did not work (``sdk.rollout``).
@@ -535,6 +553,8 @@ def run_loop(
         run.trainer.serve_resumed(policy, run.policy_version)
     export_env(policy)
     run.say(HEADER)
+    if eval_pool and cfg.eval_subset is not None and cfg.eval_subset < len(eval_pool):
+        run.say(subset_note(cfg.eval_subset, len(eval_pool), "round 0 and the last round"))
     try:
         if first == 0:
             run.validation_round(eval_pool)

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HEADER", "checkpoints_line", "print_row", "plot_progress", "validation_change"]
+__all__ = ["HEADER", "checkpoints_line", "print_row", "plot_progress", "subset_note", "validation_change"]
 
 
 def plot_progress(rows: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -53,7 +53,18 @@ def _pass_at_1(r: dict[str, Any]) -> str:
     if p is None:
         return "-"
     se = r.get("val_pass_at_1_se")
-    return f"{100 * p:.1f}%" + ("" if se is None else f" ± {100 * se:.1f}")
+    subset = "*" if r.get("val_subset") else ""  # a fixed subset of the held-out tasks (subset_note)
+    return f"{100 * p:.1f}%" + ("" if se is None else f" ± {100 * se:.1f}") + subset
+
+
+def subset_note(n: int, total: int, full: str) -> str:
+    """The line under the header when validation during the run uses ``eval_subset`` tasks.
+
+    Example:
+        >>> subset_note(10, 40, "round 0")
+        '  (validation marked * is on a fixed 10 of the 40 held-out tasks; round 0 on all 40)'
+    """
+    return f"  (validation marked * is on a fixed {n} of the {total} held-out tasks; {full} on all {total})"
 
 
 def _share(x: float | None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +20,32 @@ from typing import Any
 from trainers.errors import UserError
 from trainers.loop.collect import RolloutWorker, _Version, read_jsonl
 
-__all__ = ["Validator"]
+__all__ = ["Validator", "validation_tasks"]
+
+
+def validation_tasks(
+    cfg: Any, pool: list[dict[str, Any]] | None, *, first_or_last: bool
+) -> list[dict[str, Any]] | None:
+    """The held-out tasks a validation runs: all of them first and last, else ``cfg.eval_subset`` of them.
+
+    The subset is drawn once per run (``cfg.seed``), the same tasks every time, in the pool's order, so
+    the run's validations compare with each other; the first and the last cover every task, so the run's
+    change is measured on all of them.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> pool = [{"id": str(i)} for i in range(6)]
+        >>> cfg = SimpleNamespace(eval_subset=2, seed=0)
+        >>> [t["id"] for t in validation_tasks(cfg, pool, first_or_last=False)]
+        ['3', '5']
+        >>> len(validation_tasks(cfg, pool, first_or_last=True))
+        6
+    """
+    n = getattr(cfg, "eval_subset", None)
+    if not pool or n is None or n >= len(pool) or first_or_last:
+        return pool
+    keep = sorted(random.Random(cfg.seed).sample(range(len(pool)), n))
+    return [pool[i] for i in keep]
 
 
 class _Thread:
@@ -92,9 +118,10 @@ class Validator:
             if self.worker is None:
                 self.worker = RolloutWorker(self.run.out, "validation")
             run = self.worker.run
+        tasks = validation_tasks(cfg, self.pool, first_or_last=alone or n == 0)
         run(
             agent=cfg.agent,
-            tasks=self.pool,
+            tasks=tasks,
             group_size=cfg.eval_samples,
             concurrency=cfg.concurrency,
             timeout=cfg.timeout,
@@ -113,12 +140,19 @@ class Validator:
             "val_success_se": s.pass_at_k_se.get(1),
             "val_reward": sum(rewards) / len(rewards) if rewards else None,
             "served_version_at_end": self.version.get(),
+            "val_tasks": len(tasks or ()),
+            "val_subset": len(tasks or ()) < len(self.pool),
             "eval_s": round(time.time() - t0, 1),
             "wall_s": round(time.time() - self.run.t0, 1),
         }
         with self.lock, self.run.metrics.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        self.run.say(f"validation of version {n}: {_pct(row['val_success'])} success")
+        subset = (
+            f" (on {row['val_tasks']} of the {len(self.pool)} tasks, eval_subset)"
+            if row["val_subset"]
+            else ""
+        )
+        self.run.say(f"validation of version {n}: {_pct(row['val_success'])} success{subset}")
         return row
 
     def start(self, n: int) -> None:

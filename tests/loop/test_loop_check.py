@@ -1,0 +1,61 @@
+"""``tracerl train --loop loop.yaml --check`` on the tiny model: the loop's own policy server, a few samples,
+the lines that say whether a run can learn, exit 0, and nothing of it left for the run to train on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainers.loop import main
+
+pytest.importorskip("openai")
+
+
+def _tasks(path: Path, prefix: str, n: int) -> str:
+    path.write_text(
+        "".join(json.dumps({"id": f"{prefix}-{i}", "q": f"{i} plus {i}"}) + "\n" for i in range(n))
+    )
+    return str(path)
+
+
+def test_the_loop_check_runs_samples_on_its_policy_server_and_says_no_group_has_spread(
+    tmp_path, tiny_model_dir, capsys, monkeypatch
+):
+    monkeypatch.setenv("LOOP_TEST_FLAT", "1")  # every reward 0: no group has spread
+    out = tmp_path / "loop"
+    config = {
+        "agent": "loop_agents:solve",
+        "reward_fn": "loop_agents:coin_until_flat",
+        "tasks": _tasks(tmp_path / "train.jsonl", "train", 6),
+        "eval_tasks": _tasks(tmp_path / "eval.jsonl", "eval", 10),
+        "eval_subset": 4,
+        "model": str(tiny_model_dir),
+        "out": str(out),
+        "tasks_per_round": 4,
+        "group_size": 2,
+        "concurrency": 4,
+        "train": {"lora": True, "grpo": {"use_cpu": True}},
+    }
+    path = tmp_path / "loop.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main([str(path), "--check"]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0].startswith("check: 4 samples (2 tasks x 2)"), text
+    assert sum("no spread: no signal" in ln for ln in lines) == 2
+    assert "model calls per sample  1.0" in text and "tool calls              0 parsed, 0 malformed" in text
+    assert any(
+        ln.startswith("  one round's collection") and "(8 samples at concurrency 4)" in ln for ln in lines
+    )
+    assert any(ln.startswith("  a validation") and "(4 samples" in ln for ln in lines)  # the subset
+    assert any(ln.startswith("  first/last validation") and "(10 samples" in ln for ln in lines)
+    assert "GB this process" in text and "GB the policy server" in text
+    verdict = [ln for ln in lines if ln.startswith("verdict: ")]
+    assert any("no group has reward spread and no sample scored" in v and "tracerl sft" in v for v in verdict)
+    assert any(v.startswith("verdict: one round takes ~") and "plus its training" in v for v in verdict)
+    # Nothing for the run: no metrics, no round, no loop store; the check's samples are in out/check.
+    assert not (out / "metrics.jsonl").exists() and not (out / "store").exists()
+    assert not (out / "policy-server.pid").exists()

@@ -1,0 +1,97 @@
+"""``tracerl train --loop loop.yaml --check``: a few samples on the loop's own policy server before a run.
+
+The check starts the policy server the loop would start (on ``model``), runs the first training tasks
+``group_size`` times each (a store of their own in ``OUT/check``: nothing of it is trained on), stops the
+server and prints :class:`sdk.rollout.RolloutCheck`'s lines with the loop's settings: how long one round's
+collection and a validation take at this pace, peak memory of the loop's process and its server, and a
+verdict naming what to change (warm start, temperature, timeout, group size).
+
+Example:
+    >>> print(check_loop(LoopConfig.from_yaml("loop.yaml")).format())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainers.errors import UserError
+
+__all__ = ["check_loop"]
+
+#: A round's rollouts longer than this are worth a line in the verdict (minutes).
+_LONG_ROUND_MIN = 15.0
+
+
+def check_loop(cfg: Any, *, tasks: int = 2) -> Any:
+    """Run ``tasks`` training tasks ``cfg.group_size`` times on the loop's policy server; the report.
+
+    Args:
+        cfg: A :class:`trainers.loop.LoopConfig`.
+        tasks: Training tasks to run (the first ones of ``cfg.tasks``).
+
+    Returns:
+        A :class:`sdk.rollout.RolloutCheck` with the loop's projections and notes.
+
+    Raises:
+        UserError: Bad settings, a policy server that would not start, an agent that cannot be imported.
+
+    Example:
+        >>> check_loop(LoopConfig(agent="a:f", tasks="t.jsonl", model="m"))  # doctest: +SKIP
+    """
+    import sdk
+    from sdk.rollout import RolloutError, check_rollout
+    from sdk.rollout._check import took
+    from trainers.loop.config import check_before_loading
+    from trainers.loop.pools import load_pools
+    from trainers.loop.training import start_policy
+    from trainers.quiet import quiet_libraries
+    from trainers.serve.policy import export_env, make_policy
+
+    check_before_loading(cfg)
+    pool, eval_pool = load_pools(cfg)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    quiet_libraries()
+    G, C = cfg.group_size, cfg.concurrency
+    projections = [("one round's collection", min(cfg.tasks_per_round, len(pool)) * G, C)]
+    if eval_pool:
+        subset = getattr(cfg, "eval_subset", None)
+        during = min(subset, len(eval_pool)) if subset else len(eval_pool)
+        projections.append(("a validation", during * cfg.eval_samples, C))
+        if during < len(eval_pool):
+            projections.append(("first/last validation", len(eval_pool) * cfg.eval_samples, C))
+    policy = make_policy(cfg.policy, cfg.model, log_dir=str(out / "check"))
+    try:
+        start_policy(policy, None)
+        export_env(policy)
+        report = check_rollout(
+            cfg.agent, pool, group_size=G, check_tasks=tasks, concurrency=C, timeout=cfg.timeout,
+            reward_fn=cfg.reward_fn, success_threshold=cfg.success_threshold, workdir=out / "check",
+            projections=projections,
+        )  # fmt: skip
+    except RolloutError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        policy.stop()
+        sdk.flush()
+    # The server ran in a child process, now stopped and waited for: its peak counts among the children's.
+    scale = 1 if sys.platform == "darwin" else 1024
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale
+    report.peak_child_rss_bytes = max(report.peak_child_rss_bytes, child)
+    report.child = "the policy server"
+    rollouts = report.project_s(projections[0][1], C) or 0.0
+    if len(projections) > 1:
+        rollouts += report.project_s(projections[1][1], C) or 0.0
+    report.notes.append(
+        f"one round takes ~{took(rollouts)} of rollouts (collection and a validation at "
+        f"tasks_per_round {cfg.tasks_per_round}, group_size {G}, concurrency {C}) plus its training"
+    )
+    if rollouts / 60 > _LONG_ROUND_MIN:
+        report.notes.append(
+            "that is long: fewer tasks_per_round, a smaller eval_subset, or more concurrency if the server "
+            "keeps up"
+        )
+    return report

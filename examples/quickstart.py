@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-url", help="an OpenAI-compatible endpoint; default: a local scripted server")
     parser.add_argument("--model", default="gpt-4o-mini", help="model name (default: %(default)s)")
     parser.add_argument(
-        "--group-size", "--samples", type=int, default=2, help="samples per task, G (default: %(default)s)"
+        "--group-size", type=int, default=2, help="samples per task, G (default: %(default)s)"
     )
     args = parser.parse_args(argv)
 

@@ -106,28 +106,32 @@ def ray_head() -> Iterator[RayHead]:
         "RAY_USAGE_STATS_ENABLED": "0",
     }
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _RAY_HEAD, temp],
-        stdout=subprocess.PIPE,
-        stderr=open(Path(temp) / "head.log", "wb"),
-        stdin=subprocess.PIPE,
-        env=env,
-        cwd=str(root),
-        text=True,
-    )
-    line = proc.stdout.readline() if proc.stdout else ""
-    if not line:
-        proc.kill()
-        raise RuntimeError(f"the Ray head did not start: {(Path(temp) / 'head.log').read_text()[-2000:]}")
-    info = json.loads(line)
-    try:
-        yield RayHead(info["dashboard"], info["gcs"])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+    # Both context managers close what they opened (the log, the pipes): nothing left to a ResourceWarning.
+    with (
+        open(Path(temp) / "head.log", "wb") as log,
+        subprocess.Popen(
+            [sys.executable, "-c", _RAY_HEAD, temp],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            stdin=subprocess.PIPE,
+            env=env,
+            cwd=str(root),
+            text=True,
+        ) as proc,
+    ):
+        line = proc.stdout.readline() if proc.stdout else ""
+        if not line:
             proc.kill()
+            raise RuntimeError(f"the Ray head did not start: {(Path(temp) / 'head.log').read_text()[-2000:]}")
+        info = json.loads(line)
+        try:
+            yield RayHead(info["dashboard"], info["gcs"])
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 # ------------------------------------------------------------------------- object storage (moto S3)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,18 +42,8 @@ __all__ = [
 ]
 
 
-class _RenamedKeywords(type):
-    """Accept ``num_generations=`` (the old name of ``group_size``) for a release, with a warning."""
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if "num_generations" in kwargs and "group_size" not in kwargs:
-            warnings.warn("num_generations is deprecated: use group_size", DeprecationWarning, stacklevel=2)
-            kwargs["group_size"] = kwargs.pop("num_generations")
-        return super().__call__(*args, **kwargs)
-
-
 @dataclass
-class TrainerConfig(metaclass=_RenamedKeywords):
+class TrainerConfig:
     """Configuration shared by every backend: model, data preparation, grouping, evaluation, curriculum.
 
     Parameters that control the model and output:

@@ -51,7 +51,7 @@ from typing import Any
 from trainers import get_trainer, resolve_backend
 from trainers.errors import UserError
 from trainers.remote import find_job, reattach
-from trainers.settings import DEPRECATED_KEYS, make_config
+from trainers.settings import make_config
 
 __all__ = ["main"]
 
@@ -162,10 +162,6 @@ def _build_parser(config_cls: type | None) -> _ArgumentParser:
         p.add_argument("--output", "--output-dir", dest="output_dir")
         return p
     hints = typing.get_type_hints(config_cls)
-    names = {f.name for f in dataclasses.fields(config_cls)}
-    for old, new in DEPRECATED_KEYS.items():  # still accepted, with a notice (trainers.settings)
-        if new in names:
-            p.add_argument(_flag(old), dest=old, type=hints[new], help=argparse.SUPPRESS)
     for f in dataclasses.fields(config_cls):
         help_text = f.metadata.get("help", "")
         hint = hints[f.name]
@@ -251,7 +247,7 @@ def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
     trainer, config, _ = make_config(
         settings, backend=backend_name, source=str(getattr(pre, "config", None) or "the flags")
     )
-    if "group_size" not in settings and "num_generations" not in settings:
+    if "group_size" not in settings:
         config.group_size_from_data = True  # trainers.base: the size the episodes were collected with
     return trainer, config, data, dry_run, str(backend)
 

@@ -8,9 +8,7 @@ coerced to the field types (YAML 1.1 reads ``1e-5`` as a string); unknown keys a
 from __future__ import annotations
 
 import dataclasses
-import sys
 import typing
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,35 +16,7 @@ from trainers import get_trainer, resolve_backend
 from trainers.base import Trainer, TrainerConfig
 from trainers.errors import UserError
 
-__all__ = ["DEPRECATED_KEYS", "make_config", "rename_deprecated"]
-
-#: Old spellings of settings that still work for a release (old key: new key).
-DEPRECATED_KEYS = {"num_generations": "group_size"}
-
-
-def rename_deprecated(values: dict[str, Any], old: str, new: str) -> None:
-    """Rename ``old`` to ``new`` in ``values``: one notice line on stderr and a ``DeprecationWarning``.
-
-    Raises:
-        UserError: Both spellings are set.
-
-    Example:
-        >>> import warnings
-        >>> values = {"samples": 4}
-        >>> with warnings.catch_warnings():
-        ...     warnings.simplefilter("ignore")
-        ...     rename_deprecated(values, "samples", "group_size")
-        >>> values
-        {'group_size': 4}
-    """
-    if old not in values:
-        return
-    if new in values:
-        raise UserError(f"set {new} only ({old} is its deprecated spelling)")
-    message = f"tracerl: {old} is deprecated; use {new} (--{new.replace('_', '-')})"
-    print(message, file=sys.stderr)
-    warnings.warn(message, DeprecationWarning, stacklevel=3)
-    values[new] = values.pop(old)
+__all__ = ["make_config"]
 
 
 def parse_bool(value: Any) -> bool:
@@ -112,8 +82,6 @@ def make_config(
         ('TRLGRPOConfig', 512, {'beta': 0})
     """
     values = dict(settings)
-    for old, new in DEPRECATED_KEYS.items():
-        rename_deprecated(values, old, new)
     given = backend or values.pop("backend", None) or "trl"
     values.pop("backend", None)
     name, overrides = resolve_backend(str(given))  # http://head:8265 -> ("ray", {address})

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 
+from sdk._cli import OneLineParser
 from sdk.eval import parse_shard
 from sdk.rollout._continuous import run_continuous
 from sdk.rollout._resume import _current_store
@@ -24,14 +25,14 @@ from sdk.rollout._tasks import RolloutError
 __all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> OneLineParser:
     """The ``python -m sdk.rollout`` argument parser.
 
     Example:
         >>> build_parser().parse_args(["m:f", "t.jsonl"]).group_size
         1
     """
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m sdk.rollout",
         description="Run an agent over a task set (G samples per task, each in a session); resumable.",
     )
@@ -40,8 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--group-size", "-G", type=int, default=1, help="samples per task, the GRPO group size G (default 1)"
     )
-    # Deprecated spelling of --group-size: still works, with a one-line notice.
-    p.add_argument("--samples", dest="samples_deprecated", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--concurrency", "-c", type=int, default=8, help="samples at once (default 8)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per sample (default: none)")
     p.add_argument("--reward-fn", default=None, help="module:function(task, answer) -> float | dict")
@@ -110,9 +109,6 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     import sdk
 
-    if args.samples_deprecated is not None:
-        print("tracerl: --samples is deprecated; use --group-size", file=sys.stderr)
-        args.group_size = args.samples_deprecated
     try:
         if args.store is not None:
             sdk.configure(store=args.store)

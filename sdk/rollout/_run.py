@@ -13,7 +13,6 @@ import dataclasses
 import os
 import sys
 import time
-import warnings
 from collections.abc import Callable, Container, Iterable
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,6 @@ def run_rollout(
     ray: str | None = None,
     ray_runtime_env: dict[str, Any] | None = None,
     shard: str | tuple[int, int] | None = None,
-    samples: int | None = None,
 ) -> RolloutSummary:
     """Run ``agent`` ``group_size`` times on every task, each run in its own session; resumable.
 
@@ -77,7 +75,6 @@ def run_rollout(
         shard: ``"I/N"`` or ``(I, N)``: run only the I-th of N disjoint slices of the tasks (by a hash of
             the task id, the same on every machine); ``python -m sdk.eval summarize`` merges the shards'
             results files.
-        samples: Deprecated spelling of ``group_size`` (a ``DeprecationWarning``; removed in a later release).
 
     Returns:
         A :class:`RolloutSummary` over the whole results file.
@@ -90,9 +87,6 @@ def run_rollout(
     Example:
         >>> run_rollout("my_agent:solve", "tasks.jsonl", group_size=4, results="out.jsonl")  # doctest: +SKIP
     """
-    if samples is not None:
-        warnings.warn("run_rollout(samples=) is deprecated: use group_size", DeprecationWarning, stacklevel=2)
-        group_size = samples
     plan = _prepare(
         agent, tasks, group_size=group_size, concurrency=concurrency, timeout=timeout, reward_fn=reward_fn,
         split=split, results=results, store=store, id_field=id_field, threshold=success_threshold,

@@ -35,7 +35,7 @@ def write_tasks(path: Path) -> str:
 def test_runner_summary_json_and_metrics_file_show_the_figures(policy_env, tmp_path, capsys):
     store, results = tmp_path / "store", tmp_path / "eval.jsonl"
     s = run_rollout(
-        "eval_agents:solve", TASKS, samples=4, reward_fn="eval_agents:score", split="eval", store=store,
+        "eval_agents:solve", TASKS, group_size=4, reward_fn="eval_agents:score", split="eval", store=store,
         results=results, concurrency=4,
     )  # fmt: skip
     m = s.metrics

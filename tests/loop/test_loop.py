@@ -145,13 +145,14 @@ def test_bad_config_is_one_error_line(tmp_path, capsys):
         LoopConfig(agent="a:f", tasks="t", model="m", curriculum={"start": 0})
 
 
-def test_samples_key_is_a_deprecated_alias_of_group_size(capsys):
+def test_the_old_samples_key_is_refused():
+    """``samples`` was renamed ``group_size`` before any release: an unknown setting, not an alias."""
     from trainers.loop import LoopConfig
 
-    with pytest.warns(DeprecationWarning, match="samples is deprecated"):
-        cfg = LoopConfig.from_mapping({"agent": "a:f", "tasks": "t", "model": "m", "samples": 4})
-    assert cfg.group_size == 4
-    assert "tracerl: samples is deprecated; use group_size" in capsys.readouterr().err
+    base = {"agent": "a:f", "tasks": "t", "model": "m"}
+    assert LoopConfig.from_mapping({**base, "group_size": 4}).group_size == 4
+    with pytest.raises(UserError, match="unknown loop setting"):
+        LoopConfig.from_mapping({**base, "samples": 4})
 
 
 @pytest.mark.slow

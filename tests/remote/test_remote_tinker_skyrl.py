@@ -164,7 +164,7 @@ def _train(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]
 def _run_args(skyrl: SkyRLServer, model: Path, data: Path, out: Path, **opts: Any) -> list[str]:
     args = [
         "--backend", "tinker", "--data", str(data), "--model", str(model), "--tokenizer", str(model),
-        "--base-url", skyrl.url, "--num-generations", "4", "--lora-rank", str(LORA_RANK),
+        "--base-url", skyrl.url, "--group-size", "4", "--lora-rank", str(LORA_RANK),
         "--learning-rate", "0.01", "--output", str(out),
     ]  # fmt: skip
     for key, value in opts.items():
@@ -181,7 +181,7 @@ def _base_losses(data: Path, model: Path) -> list[float]:
     from trainers.base import prepare_data
     from trainers.remote.tinker_backend import TinkerConfig, TinkerTrainer
 
-    cfg = TinkerConfig(model=str(model), tokenizer=str(model), num_generations=4)
+    cfg = TinkerConfig(model=str(model), tokenizer=str(model), group_size=4)
     batches = TinkerTrainer().build_datums(prepare_data(data, cfg), cfg)
     return [-sum(float(d.loss_fn_inputs["advantages"].to_numpy().sum()) for d in b) for b in batches]
 

@@ -101,28 +101,17 @@ def test_dry_run_prints_groups_and_stats(parquet, tokenizer_dir, capsys):
     assert "token-faithful episodes (behaviour logprobs used)" in out
 
 
-def test_num_generations_still_works_with_a_notice(parquet, tokenizer_dir, tmp_path, capsys):
-    """The old spelling of --group-size (flag and YAML key) works for a release, with one notice line."""
+def test_the_old_name_of_group_size_is_refused(parquet, tokenizer_dir, tmp_path, capsys):
+    """num_generations was renamed group_size before any release: flag, YAML key and keyword are refused."""
     base = ["--data", parquet, "--model", tokenizer_dir, "--dry-run"]
-    with pytest.warns(DeprecationWarning, match="num_generations is deprecated"):
-        rc, out, err = run_cli(capsys, [*base, "--num-generations", "4"])
-    assert rc == 0 and "nothing trained" in out
-    assert err.strip().splitlines() == [
-        "tracerl: num_generations is deprecated; use group_size (--group-size)"
-    ]
+    assert_user_error(capsys, [*base, "--num-generations", "4"], "unrecognized arguments: --num-generations")
     conf = tmp_path / "old.yaml"
     conf.write_text("num_generations: 4\n")
-    with pytest.warns(DeprecationWarning):
-        rc, _, err = run_cli(capsys, [*base, "--config", conf])
-    assert rc == 0 and "deprecated" in err
-    assert_user_error(capsys, [*base, "--num-generations", 4, "--group-size", 4], "group_size only")
-
-
-def test_config_keyword_num_generations_still_works():
+    assert_user_error(capsys, [*base, "--config", conf], "unknown setting(s)", "num_generations")
     from trainers.trl import TRLGRPOConfig
 
-    with pytest.warns(DeprecationWarning, match="use group_size"):
-        assert TRLGRPOConfig(model="./tiny", num_generations=6).group_size == 6
+    with pytest.raises(TypeError, match="num_generations"):
+        TRLGRPOConfig(model="./tiny", num_generations=6)  # type: ignore[call-arg]
 
 
 def test_dry_run_counts_truncation(tmp_path, tokenizer_dir, capsys):

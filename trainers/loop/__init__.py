@@ -44,7 +44,7 @@ Config keys: see :class:`LoopConfig`. Example ``loop.yaml``::
     out: runs/loop
     rounds: 6
     tasks_per_round: 32
-    samples: 8
+    group_size: 8
     train: {learning_rate: 1.0e-5, lora: true, beta: 0}
 
 Example:

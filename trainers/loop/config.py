@@ -37,7 +37,7 @@ class LoopConfig:
             ``sdk.reward``).
         rounds: Training rounds.
         tasks_per_round: Training tasks per round.
-        group_size: Samples per task (the GRPO group size G); ``samples`` is its deprecated spelling.
+        group_size: Samples per task (the GRPO group size G).
         concurrency: Samples at once.
         timeout: Seconds per sample.
         success_threshold: Reward counted as a success.
@@ -169,10 +169,7 @@ class LoopConfig:
             >>> LoopConfig.from_mapping({"agent": "a:f", "tasks": "t", "model": "m"}).rounds
             4
         """
-        from trainers.settings import rename_deprecated
-
         data = dict(data)
-        rename_deprecated(data, "samples", "group_size")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:

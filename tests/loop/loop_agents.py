@@ -114,11 +114,12 @@ def solve_or_malformed(task: dict[str, Any]) -> str | None:
 
     if _sample_index() % 2 == 0:
         return solve(task)
-    client = wrap_openai(openai.OpenAI(base_url=os.environ["LOOP_TEST_MALFORMED_URL"], api_key="x"))
-    resp = client.chat.completions.create(
-        model=os.environ["TRACERL_POLICY_MODEL"],
-        messages=[{"role": "user", "content": f"What is {task['q']}?"}],
-    )
+    # Closed after its one call: a client per sample left open is a ResourceWarning when collected.
+    with wrap_openai(openai.OpenAI(base_url=os.environ["LOOP_TEST_MALFORMED_URL"], api_key="x")) as client:
+        resp = client.chat.completions.create(
+            model=os.environ["TRACERL_POLICY_MODEL"],
+            messages=[{"role": "user", "content": f"What is {task['q']}?"}],
+        )
     return resp.choices[0].message.content
 
 

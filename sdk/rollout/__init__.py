@@ -25,8 +25,8 @@ the tasks (each visit of a task runs its next ``group_size`` samples, with fresh
 SIGINT/SIGTERM or its ``stop`` event; the samples in flight then finish and it exits 0. Its results file and
 store are the batch runner's and it resumes the same way, running the missing samples of the groups a kill
 left part-done before anything else. Each sample reads ``TRACERL_POLICY_BASE_URL`` and
-``TRACERL_POLICY_MODEL`` at its start (:func:`policy_endpoint`), so when the loop switches the policy to a
-new version the samples started afterwards call it.
+``TRACERL_POLICY_MODEL`` at its start (:func:`policy_endpoint`); the loop keeps both the same for the whole
+run (a new version is served under the same name), so an agent need not read them per call.
 
 The summary adds the :mod:`sdk.eval` figures (pass@1 ± standard error, pass@k, pass^k, maj@k, rates,
 calls/tokens/latency per sample), also written to ``<results>.metrics.json``. ``--shard I/N`` runs the

@@ -38,8 +38,8 @@ class PolicyEndpoint(NamedTuple):
     """The policy a sample calls: ``TRACERL_POLICY_BASE_URL`` and ``TRACERL_POLICY_MODEL`` (None if unset).
 
     Example:
-        >>> PolicyEndpoint("http://127.0.0.1:8000/v1", "policy@v3").model
-        'policy@v3'
+        >>> PolicyEndpoint("http://127.0.0.1:8000/v1", "policy").model
+        'policy'
     """
 
     base_url: str | None
@@ -57,8 +57,10 @@ def _policy_now() -> PolicyEndpoint:
 def policy_endpoint() -> PolicyEndpoint:
     """The policy's base URL and model as the environment named them when the current sample started.
 
-    The runner reads the two variables at the start of every sample, so when the loop switches the policy
-    to a new version (re-exporting them) the samples started afterwards call the new one, while a running
+    The loop's policy servers keep one name and one address for the whole run (new versions are the
+    server's business: each response says which version answered), so an agent may read them once, e.g.
+    when it builds its client. The runner still reads the two variables at the start of every sample, so
+    a caller that exports other values meanwhile reaches the samples started afterwards, while a running
     sample keeps the endpoint it started with. Outside a sample: the variables as they are now.
 
     Example:

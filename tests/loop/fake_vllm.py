@@ -1,10 +1,15 @@
 """A scripted stand-in for ``vllm`` (``fake_vllm.py serve MODEL --port P ...``) for the launcher tests.
 
-Records its command line and environment (``$FAKE_VLLM_LOG``, one JSON line per launch) and every POST it
-receives; answers ``/health``, ``/v1/models``, ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``
-like vLLM does (``200`` with a text body; unloading an unknown adapter is a ``404``), and
-``/v1/chat/completions`` for the served base or a loaded adapter (a one-word reply whose ``model`` is the
-name requested, as vLLM's is; any other name is a ``404``).
+Not vLLM (which needs a GPU and is not installed here): it models only what tracerl relies on, as vLLM's
+OpenAI server does it (``vllm/entrypoints/openai/models/serving.py``). Records its command line and
+environment (``$FAKE_VLLM_LOG``, one JSON line per launch) and every POST it receives; answers ``/health``,
+``/v1/models`` (the served base, then the loaded adapters), ``/v1/load_lora_adapter`` and
+``/v1/unload_lora_adapter`` like vLLM does (``200`` with a text body; loading a name already loaded is a
+``400`` (vLLM's ``load_inplace`` is not modelled); unloading an unknown adapter is a ``404``), and
+``/v1/chat/completions`` for the served base or a loaded adapter: a reply whose ``model`` is the name
+requested, as vLLM's is (the adapter's ``lora_name``), and whose content is ``adapter <lora_path>`` for an
+adapter (which weights answered) or one word for the base; any other name is a ``404``. With ``"stream":
+true`` the reply is server-sent ``chat.completion.chunk`` events and ``data: [DONE]``.
 
 Started with ``VLLM_SERVER_DEV_MODE=1`` and ``--weight-transfer-config``, it also answers vLLM 0.33's
 weight-transfer routes (``/get_world_size``, ``/init_weight_transfer_engine``, ``/pause``,
@@ -32,7 +37,7 @@ LOG = os.environ["FAKE_VLLM_LOG"]
 argv = sys.argv[1:]
 port = int(argv[argv.index("--port") + 1])
 base_name = argv[argv.index("--served-model-name") + 1] if "--served-model-name" in argv else argv[1]
-loaded: set[str] = set()
+loaded: dict[str, str] = {}  # lora_name -> lora_path
 TRANSFER = "--weight-transfer-config" in argv and os.environ.get("VLLM_SERVER_DEV_MODE") == "1"
 PARAMS = (
     json.loads(open(os.environ["FAKE_VLLM_PARAMS"]).read()) if os.environ.get("FAKE_VLLM_PARAMS") else None
@@ -74,7 +79,10 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, json.dumps({"world_size": 1}))
         if TRANSFER and self.path == "/weight_info":
             return self.reply(200, json.dumps({"weight_version": state["version"]}))
-        self.reply(200, "{}" if self.path == "/health" else json.dumps({"data": [{"id": n} for n in loaded]}))
+        if self.path == "/health":
+            return self.reply(200, "{}")
+        models = [{"id": base_name, "object": "model"}, *({"id": n, "object": "model"} for n in loaded)]
+        self.reply(200, json.dumps({"object": "list", "data": models}))
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
@@ -82,7 +90,7 @@ class Handler(BaseHTTPRequestHandler):
         name = body.get("lora_name")
         if self.path == "/v1/chat/completions":
             running.wait()  # paused: the request waits in the queue (mode keep)
-            return self.chat(body.get("model"))
+            return self.chat(body.get("model"), bool(body.get("stream")))
         route = urllib.parse.urlparse(self.path).path
         if TRANSFER and route in TRANSFER_ROUTES:
             status, text = TRANSFER_ROUTES[route](self, body)
@@ -90,28 +98,43 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v1/load_lora_adapter":
             if name in loaded:
                 return self.reply(400, f"The lora adapter '{name}' has already been loaded.")
-            loaded.add(name)
+            loaded[name] = body.get("lora_path")
             return self.reply(200, f"Success: LoRA adapter '{name}' added successfully.")
         if self.path == "/v1/unload_lora_adapter":
             if name not in loaded:
                 return self.reply(404, f"The lora adapter '{name}' cannot be found.")
-            loaded.discard(name)
+            del loaded[name]
             return self.reply(200, f"Success: LoRA adapter '{name}' removed successfully.")
         if self.path == "/admin/reload":
             return self.reply(200, json.dumps({"ok": True}))
         self.reply(404, "not found")
 
-    def chat(self, model: str) -> None:
+    def chat(self, model: str, stream: bool = False) -> None:
         if model != base_name and model not in loaded:
             error = {"message": f"The model `{model}` does not exist.", "type": "NotFoundError", "code": 404}
             return self.reply(404, json.dumps({"error": error}), "application/json")
-        message = {
-            "role": "assistant",
-            "content": "ok" if state["version"] is None else f"v{state['version']}",
-        }
+        if model in loaded:
+            content = f"adapter {loaded[model]}"
+        else:
+            content = "ok" if state["version"] is None else f"v{state['version']}"
+        if stream:
+            return self.stream(model, content)
+        message = {"role": "assistant", "content": content}
         body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": model,
                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip
         self.reply(200, json.dumps(body), "application/json")
+
+    def stream(self, model: str, content: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()  # no length: the stream ends when the connection closes (HTTP/1.0)
+        for i, part in enumerate(content.split(" ")):
+            delta = {"role": "assistant", "content": part} if i == 0 else {"content": " " + part}
+            chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": model,
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}  # fmt: skip
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
 
 
 def init_engine(handler: Handler, body: dict) -> tuple[int, object]:

@@ -1,5 +1,6 @@
 """Policy servers: the vLLM launcher's command line and reload requests (against a scripted stand-in for
-``vllm``; vLLM itself needs a GPU), the external server's reloads, and the local ``sdk.serve`` subprocess."""
+``vllm``; vLLM itself needs a GPU), the one name agents send across versions (the served-name proxy), the
+external server's reloads, and the local ``sdk.serve`` subprocess."""
 
 from __future__ import annotations
 
@@ -70,8 +71,9 @@ def _adapter(path: Path, base: str) -> str:
 def test_vllm_command_line():
     p = VLLMPolicy("Qwen/Qwen2.5-0.5B-Instruct", lora=True, max_lora_rank=32, port=8123, tool_call_parser="hermes",
                    extra_args="--gpu-memory-utilization 0.5 --dtype bfloat16")  # fmt: skip
+    assert p.server_port != 8123  # vLLM listens behind the proxy agents call on 8123
     assert p.command() == [
-        "vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "127.0.0.1", "--port", "8123",
+        "vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "127.0.0.1", "--port", str(p.server_port),
         "--served-model-name", "policy-base", "--max-logprobs", "20",
         "--enable-lora", "--max-lora-rank", "32", "--max-loras", "2",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
@@ -101,20 +103,22 @@ def test_vllm_lora_reload_requests_and_full_weight_restart(tmp_path, vllm_log):
         assert launch["runtime_lora"] == "True"
         export_env(p)
         assert os.environ[ENV_BASE_URL] == p.base_url and os.environ[ENV_MODEL] == "policy"
-        # Round 1: the adapter was trained on the served base -> loaded at run time under the agents' name.
+        # Round 1: the adapter was trained on the served base -> loaded at run time as the next version.
         a1 = _adapter(tmp_path / "round-1" / "final", base)
         p.update(str(tmp_path / "round-1" / "merged"), adapter=a1)
         a2 = _adapter(tmp_path / "round-2" / "final", base)
         p.update(str(tmp_path / "round-2" / "merged"), adapter=a2)
         posts = [(e["path"], e["body"]) for e in vllm_log() if "path" in e]
         assert posts == [
-            ("/v1/unload_lora_adapter", {"lora_name": "policy"}),
-            ("/v1/load_lora_adapter", {"lora_name": "policy", "lora_path": a1}),
-            ("/v1/unload_lora_adapter", {"lora_name": "policy"}),
-            ("/v1/load_lora_adapter", {"lora_name": "policy", "lora_path": a2}),
+            ("/v1/unload_lora_adapter", {"lora_name": "policy@v1"}),
+            ("/v1/load_lora_adapter", {"lora_name": "policy@v1", "lora_path": a1}),
+            ("/v1/unload_lora_adapter", {"lora_name": "policy@v2"}),
+            ("/v1/load_lora_adapter", {"lora_name": "policy@v2", "lora_path": a2}),
+            ("/v1/unload_lora_adapter", {"lora_name": "policy@v1"}),
         ]
-        with urllib.request.urlopen(p.base_url + "/models") as resp:
-            assert [m["id"] for m in json.load(resp)["data"]] == ["policy"]
+        with urllib.request.urlopen(p.base_url + "/models") as resp:  # the agents' name, not the versions
+            assert [m["id"] for m in json.load(resp)["data"]] == ["policy-base", "policy"]
+        assert p.model_name == "policy" and _chat(p.base_url, "policy")[0] == 200
         # An adapter trained on other weights (a merged checkpoint) -> restart on the full weights.
         merged = str(tmp_path / "round-3" / "merged")
         p.update(
@@ -123,7 +127,9 @@ def test_vllm_lora_reload_requests_and_full_weight_restart(tmp_path, vllm_log):
         launches = [e for e in vllm_log() if "launch" in e]
         assert len(launches) == 2 and launches[1]["launch"][:2] == ["serve", merged]
         assert "--enable-lora" not in launches[1]["launch"]
-        assert launches[1]["launch"][launches[1]["launch"].index("--served-model-name") + 1] == "policy"
+        assert launches[1]["launch"][launches[1]["launch"].index("--served-model-name") + 1] == "policy@v3"
+        status, raw = _chat(p.base_url, "policy")  # the same address and name after the restart
+        assert status == 200 and json.loads(raw)["model"] == "policy@v3"
     finally:
         p.stop()
     assert p._proc is None
@@ -144,9 +150,10 @@ def test_external_policy_reloads(tmp_path, vllm_log):
         posts = [(e["path"], e["body"]) for e in vllm_log() if "path" in e]
         assert posts == [
             ("/admin/reload", {"path": "/ckpt/round-1"}),
-            ("/v1/unload_lora_adapter", {"lora_name": "policy"}),
-            ("/v1/load_lora_adapter", {"lora_name": "policy", "lora_path": "/ckpt/round-1/final"}),
+            ("/v1/unload_lora_adapter", {"lora_name": "policy@v1"}),
+            ("/v1/load_lora_adapter", {"lora_name": "policy@v1", "lora_path": "/ckpt/round-1/final"}),
         ]
+        assert lora.model_name == "policy" and lora.base_url == url  # not started: no proxy
         with pytest.raises(UserError, match="needs LoRA"):
             lora.update("/ckpt/round-2")
     with pytest.raises(UserError, match="kind must be"):
@@ -184,8 +191,23 @@ def _chat(base_url: str, model: str) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def test_vllm_versioned_adapters_are_loaded_beside_and_unloaded_after(tmp_path, vllm_log):
-    """Issue 25: version N is the adapter ``policy@vN``; responses name it; the previous one is unloaded.
+def _stream(base_url: str, model: str) -> tuple[str, str]:
+    """A streamed chat call: ``(model, content)`` as the chunks say."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    req = urllib.request.Request(base_url + "/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        events = [line[6:] for line in resp.read().decode().splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    return chunks[0]["model"], "".join(c["choices"][0]["delta"]["content"] for c in chunks)
+
+
+def test_vllm_one_served_name_across_lora_versions(tmp_path, vllm_log):
+    """Issue 50: agents send ``policy`` to one address for the whole run; version N is vLLM's adapter
+    ``policy@vN`` and the loop's proxy sends ``policy`` to it, so a request after a reload is answered by
+    the new adapter and its response names the version the stored call records.
 
     Against the scripted stand-in only: this path has not run on a real vLLM server."""
     from sdk.openai_wire import parse_exchange
@@ -195,34 +217,71 @@ def test_vllm_versioned_adapters_are_loaded_beside_and_unloaded_after(tmp_path, 
     p = VLLMPolicy(base, lora=True, executable=[sys.executable, str(FAKE)], startup_timeout=30)
     p.start()
     try:
+        export_env(p)
+        told = (os.environ[ENV_BASE_URL], os.environ[ENV_MODEL])
+        assert told == (p.base_url, "policy") and p.base_url != p.server_url
+        status, raw = _chat(p.base_url, "policy")  # before any update: the base model
+        assert status == 200 and json.loads(raw)["model"] == "policy-base"
         a1 = _adapter(tmp_path / "v1", base)
         a2 = _adapter(tmp_path / "v2", base)
-        p.update(str(tmp_path / "m1"), adapter=a1, policy_version=1)
-        assert p.model_name == "policy@v1" and p.policy_version == 1
-        export_env(p)
-        assert os.environ[ENV_MODEL] == "policy@v1"  # what agents send from now on
-        p.update(str(tmp_path / "m2"), adapter=a2, policy_version=2)
-        posts = [(e["path"], e["body"]) for e in vllm_log() if "path" in e]
+        for version, adapter in ((1, a1), (2, a2)):
+            p.update(str(tmp_path / f"m{version}"), adapter=adapter, policy_version=version)
+            assert (p.base_url, p.model_name) == told and p.served_name == f"policy@v{version}"
+            status, raw = _chat(p.base_url, "policy")
+            assert (
+                status == 200 and json.loads(raw)["choices"][0]["message"]["content"] == f"adapter {adapter}"
+            )
+            record = parse_exchange("chat.completions", {"model": "policy", "messages": []}, status, raw)
+            assert record.response_model == f"policy@v{version}" and record.policy_version == version
+            assert _stream(p.base_url, "policy") == (f"policy@v{version}", f"adapter {adapter}")
+        posts = [(e["path"], e["body"]) for e in vllm_log() if "path" in e and "lora" in e["path"]]
         assert posts == [
             ("/v1/unload_lora_adapter", {"lora_name": "policy@v1"}),  # a 404: not loaded (a resumed run)
             ("/v1/load_lora_adapter", {"lora_name": "policy@v1", "lora_path": a1}),
-            ("/v1/unload_lora_adapter", {"lora_name": "policy"}),  # the unversioned name, if loaded
             ("/v1/unload_lora_adapter", {"lora_name": "policy@v2"}),
             ("/v1/load_lora_adapter", {"lora_name": "policy@v2", "lora_path": a2}),
-            ("/v1/unload_lora_adapter", {"lora_name": "policy@v1"}),  # once agents moved to v2
+            ("/v1/unload_lora_adapter", {"lora_name": "policy@v1"}),  # once no request is on its way to it
         ]
+        chats = [e["body"]["model"] for e in vllm_log() if e.get("path") == "/v1/chat/completions"]
+        assert chats == ["policy-base", "policy@v1", "policy@v1", "policy@v2", "policy@v2"]
         with urllib.request.urlopen(p.base_url + "/models") as resp:
-            assert [m["id"] for m in json.load(resp)["data"]] == ["policy@v2"]
-        status, raw = _chat(p.base_url, p.model_name)
-        assert status == 200
-        record = parse_exchange("chat.completions", {"model": p.model_name, "messages": []}, status, raw)
-        assert record.response_model == "policy@v2" and record.policy_version == 2
-        assert _chat(p.base_url, "policy@v1")[0] == 404
-        # An unversioned update keeps the current name (the lock-step loop's behaviour).
+            assert [m["id"] for m in json.load(resp)["data"]] == ["policy-base", "policy"]
+        assert _chat(p.server_url, "policy@v1")[0] == 404  # the previous version is unloaded
+        # An agent cannot change its policy through the address it is given: vLLM's adapter routes are not
+        # forwarded (nor its weight-transfer routes).
+        for route in ("/load_lora_adapter", "/unload_lora_adapter"):
+            req = urllib.request.Request(p.base_url + route, data=b'{"lora_name": "policy@v2"}',
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(req, timeout=10)
+            assert refused.value.code == 404
+        assert _chat(p.base_url, "policy")[0] == 200
+        # An unversioned update is the next version (the name agents send is the same either way).
         p.update(str(tmp_path / "m3"), adapter=a1)
-        assert p.model_name == "policy@v2" and p.policy_version == 3
+        assert p.model_name == "policy" and p.served_name == "policy@v3" and p.policy_version == 3
     finally:
         p.stop()
+    assert p.exit_code() is None and p._proxy is None
+
+
+def test_external_vllm_lora_keeps_one_name(tmp_path, vllm_log):
+    """The user's vLLM server behind the loop's proxy: the name and address agents get stay the same."""
+    with _fake_server() as url:
+        lora = ExternalPolicy(url, "policy", reload="vllm-lora")
+        lora.start()
+        try:
+            export_env(lora)
+            assert os.environ[ENV_MODEL] == "policy" and lora.base_url != url and lora.server_url == url
+            for version in (1, 2):
+                adapter = f"/ckpt/a{version}"
+                lora.update("/ckpt", adapter=adapter, policy_version=version)
+                status, raw = _chat(os.environ[ENV_BASE_URL], os.environ[ENV_MODEL])
+                assert status == 200 and json.loads(raw)["model"] == f"policy@v{version}"
+                assert json.loads(raw)["choices"][0]["message"]["content"] == f"adapter {adapter}"
+            assert lora.model_name == "policy"
+        finally:
+            lora.stop()
+        assert lora.base_url == url
 
 
 def test_external_policy_passes_versions_on(tmp_path, vllm_log):
@@ -230,7 +289,7 @@ def test_external_policy_passes_versions_on(tmp_path, vllm_log):
         ExternalPolicy(url, "policy").update("/ckpt/round-1", policy_version=4)
         lora = ExternalPolicy(url, "policy", reload="vllm-lora")
         lora.update("/ckpt/round-1", adapter="/ckpt/a1", policy_version=7)
-        assert lora.model_name == "policy@v7" and lora.policy_version == 7
+        assert lora.model_name == "policy" and lora.policy_version == 7
         posts = [(e["path"], e["body"]) for e in vllm_log() if "path" in e]
         assert posts[0] == ("/admin/reload", {"path": "/ckpt/round-1", "policy_version": 4})
         assert ("/v1/load_lora_adapter", {"lora_name": "policy@v7", "lora_path": "/ckpt/a1"}) in posts

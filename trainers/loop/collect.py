@@ -201,7 +201,7 @@ class RolloutWorker:
 
     Started once and kept: a fresh interpreter that imports the agents' frameworks costs 2-3 s on a busy
     2-core host, which every validation paid when each ran in a process of its own. Where the policy is
-    (``policy-env.json``) is read again before each job (a LoRA push renames the served model).
+    (``policy-env.json``) is read before each job (it is written when the policy server starts).
 
     Example:
         >>> worker = RolloutWorker(out, "validation")  # doctest: +SKIP

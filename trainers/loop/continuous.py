@@ -512,7 +512,7 @@ def _freeze_gc() -> bool:
 
 
 def _tell_agents(policy: Any, env: Path) -> None:
-    """Where the policy is for this process and the collector's (vLLM's versioned adapter names move)."""
+    """Where the policy is, for this process and the collector's: once, as the name and address stay."""
     from trainers.serve.policy import export_env
 
     export_env(policy)
@@ -589,7 +589,6 @@ def _resident_version(
     """
     groups, drops, idle = taken
     steps, log_rows, swap = _train_resident(cfg, run, n, groups, policy)
-    _tell_agents(policy, run.out / "policy-env.json")
     t1 = time.time()
     version.set(n)  # the collector stamps new samples with it from now on
     ended = run.results.rows()

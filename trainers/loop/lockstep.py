@@ -273,7 +273,6 @@ class _Run:
         """Collect on this round's tasks, export, train, serve the new weights, validate when due."""
         from sdk.episodes import export
         from sdk.rollout import read_results
-        from trainers.serve.policy import export_env
 
         cfg = self.cfg
         t0 = time.time()
@@ -294,12 +293,10 @@ class _Run:
         steps, adapter, t1, swap = 0, None, time.time(), {}
         if groups and self.trainer is not None:
             steps, swap = self.train_resident(rnd, data, policy)
-            export_env(policy)
         elif groups:
             self.checkpoint, adapter, steps = _train_round(cfg, self, rnd, data, self.checkpoint, groups)
             self.policy_version += 1
             policy.update(self.checkpoint, adapter=adapter, policy_version=self.policy_version)
-            export_env(policy)
         if not groups and rnd == cfg.rounds and self.trainer is not None:
             # The last round had nothing to train: the run's final weights are the ones it trained last.
             self.checkpoint = self.trainer.final()

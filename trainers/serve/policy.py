@@ -13,15 +13,18 @@ Three kinds, one interface (:class:`PolicyServer`: ``start``, ``update``, ``stop
   (``sdk.serve``) or the vLLM LoRA endpoints, or not at all.
 
 Policy versions: ``update(..., policy_version=N)`` publishes weights as version ``N``. ``sdk.serve``
-reports it in every response; a vLLM adapter is loaded as ``f"{name}@v{N}"`` beside the previous one (then
-unloaded) and ``model_name`` (what agents send, :func:`export_env`) moves to it, so each response's
-``model`` names its version (``sdk.openai_wire.policy_version_of``). Agents find the policy through the
-environment: :func:`export_env` sets ``TRACERL_POLICY_BASE_URL`` and ``TRACERL_POLICY_MODEL``.
+reports it in every response; vLLM serves version N as ``f"{name}@v{N}"`` (a LoRA adapter loaded beside
+the previous one, which is unloaded once no request is on its way to it; or a restarted server), so each
+response's ``model`` names its version (``sdk.openai_wire.policy_version_of``) and the stored call keeps
+it. Agents find the policy through the environment: :func:`export_env` sets ``TRACERL_POLICY_BASE_URL``
+and ``TRACERL_POLICY_MODEL``.
 
-One served name: with :class:`LocalPolicy` the name agents send stays ``model_name`` for the whole run. A
-LoRA adapter pushed as the policy is served as ``<model_name>-lora`` and the server routes ``model_name`` to
-it (an alias), so agents never re-read the name; each response's ``policy_version`` (and ``model``, the
-adapter that served it) says which weights answered.
+One served name: the name agents send (``model_name``) and the address they call stay the same for the
+whole run; agents read them once. With :class:`LocalPolicy` a LoRA adapter pushed as the policy is served
+as ``<model_name>-lora`` and the server routes ``model_name`` to it (an alias); vLLM has no aliases, so
+:class:`VLLMPolicy` (and :class:`ExternalPolicy` with ``reload="vllm-lora"``) put a proxy the loop owns in
+front of it (:mod:`trainers.serve.alias`) that sends ``model_name`` to the version served now. Each
+response's ``policy_version`` or ``model`` (the adapter that served it) says which weights answered.
 
 The admin credential: :class:`LocalPolicy` makes a fresh one per run (``secrets.token_urlsafe``), hands it
 to its server process on standard input (not the command line, which ``ps`` shows, nor the environment)
@@ -70,7 +73,7 @@ __all__ = [
 ENV_BASE_URL = _env.TRACERL_POLICY_BASE_URL
 """Set by the loop: the policy's OpenAI base URL (``http://127.0.0.1:PORT/v1``)."""
 ENV_MODEL = _env.TRACERL_POLICY_MODEL
-"""Set by the loop: the model name agents send (a LoRA adapter's name under vLLM)."""
+"""Set by the loop: the model name agents send, the same for the whole run."""
 ENV_ADMIN_TOKEN = _env.TRACERL_ADMIN_TOKEN
 """The policy server's admin credential (:class:`ExternalPolicy` reads it; :func:`export_env` removes it)."""
 
@@ -151,18 +154,28 @@ def _next_version(current: int, policy_version: int | None) -> int:
     return current + 1 if policy_version is None else int(policy_version)
 
 
-def _vllm_load(v1: str, name: str, path: str, previous: str | None = None) -> None:
-    """Load the LoRA adapter at ``path`` as ``name`` on the vLLM server at ``v1``, then drop ``previous``.
+def _vllm_load(v1: str, name: str, path: str) -> None:
+    """Load the LoRA adapter at ``path`` as ``name`` on the vLLM server at ``v1``.
 
-    ``name`` is unloaded first (a 404 when it is not loaded), as vLLM refuses to load a name twice.
+    ``name`` is unloaded first (a 404 when it is not loaded, as it is unless a resumed run loads its
+    version again), as vLLM refuses to load a name twice.
     """
     _post(f"{v1}/unload_lora_adapter", {"lora_name": name})
     status, text = _post(f"{v1}/load_lora_adapter", {"lora_name": name, "lora_path": path})
     if status != 200:
         raise UserError(f"vLLM refused the LoRA adapter {path} ({status}): {text[:500]}")
+
+
+def _vllm_switch(v1: str, proxy: Any, name: str, path: str, previous: str | None) -> None:
+    """Load version ``name`` of the adapter, send the agents' name to it, then unload ``previous``.
+
+    Requests vLLM is still running on ``previous`` keep its loaded weights; ``proxy.route`` returns once
+    none it rewrote to that name is still on its way to the server, so none is refused for it.
+    """
+    _vllm_load(v1, name, path)
+    if proxy is not None:
+        proxy.route(name)
     if previous is not None and previous != name:
-        # Agents already moved to ``name`` (the loop re-exports the environment after each update);
-        # requests vLLM is still running on the previous adapter keep their loaded weights.
         _post(f"{v1}/unload_lora_adapter", {"lora_name": previous})
 
 
@@ -453,23 +466,26 @@ class LocalPolicy:
 class VLLMPolicy:
     """Launch ``vllm serve`` and keep it serving the loop's current weights (GPU machines).
 
-    With ``lora=True`` the server starts with ``--enable-lora --max-lora-rank R`` on the base model, and
-    each round's adapter is loaded under ``model_name`` (the base is served as ``<model_name>-base``);
-    the adapter must have been trained on that base model. Otherwise (or when the adapter's base is not
-    the served model) the server restarts on the new full weights. With ``policy_version=N`` the adapter
-    (or the restarted server) is named ``<model_name>@vN`` and ``model_name`` follows it.
+    With ``lora=True`` the server starts with ``--enable-lora --max-lora-rank R`` on the base model
+    (served as ``<model_name>-base``), and version N's adapter is loaded as ``<model_name>@vN``; the
+    adapter must have been trained on that base model. Otherwise (or when the adapter's base is not the
+    served model) the server restarts on the new full weights, served as ``<model_name>@vN``. Agents call
+    the proxy in front of it (:mod:`trainers.serve.alias`, on ``port``) with ``model_name`` for the whole
+    run; it forwards each request to the name served now (:attr:`served_name`), and vLLM's response names
+    it, so the stored call says which version answered.
 
     Responses carry logprobs and token ids when the agent asks (``logprobs: true`` and, vLLM >= 0.10.2,
     ``return_token_ids: true`` in the request body); ``--max-logprobs`` bounds ``top_logprobs``.
 
     Args:
         model: Base model directory or hub id.
-        model_name: Name agents send.
+        model_name: Name agents send (the same for the whole run).
         lora: Serve LoRA adapters on the base (loaded at run time).
         max_lora_rank: ``--max-lora-rank`` (at least the adapters' rank).
         max_loras: ``--max-loras``, adapters in one batch: 2 lets requests still running on version N
             share batches with the first ones on N+1 while a versioned update swaps adapters.
-        port: TCP port (0: a free one).
+        port: TCP port agents call, the proxy's (0: a free one); vLLM listens on a free one behind it
+            (:attr:`server_port`).
         tool_call_parser: ``--tool-call-parser`` (with ``--enable-auto-tool-choice``), e.g. ``hermes``.
         extra_args: More ``vllm serve`` arguments (a list or one shell-quoted string).
         executable: The ``vllm`` command (tests pass a scripted stand-in).
@@ -484,6 +500,8 @@ class VLLMPolicy:
     Example:
         >>> VLLMPolicy("Qwen/Qwen2.5-0.5B-Instruct", lora=True, port=8000).command()[:3]
         ['vllm', 'serve', 'Qwen/Qwen2.5-0.5B-Instruct']
+        >>> VLLMPolicy("m", lora=True, port=8000).base_url
+        'http://127.0.0.1:8000/v1'
     """
 
     def __init__(
@@ -509,32 +527,51 @@ class VLLMPolicy:
         self.weight_transfer, self.weight_sender, self._transfer = weight_transfer, weight_sender, None
         self.master_address = master_address
         self.base_model, self.model, self.model_name = str(model), str(model), model_name
-        self.name = model_name  # the stem of versioned names: agents send f"{name}@v{N}" once versioned
+        self.name = model_name  # the stem of the served names f"{name}@v{N}"; agents send it as it is
         self.policy_version = 0
         self.lora, self.max_lora_rank, self.max_loras = lora, int(max_lora_rank), int(max_loras)
         self.port = port or free_port()
+        self.server_port = free_port()
+        self._served: str | None = None  # the versioned name now served (None: the name vLLM started with)
         self.tool_call_parser = tool_call_parser
         self.extra_args = shlex.split(extra_args) if isinstance(extra_args, str) else list(extra_args or [])
         self.executable = shlex.split(executable) if isinstance(executable, str) else list(executable)
         self.startup_timeout = startup_timeout
         self.log = Path(log) if log else None
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.server_url = f"http://127.0.0.1:{self.server_port}/v1"
         self.adapter: str | None = None
         self._proc: subprocess.Popen[Any] | None = None
+        self._proxy: Any = None
 
     @property
     def served_base_name(self) -> str:
-        """Name of the base model on the server (``model_name`` itself without LoRA)."""
-        return f"{self.name}-base" if self.lora else self.model_name
+        """Name of the weights the server starts on (the base with LoRA, else :attr:`served_name`)."""
+        return f"{self.name}-base" if self.lora else self.served_name
+
+    @property
+    def served_name(self) -> str:
+        """The name on the server that requests for ``model_name`` go to now.
+
+        Example:
+            >>> VLLMPolicy("m", lora=True).served_name
+            'policy-base'
+        """
+        if self._served is not None and (self.adapter is not None or not self.lora):
+            return self._served
+        return f"{self.name}-base" if self.lora else self.name
 
     def command(self) -> list[str]:
         """The ``vllm serve`` command line for the current weights.
 
         Example:
-            >>> VLLMPolicy("m", lora=True, max_lora_rank=32, port=8001).command()[3:]  # doctest: +ELLIPSIS
-            ['--host', '127.0.0.1', '--port', '8001', '--served-model-name', 'policy-base', ...]
+            >>> p = VLLMPolicy("m", lora=True, max_lora_rank=32, port=8001)
+            >>> p.command()[3:7] == ['--host', '127.0.0.1', '--port', str(p.server_port)]
+            True
+            >>> p.command()[7:9]
+            ['--served-model-name', 'policy-base']
         """
-        cmd = [*self.executable, "serve", self.model, "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd = [*self.executable, "serve", self.model, "--host", "127.0.0.1", "--port", str(self.server_port)]
         cmd += ["--served-model-name", self.served_base_name, "--max-logprobs", "20"]
         if self.lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank)]
@@ -555,7 +592,17 @@ class VLLMPolicy:
         return env
 
     def start(self) -> None:
-        """Launch ``vllm serve`` and wait for ``/health``."""
+        """Start the proxy agents call, launch ``vllm serve`` and wait for ``/health``."""
+        if self._proxy is None:
+            from trainers.serve.alias import AliasProxy
+
+            log = self.log.with_name("policy-alias.log") if self.log is not None else None
+            upstream = f"http://127.0.0.1:{self.server_port}"
+            self._proxy = AliasProxy(upstream, self.name, self.served_name, port=self.port, log=log)
+            self._proxy.start()
+        self._start_server()
+
+    def _start_server(self) -> None:
         if self._proc is not None:
             return
         out: Any = subprocess.DEVNULL
@@ -570,37 +617,38 @@ class VLLMPolicy:
             raise UserError(
                 f"cannot run {self.executable[0]!r}: install vLLM on this machine (pip install vllm)"
             ) from None
-        wait_healthy(f"http://127.0.0.1:{self.port}/health", self._proc, self.startup_timeout, self.log)
+        health = f"http://127.0.0.1:{self.server_port}/health"
+        wait_healthy(health, self._proc, self.startup_timeout, self.log)
         if self.adapter is not None:
-            self._load_adapter(self.adapter)
+            _vllm_load(self.server_url, self.served_name, self.adapter)
+        self._proxy.route(self.served_name)
 
     def update(
         self, checkpoint: str, *, adapter: str | None = None, policy_version: int | None = None
     ) -> None:
         """Serve new weights: the LoRA ``adapter`` at run time, or else restart on ``checkpoint``.
 
-        The adapter is loaded only when it was trained on the served base model. With ``policy_version``
-        it is loaded as ``f"{name}@v{N}"`` beside the previous one, ``model_name`` moves to it and the
-        previous adapter is unloaded; without, it replaces the adapter of the same name.
+        Published as version N (``policy_version``, default the current + 1) under ``f"{name}@v{N}"``.
+        The adapter is loaded only when it was trained on the served base model, beside the previous one;
+        the proxy then sends ``model_name`` to it and the previous adapter is unloaded. ``model_name``
+        never changes.
 
         Example:
             >>> policy.update("runs/round-1/merged", adapter="runs/round-1/final")  # doctest: +SKIP
         """
         version = _next_version(self.policy_version, policy_version)
-        name = self.model_name if policy_version is None else f"{self.name}@v{version}"
+        name = f"{self.name}@v{version}"
         if self.lora and adapter is not None and _trained_on(adapter, self.base_model):
+            previous = self._served if self.adapter is not None else None
             if self._proc is not None:
-                _vllm_load(self.base_url, name, str(adapter), previous=self.model_name)
-            self.adapter, self.model_name, self.policy_version = str(adapter), name, version
+                _vllm_switch(self.server_url, self._proxy, name, str(adapter), previous)
+            self.adapter, self._served, self.policy_version = str(adapter), name, version
             return
-        self.model, self.adapter, self.model_name, self.policy_version = str(checkpoint), None, name, version
+        self.model, self.adapter, self._served, self.policy_version = str(checkpoint), None, name, version
         self.lora = False  # the adapters' base is no longer served
         if self._proc is not None:
-            self.stop()
-            self.start()
-
-    def _load_adapter(self, path: str) -> None:
-        _vllm_load(self.base_url, self.model_name, path)
+            self._stop_server()
+            self._start_server()
 
     push_device = None  # the trainer's tensors go as they are (on its GPU): no host copy
 
@@ -630,14 +678,20 @@ class VLLMPolicy:
         from trainers.serve.vllm_weights import VLLMWeightTransfer
 
         version = _next_version(self.policy_version, policy_version)
-        url, sender, where = f"http://127.0.0.1:{self.port}", self.weight_sender, self.master_address
+        url, sender, where = f"http://127.0.0.1:{self.server_port}", self.weight_sender, self.master_address
         self._transfer = self._transfer or VLLMWeightTransfer(url, sender, master_address=where)
         stats = self._transfer.push(tensors, version=version)
         self.policy_version = version
         return stats
 
     def stop(self) -> None:
-        """Terminate the server."""
+        """Terminate the server and the proxy in front of it."""
+        self._stop_server()
+        if self._proxy is not None:
+            self._proxy.stop()
+            self._proxy = None
+
+    def _stop_server(self) -> None:
         if self._transfer is not None:  # a new server opens a new group
             self._transfer.close()
             self._transfer = None
@@ -647,8 +701,10 @@ class VLLMPolicy:
         self._proc = None
 
     def exit_code(self) -> int | None:
-        """The vLLM process's exit status once it has exited (``None`` while it runs or before start)."""
-        return self._proc.poll() if self._proc is not None else None
+        """The exit status of the vLLM process (or the proxy) once it has exited; ``None`` while both run."""
+        if self._proc is not None and self._proc.poll() is not None:
+            return self._proc.poll()
+        return self._proxy.exit_code() if self._proxy is not None else None
 
 
 def _trained_on(adapter: str, base: str) -> bool:
@@ -671,6 +727,11 @@ class ExternalPolicy:
         reload: ``"admin"`` (``sdk.serve``'s ``POST /admin/reload``), ``"vllm-lora"`` (vLLM's LoRA
             endpoints; the server runs with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``)
             or ``"none"`` (nothing is reloaded: the loop then keeps collecting with the old weights).
+            With ``vllm-lora``, version N's adapter is loaded as ``f"{model_name}@vN"`` and :meth:`start`
+            puts the served-name proxy (:mod:`trainers.serve.alias`) on 127.0.0.1 in front of the server:
+            ``base_url`` becomes the proxy's (``server_url`` stays the server's), and agents send
+            ``model_name`` for the whole run (before the first update, it goes to the server as it is).
+            Agents must then run on this machine.
         admin_token: The admin credential the server was started with (``admin``): this argument, else
             the file ``admin_token_file`` (what a loop config should name: the config is saved in the run
             directory), else ``$TRACERL_ADMIN_TOKEN``.
@@ -699,22 +760,34 @@ class ExternalPolicy:
                 raise UserError(f"policy admin_token_file {admin_token_file}: {exc}") from None
         self._admin_token = admin_token or os.environ.get(ENV_ADMIN_TOKEN) or None
         self.base_url, self.model_name, self.reload = base_url.rstrip("/"), model_name, reload
+        self.server_url = self.base_url
         self.name = model_name
         self.policy_version = 0
+        self._served: str | None = None  # the adapter loaded last (vllm-lora)
+        self._proxy: Any = None
 
     def start(self) -> None:
-        """Nothing to start."""
+        """With ``vllm-lora``, start the served-name proxy (``base_url`` moves to it); else nothing."""
+        if self.reload != "vllm-lora" or self._proxy is not None:
+            return
+        from trainers.serve.alias import AliasProxy
+
+        root = self.server_url[: -len("/v1")] if self.server_url.endswith("/v1") else self.server_url
+        self._proxy = AliasProxy(root, self.name, self._served or self.name)
+        self._proxy.start()
+        self.base_url = self._proxy.base_url
 
     def update(
         self, checkpoint: str, *, adapter: str | None = None, policy_version: int | None = None
     ) -> None:
         """Ask the server to load the new weights (see ``reload``) as ``policy_version``.
 
-        ``admin`` passes the version on; ``vllm-lora`` loads the adapter as ``f"{name}@v{N}"`` and moves
-        ``model_name`` to it, as :class:`VLLMPolicy` does; ``none`` only counts the version.
+        ``admin`` passes the version on; ``vllm-lora`` loads the adapter as ``f"{name}@v{N}"``, the proxy
+        sends ``model_name`` to it and the previous one is unloaded, as :class:`VLLMPolicy` does;
+        ``none`` only counts the version. ``model_name`` never changes.
         """
         version = _next_version(self.policy_version, policy_version)
-        root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        root = self.server_url[: -len("/v1")] if self.server_url.endswith("/v1") else self.server_url
         if self.reload == "admin":
             body: dict[str, Any] = {"path": str(checkpoint)}
             if policy_version is not None:
@@ -725,17 +798,24 @@ class ExternalPolicy:
         elif self.reload == "vllm-lora":
             if adapter is None:
                 raise UserError("reload vllm-lora needs LoRA training (train: {lora: true})")
-            name = self.model_name if policy_version is None else f"{self.name}@v{version}"
-            _vllm_load(self.base_url, name, str(adapter), previous=self.model_name)
-            self.model_name = name
+            name = f"{self.name}@v{version}"
+            _vllm_switch(self.server_url, self._proxy, name, str(adapter), self._served)
+            self._served = name
         self.policy_version = version
 
     def stop(self) -> None:
-        """Nothing to stop."""
+        """Stop the served-name proxy, if one was started (the server is the user's)."""
+        if self._proxy is not None:
+            self._proxy.stop()
+            self._proxy = None
+            self.base_url = self.server_url
 
     def exit_code(self) -> int | None:
-        """Always ``None``: the server is not this process's child."""
-        return None
+        """The served-name proxy's exit status once it has exited; ``None`` otherwise.
+
+        The server itself is not this process's child.
+        """
+        return self._proxy.exit_code() if self._proxy is not None else None
 
 
 def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | None = None) -> PolicyServer:

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from sdk._cli import error_exit
+from sdk._cli import command_parser, error_exit
 
 __all__ = ["main"]
 
@@ -68,8 +68,9 @@ def _add_reward_args(rw: Any) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m sdk.export",
+    p = command_parser(
+        "export",
+        "sdk.episodes",
         description="Turn a tracerl store into OpenAI-format episodes (one Parquet row per agent thread).",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -7,7 +7,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -15,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-__all__ = ["inspect_parquet", "inspect_store", "main"]
+__all__ = ["inspect_parquet", "inspect_store", "main", "task_groups"]
 
 
 def _top(counter: Counter[Any], n: int = 5) -> str:
@@ -75,8 +74,29 @@ def _task_key(task_id: Any) -> Any:
     return json.dumps(task_id, sort_keys=True, default=str)
 
 
+def task_groups(members: list[tuple[Any, Any, Any]]) -> int:
+    """How many GRPO groups ``(split, task, agent)`` members make, as the trainer and the viewer group them.
+
+    One group per task and split (an evaluation sample never joins a training group); a task several
+    agents worked on (multi-agent) is one group per agent. ``tracerl view`` and ``tracerl inspect`` both
+    count with this.
+
+    Example:
+        >>> one_agent = [("train", "t1", None), ("eval", "t1", None)]  # one task in two splits
+        >>> task_groups(one_agent + [("train", "t2", "a"), ("train", "t2", "b")])  # t2: two agents
+        4
+    """
+    agents: dict[tuple[Any, Any], set[Any]] = {}
+    for split, task, agent in members:
+        agents.setdefault((_task_key(split), _task_key(task)), set()).add(agent)
+    return sum(max(1, len(a)) for a in agents.values())
+
+
 def inspect_store(path: str | Path) -> dict[str, Any]:
     """Summarise a store directory or store URI (reads it once, streaming).
+
+    ``tasks`` counts the sessions' task ids; ``task_groups`` the groups they form (:func:`task_groups`),
+    the two counts ``tracerl view`` prints for the same store.
 
     Example:
         >>> import tempfile
@@ -93,6 +113,7 @@ def inspect_store(path: str | Path) -> dict[str, Any]:
     agents: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     tasks: set[Any] = set()
+    members: list[tuple[Any, Any, Any]] = []  # (split, task, agent) of each session's agents
     rewards: list[float] = []
     calls = with_logprobs = with_token_ids = 0
     tool_calls = malformed = sessions_malformed = 0
@@ -103,6 +124,9 @@ def inspect_store(path: str | Path) -> dict[str, Any]:
         malformed += marked
         sessions_malformed += marked > 0
         tasks.add(_task_key(s.task_id))
+        if s.task_id is not None:
+            split = s.metadata.get("split")
+            members += [(split, s.task_id, a) for a in {c.get("agent") for c in s.calls} or {None}]
         if s.reward is not None:
             rewards.append(s.reward)
         for c in s.calls:
@@ -130,6 +154,7 @@ def inspect_store(path: str | Path) -> dict[str, Any]:
         "sessions": sum(status.values()),
         "sessions_by_status": dict(status),
         "tasks": len(tasks - {None}),
+        "task_groups": task_groups(members),
         "calls": calls,
         "calls_with_logprobs": with_logprobs,
         "calls_with_token_ids": with_token_ids,
@@ -261,13 +286,19 @@ def _tool_calls(info: dict[str, Any]) -> str:
     )
 
 
+def _tasks(info: dict[str, Any]) -> str:
+    # The viewer's words for the same two counts ("N episodes of K tasks in M task groups").
+    groups = info["task_groups"]
+    return f"{info['tasks']} ({groups} task groups: one per task and split, per agent if several)"
+
+
 def _rows(info: dict[str, Any], max_tasks: int) -> list[tuple[str, str]]:
     if info["kind"] == "store":
         rows = [
             ("store", info["path"]),
             ("segments", f"{info['segments']} ({info['bytes'] / 1e6:.1f} MB)"),
             ("sessions", f"{info['sessions']} ({_top(Counter(info['sessions_by_status']))})"),
-            ("tasks", str(info["tasks"])),
+            ("tasks", _tasks(info)),
             ("calls", str(info["calls"])),
             ("  with logprobs", str(info["calls_with_logprobs"])),
             ("  with token ids", str(info["calls_with_token_ids"])),
@@ -324,8 +355,11 @@ def main(argv: list[str] | None = None) -> int:
         >>> main(["episodes.parquet"])  # doctest: +SKIP
         0
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m sdk.inspect",
+    from sdk._cli import command_parser
+
+    parser = command_parser(
+        "inspect",
+        "sdk.inspect",
         description="Print a quick summary of a tracerl store directory or an episode Parquet file.",
     )
     parser.add_argument("path", nargs="?", help="store directory or URI, or .parquet file or directory")

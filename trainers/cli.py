@@ -48,6 +48,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from sdk._cli import command_parser
 from trainers import get_trainer, resolve_backend
 from trainers.errors import UserError
 from trainers.remote import find_job, reattach
@@ -75,7 +76,33 @@ _GRPO_SHORTCUTS: dict[str, tuple[type, str]] = {
 class _ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> typing.NoReturn:
         # One line, no usage dump: consistent with every other user error.
-        raise UserError(f"{message} (see --help)")
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+# Where each setting is listed in --help, the common ones first; a backend's other settings come last.
+_GROUPS: dict[str, tuple[str, ...]] = {
+    "common options": (
+        "data", "model", "output_dir", "config", "dry_run", "resume", "group_size", "max_steps",
+        "learning_rate", "lora", "seed",
+    ),
+    "data and groups": (
+        "tokenizer", "chat_template", "max_length", "truncation", "per_turn", "group_overflow",
+        "group_underflow", "filter_zero_std", "strict", "eval_fraction", "eval_data", "eval_steps",
+        "curriculum", "curriculum_start", "curriculum_expand_every", "curriculum_expand_by",
+    ),
+    "objective (GRPOConfig; --grpo KEY=VALUE sets any of its fields)": (
+        "grpo", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps", "loss_type",
+        "beta", "num_iterations", "epsilon", "temperature", "behaviour_logprobs", "tis_cap", "min_advantage",
+        "save_steps", "logging_steps",
+    ),
+    "memory and speed (GPU)": ("micro_batch_size", "micro_batch_tokens", "padding_free", "bf16_weights"),
+    "LoRA (with --lora)": ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"),
+    "runs": ("backend", "plots", "per_agent", "roles", "cancel"),
+}  # fmt: skip
+
+
+def _metavar(typ: Any) -> str | None:
+    return {int: "N", float: "X"}.get(typ)
 
 
 def _flag(name: str) -> str:
@@ -129,8 +156,13 @@ def _grpo_pairs(pairs: list[str]) -> dict[str, Any]:
 
 
 def _build_parser(config_cls: type | None) -> _ArgumentParser:
-    p = _ArgumentParser(
-        prog="python -m sdk.train",
+    p = command_parser(
+        "train",
+        "trainers.cli",
+        parser_class=_ArgumentParser,
+        # Not argparse's list of all ~60 flags: the groups below list them, the common ones first.
+        usage="%(prog)s --data PATH --model MODEL [--output DIR] [OPTIONS]\n"
+        "       %(prog)s --loop CONFIG.yaml [OPTIONS]",
         description="Train a model with GRPO on recorded tracerl episodes (--loop: see the end).",
         epilog=(
             "--loop CONFIG.yaml runs rounds of rollout -> train -> reload -> validate instead "
@@ -139,23 +171,36 @@ def _build_parser(config_cls: type | None) -> _ArgumentParser:
         argument_default=argparse.SUPPRESS,
         add_help=config_cls is not None,  # the pre-parser (backend/config only) must not answer --help
     )
-    p.add_argument(
-        "--data", help="Parquet file of episodes, a directory of Parquet files, or a tracerl store."
+    groups = {title: p.add_argument_group(title) for title in _GROUPS}
+    where = {name: groups[title] for title, names in _GROUPS.items() for name in names}
+    backend_group = p.add_argument_group("other settings of the backend")
+
+    def group(name: str) -> Any:
+        return where.get(name, backend_group) if config_cls is not None else p
+
+    group("data").add_argument(
+        "--data",
+        metavar="PATH",
+        help="Parquet file of episodes, a directory of Parquet files, or a tracerl store.",
     )
-    p.add_argument("--backend", help="Training backend (default: trl).")
-    p.add_argument("--config", help="YAML file with the same keys as the flags; flags override it.")
-    p.add_argument(
+    group("backend").add_argument("--backend", help="Training backend (default: trl).")
+    group("config").add_argument(
+        "--config", metavar="FILE", help="YAML file with the same keys as the flags; flags override it."
+    )
+    group("dry_run").add_argument(
         "--dry-run", action="store_true", help="Print groups and sequence statistics; train nothing."
     )
-    p.add_argument(
+    group("cancel").add_argument(
         "--cancel", action="store_true", help="With --resume DIR of a remote job: cancel that job."
     )
-    p.add_argument(
+    group("per_agent").add_argument(
         "--per-agent",
         action="store_true",
         help="Train one policy per role (agent name) into OUTPUT/<role>; see trainers.per_agent.",
     )
-    p.add_argument("--roles", help="With --per-agent: the roles to train, comma-separated (default: all).")
+    group("roles").add_argument(
+        "--roles", help="With --per-agent: the roles to train, comma-separated (default: all)."
+    )
     if config_cls is None:
         # Enough to recognise `--resume DIR` of a remote job (DIR/job.json) before the backend is known.
         p.add_argument("--resume", nargs="?", const="latest")
@@ -169,32 +214,33 @@ def _build_parser(config_cls: type | None) -> _ArgumentParser:
         if f.name == "output_dir":
             names.insert(0, "--output")
         if f.name == "grpo":
-            p.add_argument("--grpo", action="append", metavar="KEY=VALUE", help=help_text)
+            group("grpo").add_argument("--grpo", action="append", metavar="KEY=VALUE", help=help_text)
             for key, (typ, text) in _GRPO_SHORTCUTS.items():
-                p.add_argument(
+                group(key).add_argument(
                     _flag(key),
                     dest=f"grpo.{key}",
-                    metavar=key.upper(),
+                    metavar=_metavar(typ) or key.upper(),
                     type=typ,
                     help=f"{text} (GRPOConfig.{key})",
                 )
             continue
+        g = group(f.name)
         if f.name == "resume":
-            p.add_argument(
+            g.add_argument(
                 *names, dest=f.name, nargs="?", const="latest", metavar="CHECKPOINT", help=help_text
             )
             continue
         args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
         base = args[0]
         if base is bool:
-            p.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, help=help_text)
+            g.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, help=help_text)
         elif typing.get_origin(base) is typing.Literal or typing.get_origin(hint) is typing.Literal:
             lit = base if typing.get_origin(base) is typing.Literal else hint
-            p.add_argument(*names, dest=f.name, choices=typing.get_args(lit), help=help_text)
+            g.add_argument(*names, dest=f.name, choices=typing.get_args(lit), help=help_text)
         elif base in (int, float):
-            p.add_argument(*names, dest=f.name, type=base, help=help_text)
+            g.add_argument(*names, dest=f.name, type=base, metavar=_metavar(base), help=help_text)
         else:
-            p.add_argument(*names, dest=f.name, help=help_text)
+            g.add_argument(*names, dest=f.name, metavar=f.name.upper().rsplit("_", 1)[-1], help=help_text)
     return p
 
 

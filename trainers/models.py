@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sdk._cli import OneLineParser
+from sdk._cli import command_parser
 from trainers.errors import UserError
 
 __all__ = [
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         >>> main(["gpt-9", "--out", "x"])
         2
     """
-    p = OneLineParser(prog="tracerl model", description=__doc__.splitlines()[0])
+    p = command_parser("model", "trainers.models", description=__doc__.splitlines()[0])
     p.add_argument("name", nargs="?", choices=("smollm2", "tiny"), help="a model tracerl knows how to build")
     p.add_argument("--from-gguf", metavar="FILE", help="convert this GGUF file instead")
     p.add_argument("--from", dest="source", metavar="DIR", help="copy this local model directory instead")

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sdk._cli import OneLineParser
+from sdk._cli import OneLineParser, command_parser
 from trainers.errors import UserError
 
 __all__ = ["SFTSettings", "build_sft_trainer", "load_rows", "main", "sft_examples", "train_sft"]
@@ -354,7 +354,7 @@ def train_sft(settings: SFTSettings) -> dict[str, Any]:
 
 
 def _parser() -> OneLineParser:
-    p = OneLineParser(prog="tracerl sft", description=__doc__.splitlines()[0])
+    p = command_parser("sft", "trainers.sft", description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="demonstrations (JSONL, Parquet) or a store / episodes")
     p.add_argument("--model", required=True, help="model directory (or hub id) to start from")
     p.add_argument("--output", "--output-dir", dest="output_dir", required=True, help="where to save")
@@ -362,14 +362,18 @@ def _parser() -> OneLineParser:
     p.add_argument("--eval-data", help="held-out conversations (default: --eval-fraction of --data)")
     p.add_argument("--eval-fraction", type=float, default=0.1, help="held-out share of --data (0.1)")
     p.add_argument("--lora", action="store_true", help="train LoRA adapters (merged into the saved model)")
-    p.add_argument("--lora-r", type=int, default=16)
-    p.add_argument("--lora-alpha", type=int, default=32)
+    p.add_argument("--lora-r", type=int, default=16, metavar="N", help="with --lora: the adapters' rank (16)")
+    p.add_argument(
+        "--lora-alpha", type=int, default=32, metavar="N", help="with --lora: the adapters' scale alpha (32)"
+    )
     p.add_argument("--learning-rate", type=float, help="default 2e-5 (full weights), 2e-4 (LoRA)")
     p.add_argument("--epochs", type=float, default=3.0, help="passes over the data (3)")
     p.add_argument("--max-steps", type=int, default=-1, help="optimizer steps (overrides --epochs)")
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument(
+        "--batch-size", type=int, default=4, metavar="N", help="examples per step on each device (4)"
+    )
     p.add_argument("--max-length", type=int, help="tokens per example (longer ones are cut)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out split and of training (0)")
     p.add_argument("--traceback", action="store_true", help="show the traceback of an unexpected error")
     return p
 

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from sdk._cli import OneLineParser, error_exit
+from sdk._cli import OneLineParser, command_parser, error_exit
 from sdk.eval._compare import compare
 from sdk.eval._results import EvalError
 from sdk.eval._summary import summarize
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         >>> build_parser().parse_args(["summarize", "r.jsonl"]).results
         ['r.jsonl']
     """
-    p = OneLineParser(prog="python -m sdk.eval", description="Evaluation figures over rollout results.")
+    p = command_parser("eval", "sdk.eval", description="Evaluation figures over rollout results.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     s = sub.add_parser("summarize", help="pass@k, pass^k, maj@k ± se, rates and costs, with a per-task table")
     s.add_argument("results", nargs="+", help="results file(s) of sdk.rollout; shards of one run are merged")

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sdk import _env
-from sdk._cli import KEEP_ALIVE_S
+from sdk._cli import KEEP_ALIVE_S, command_parser
 from sdk._token_data import rejects_token_data
 
 __all__ = ["CONTROL_TOKEN_ENV", "TOKEN_ENV", "main", "masked"]
@@ -36,8 +36,9 @@ CONTROL_TOKEN_ENV = _env.TRACERL_GATEWAY_CONTROL_TOKEN
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m sdk.gateway",
+    p = command_parser(
+        "gateway",
+        "sdk.gateway",
         description="OpenAI-compatible gateway that records every model call into a tracerl store.",
     )
     p.add_argument(
@@ -88,7 +89,12 @@ def _parser() -> argparse.ArgumentParser:
         help="listen on a non-loopback --host without a token (anyone who reaches the port can use it)",
     )
     p.add_argument("--timeout", type=float, default=600.0, help="upstream timeout in seconds (default 600)")
-    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="the server's log level (default warning)",
+    )
     return p
 
 

@@ -13,7 +13,7 @@ import socket
 import sys
 from collections.abc import Callable
 
-from sdk._cli import KEEP_ALIVE_S, OneLineParser, error_exit
+from sdk._cli import KEEP_ALIVE_S, OneLineParser, command_parser, error_exit, new_directories, remove_empty
 
 __all__ = ["main"]
 
@@ -32,8 +32,9 @@ Exit status: 0 on success, 1 when spans failed to export or nothing was found, 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="python -m sdk.otel",
+    p = command_parser(
+        "otel",
+        "sdk.otel",
         description="OpenTelemetry GenAI spans out of and into tracerl.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -65,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     rc = sub.add_parser("receive", help="run an OTLP/HTTP receiver that writes into a store")
     rc.add_argument("--store", required=True, metavar="DIR", help="store directory to write")
     rc.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    rc.add_argument("--port", type=int, default=4318, help="port (default 4318; 0 picks a free one)")
+    rc.add_argument("--port", type=_port, default=4318, help="port (default 4318; 0 picks a free one)")
     rc.add_argument("--linger", type=float, default=1.0, help="seconds to wait after a trace's root span")
     rc.add_argument(
         "--timeout", type=float, default=30.0, help="seconds before a trace without root is written"
@@ -78,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
         help="largest request body, compressed or decompressed; larger ones get 413 (default 64 MiB)",
     )
     return p
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in 0..65535, got {text}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -125,10 +133,14 @@ def _receive(args: argparse.Namespace) -> int:
 
     from sdk.otel._receiver import create_app
 
-    app = create_app(args.store, linger=args.linger, timeout=args.timeout, max_body_bytes=args.max_body_bytes)
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
+    try:  # before the store is opened: a port that cannot be had leaves no store behind
+        sock.bind((args.host, args.port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    app = create_app(args.store, linger=args.linger, timeout=args.timeout, max_body_bytes=args.max_body_bytes)
     host, port = sock.getsockname()[:2]
     # One line with the address, flushed: scripts and tests read the port picked for --port 0 from it.
     line = f"tracerl otel receive: listening on http://{host}:{port}/v1/traces, writing to {args.store}"
@@ -157,10 +169,15 @@ def main(argv: list[str] | None = None) -> int:
         0
     """
     args = _parser().parse_args(argv)
+    made = new_directories(getattr(args, "store", None))  # removed again if the command fails
     try:
-        return _COMMANDS[args.command](args)
+        status = _COMMANDS[args.command](args)
     except (Exception, KeyboardInterrupt) as exc:
+        remove_empty(made)
         return error_exit(exc, traceback=args.traceback, extra="otel")
+    if status:
+        remove_empty(made)
+    return status
 
 
 if __name__ == "__main__":

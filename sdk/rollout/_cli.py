@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from sdk._cli import OneLineParser
+from sdk._cli import OneLineParser, command_parser, new_directories, remove_empty
 from sdk.eval import parse_shard
 from sdk.rollout._continuous import run_continuous
 from sdk.rollout._resume import _current_store
@@ -32,8 +32,9 @@ def build_parser() -> OneLineParser:
         >>> build_parser().parse_args(["m:f", "t.jsonl"]).group_size
         1
     """
-    p = OneLineParser(
-        prog="python -m sdk.rollout",
+    p = command_parser(
+        "rollout",
+        "sdk.rollout",
         description="Run an agent over a task set (G samples per task, each in a session); resumable.",
     )
     p.add_argument("agent", help="agent entry point module:function (takes the task dict)")
@@ -109,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     import sdk
 
+    made = new_directories(args.store)  # removed again if the run fails to start (a bad agent, say)
     try:
         if args.store is not None:
             sdk.configure(store=args.store)
@@ -121,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             return _check(args)
         summary = (_continuous if args.continuous else _batch)(args, results)
     except (RolloutError, ValueError) as exc:
+        remove_empty(made)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:

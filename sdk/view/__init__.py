@@ -31,6 +31,7 @@ from typing import Any
 
 from sdk._sources import SourcedEpisode, episode_metadata, episodes_with_calls
 from sdk.episodes import group_advantages, token_faithful, untrained_messages
+from sdk.inspect import _task_key
 from sdk.messages import flatten_content, malformed_tool_call
 from sdk.view._page import PAGE
 
@@ -43,13 +44,15 @@ class ViewSummary:
 
     Attributes:
         episodes: Episodes in the report.
-        groups: Task groups.
+        groups: Task groups: one per task and split, per agent in a multi-agent task
+            (:func:`sdk.inspect.task_groups`, the count ``tracerl inspect`` shows beside its tasks).
         token_episodes: Episodes with token data (trained tokens highlighted).
         out: The HTML file written.
         malformed: Messages, tools and tool calls not in the OpenAI shape, shown as their raw JSON
             (or episodes that could not be read at all, shown with the reason).
         malformed_tool_calls: Generated answers that opened a tool call the server could not parse
             (:func:`sdk.messages.malformed_tool_call`), flagged on the page.
+        tasks: Task ids among the episodes (``tracerl inspect``'s ``tasks``).
 
     Example:
         >>> ViewSummary(2, 1, 0, Path("r.html")).episodes
@@ -62,6 +65,7 @@ class ViewSummary:
     out: Path
     malformed: int = 0
     malformed_tool_calls: int = 0
+    tasks: int = 0
 
 
 def _advantages(rewards: list[float | None]) -> list[float | None]:
@@ -372,4 +376,5 @@ def build_report(
         out=path,
         malformed=sum(v["malformed"] for v in ordered),
         malformed_tool_calls=tool_calls["malformed"],
+        tasks=len({_task_key(v["task"]) for v in ordered if v["task"] is not None}),
     )

@@ -10,14 +10,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sdk._cli import error_exit
+from sdk._cli import command_parser, error_exit
 
 __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m sdk.view",
+    p = command_parser(
+        "view",
+        "sdk.view",
         description="Write one self-contained HTML file showing episodes: task groups, rewards, advantages, "
         "conversations, and the trained tokens with their behaviour logprobs.",
         epilog="Exit status: 0 on success, 1 when there is no episode, 2 on an error (one line on stderr).",
@@ -55,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         f"; {summary.malformed} malformed message/tool fields shown as-is" if summary.malformed else ""
     )
     print(
-        f"tracerl view: {summary.episodes} episodes in {summary.groups} task groups "
+        # The names and counts of `tracerl inspect`: tasks, and the task groups they form (per split)
+        f"tracerl view: {summary.episodes} episodes of {summary.tasks} tasks in {summary.groups} task groups "
         f"({summary.token_episodes} with token data{malformed}) -> {summary.out}"
     )
     if not summary.episodes:

@@ -111,7 +111,7 @@ def test_cli_writes_a_self_contained_page(tmp_path: Path, capsys: pytest.Capture
     store = _store(tmp_path / "store")
     out = tmp_path / "report.html"
     assert main([str(store), "--out", str(out)]) == 0
-    assert "3 episodes in 1 task groups (3 with token data)" in capsys.readouterr().out
+    assert "3 episodes of 1 tasks in 1 task groups (3 with token data)" in capsys.readouterr().out
     page = out.read_text()
     # Offline: nothing is loaded from anywhere.
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
@@ -252,7 +252,7 @@ def test_hostile_store_renders_in_headless_chromium(
     title = "mine __DATA__ __TITLE__ </title><script>alert(1)</script>"
     assert main([str(tmp_path / "store"), "--out", str(out), "--title", title]) == 0
     assert (
-        "3 episodes in 1 task groups (1 with token data; 2 malformed message/tool fields shown as-is)"
+        "3 episodes of 1 tasks in 1 task groups (1 with token data; 2 malformed message/tool fields shown as-is)"
         in capsys.readouterr().out
     )
     page = out.read_text(encoding="utf-8")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sdk._cli import command_parser
 from trainers.errors import UserError
 from trainers.loop.config import LoopConfig, loop_keys, read_yaml
 from trainers.loop.lockstep import run_loop
@@ -22,8 +23,9 @@ def main(argv: list[str] | None = None) -> int:
         >>> main(["examples/arithmetic/loop.yaml", "--rounds", "1"])  # doctest: +SKIP
         0
     """
-    p = argparse.ArgumentParser(
-        prog="python -m sdk.train --loop",
+    p = command_parser(
+        "train --loop",
+        "trainers.loop",
         description="rollout → export → train → reload → validate rounds",
         epilog=loop_keys(),
         formatter_class=argparse.RawDescriptionHelpFormatter,  # one key a line, as written

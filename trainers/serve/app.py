@@ -654,6 +654,8 @@ def _admin_token(p: argparse.ArgumentParser, a: argparse.Namespace) -> str | Non
 
 def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, str]:
     """Every argument checked before the model loads; returns the adapters (``p.error`` exits 2)."""
+    if not Path(a.model).expanduser().is_dir():  # not Hugging Face's "Repo id must be in the form ..."
+        p.error(f"--model: no model directory at {a.model!r}")
     if not 1 <= a.port <= 65535:
         p.error(f"--port must be 1..65535, got {a.port}")
     if a.threads is not None and a.threads < 1:
@@ -704,10 +706,15 @@ def main(argv: list[str] | None = None) -> None:
     Example:
         >>> main(["--model", "runs/sft/final", "--port", "8000"])  # doctest: +SKIP
     """
-    from sdk._cli import OneLineParser
+    from sdk._cli import command_parser
 
-    p = OneLineParser(prog="python -m sdk.serve", description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="checkpoint directory (model + tokenizer); the base")
+    p = command_parser("serve", "trainers.serve", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="DIR",
+        help="model directory to serve (weights + tokenizer, e.g. a run's final/); --adapter's base",
+    )
     p.add_argument(
         "--adapter",
         action="append",
@@ -716,9 +723,18 @@ def main(argv: list[str] | None = None) -> None:
         metavar="NAME=PATH",
         help="a LoRA adapter on the base, served as model NAME (repeatable)",
     )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--model-name", default=None)
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to listen on (default 127.0.0.1; another needs --admin-token-file)",
+    )
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    p.add_argument(
+        "--model-name",
+        default=None,
+        metavar="NAME",
+        help="model name the base weights answer to (default: --model's directory name)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     p.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda or cuda:N")
     p.add_argument(

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import sdk
 from sdk.store import add_reward
 from trainers.data.stream import StreamingSource
+from trainers.errors import UserError
 
 
 class Clock:
@@ -168,6 +171,47 @@ def test_a_given_back_group_that_lost_a_sample_is_offered_again(tmp_path):
     # After a restart from a cursor saved meanwhile (the drop in it, the group not taken): offered again.
     restarted = StreamingSource(store, group_size=4, max_staleness=1, clock=clock, state=src.state())
     assert [[s.sample for s in g.sessions] for g in restarted.poll(0).groups] == [[0, 1, 2]]
+
+
+def test_a_given_back_group_taken_again_stays_given_back_in_the_cursor_until_a_release_counts_it(tmp_path):
+    store = tmp_path / "store"
+    sdk.configure(store=store)
+    clock = Clock()
+    src = StreamingSource(store, group_size=4, max_staleness=1, clock=clock)
+    for k in range(4):
+        _sample("a", k, version=0, reward=None if k == 3 else float(k % 2))
+    sdk.flush()
+    src.release(src.poll(0).groups)  # lost sample 3 (no reward); no room for the group this version
+    live = src.poll(0)
+    assert [[s.sample for s in g.sessions] for g in live.groups] == [[0, 1, 2]]  # offered again live
+    # A cursor saved now (taken again, no release since: not trained yet) offers it again after a restart.
+    cursor = json.loads(json.dumps(src.state()))
+    restarted = StreamingSource(store, group_size=4, max_staleness=1, clock=clock, state=cursor)
+    again = restarted.poll(0)
+    assert [[s.sample for s in g.sessions] for g in again.groups] == [[0, 1, 2]]
+    assert not again.dropped and again.pending == 0
+    # Once a release leaves it out (trained), it is final, live and through the cursor: never twice.
+    for source in (src, restarted):
+        source.release([])
+        assert source.state()["taken"] == ["r1|a|0", "r1|a|1", "r1|a|2"]
+        after = StreamingSource(store, group_size=4, max_staleness=1, clock=clock, state=source.state())
+        assert after.poll(0).groups == [] and after.poll(0).pending == 0 and source.poll(0).groups == []
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_giving_back_a_group_a_release_already_counted_trained_is_refused(tmp_path, incremental):
+    store = tmp_path / "store"
+    sdk.configure(store=store)
+    src = _source(store, Clock(), incremental=incremental)
+    for k in range(2):
+        _sample("a", k, version=0, reward=float(k))
+    sdk.flush()
+    taken = src.poll(0).groups
+    src.release([])  # trained: final, and in any cursor saved from now on
+    src.poll(0)
+    with pytest.raises(UserError, match="a#r1:0"):
+        src.release(taken)  # following the store it could not be offered again: never left in between
+    assert src.state()["taken"] == ["r1|a|0", "r1|a|1"] and src.poll(0).groups == []
 
 
 def test_once_nothing_more_will_come_a_part_done_group_is_dropped_not_awaited(tmp_path):

@@ -26,8 +26,9 @@ from a scoring job or a user, are let in until then). Then, in this order:
 - otherwise it is taken.
 
 A group the trainer gives back (:meth:`StreamingSource.release`) is offered again, its dropped samples
-still counted as decided. A group that can no longer complete is never waited on: once nothing will write
-samples any more (``poll(..., closed=True)``: the collector has ended), its ended samples are dropped
+still counted as decided, and stays given back, in the cursor too, until a release counts it trained (see
+:meth:`StreamingSource.state`). A group that can no longer complete is never waited on: once nothing will
+write samples any more (``poll(..., closed=True)``: the collector has ended), its ended samples are dropped
 (``group_incomplete``); before that, the rollout runner re-runs a killed run's missing samples first
 (:func:`sdk.rollout.run_continuous`).
 
@@ -216,6 +217,9 @@ class StreamingSource:
         # attempts of a sample may both have ended; the candidates take the later live one).
         self._pool: dict[str, dict[str, StoredSession]] = {}
         self._open_takes: set[str] = set()  # taken since the last release: may be given back
+        # Given back and not counted trained since (a release that left them out): the cursor keeps them
+        # undecided, also when they were taken again after their release.
+        self._given_back: set[str] = set()
         if state:
             self._restore(state)
 
@@ -224,6 +228,7 @@ class StreamingSource:
             raise UserError(f"unknown stream cursor format {state.get('format')!r}")
         self._taken = set(state.get("taken") or [])
         self._dropped = dict(state.get("dropped") or {})
+        self._given_back = set(state.get("given_back") or []) - self._taken - self._dropped.keys()
         self.dropped_total = Counter(self._dropped.values())
         for key in self._dropped:
             rollout, rest = key.split("|", 1)
@@ -233,12 +238,24 @@ class StreamingSource:
     def state(self) -> dict[str, Any]:
         """The cursor: samples taken and dropped (with reasons), JSON-serialisable.
 
+        ``taken`` counts a group as trained once it is taken (a trainer that trains all it takes need not
+        release), except a group given back (:meth:`release`) and taken again since the last release: it
+        was not trained when given back, so it stays under ``given_back`` (with the given-back groups not
+        taken again) and a source restored from the cursor offers it again; the next release that leaves
+        it out counts it trained. The loop releases before it trains and saves, so its cursors list no
+        group as taken that is trained after the save.
+
         Example:
             >>> import tempfile
             >>> StreamingSource(tempfile.mkdtemp(), group_size=2, max_staleness=0).state()["format"]
             1
         """
-        return {"format": _STATE_FORMAT, "taken": sorted(self._taken), "dropped": dict(self._dropped)}
+        return {
+            "format": _STATE_FORMAT,
+            "taken": sorted(self._taken - self._given_back),
+            "given_back": sorted(self._given_back),
+            "dropped": dict(self._dropped),
+        }
 
     def release(self, groups: list[StreamGroup]) -> None:
         """Give taken groups back: the next :meth:`poll` offers them again (with their staleness then).
@@ -249,16 +266,27 @@ class StreamingSource:
         offered with fewer than ``group_size`` samples (some were dropped) is offered again with the same
         samples: its dropped ones stay decided.
 
+        Raises:
+            UserError: A group an earlier release counted trained (taken before it, not given back then):
+                a cursor saved since counts it, and following the store its samples are forgotten.
+
         Example:
             >>> import tempfile
             >>> src = StreamingSource(tempfile.mkdtemp(), group_size=2, max_staleness=0)
             >>> src.release([])
         """
-        for g in groups:
-            for s in g.sessions:
-                self._taken.discard(_pair_key(_pair(s)))
+        back = {_pair_key(_pair(s)): g.key for g in groups for s in g.sessions}
+        final = sorted({key for k, key in back.items() if k in self._taken and k not in self._open_takes})
+        if final:
+            raise UserError(
+                f"cannot give back {', '.join(final)}: an earlier release counted them trained "
+                "(give groups back at the first release after they are taken)"
+            )
+        self._taken.difference_update(back)
         # The other groups taken since the last release are trained: following the store, their samples
         # are forgotten at the next poll (until now they were kept, in case they came back).
+        self._given_back -= self._open_takes
+        self._given_back.update(back)
         self._open_takes.clear()
 
     def _candidates(self) -> dict[tuple[str, str, int], dict[int, StoredSession]]:
@@ -397,6 +425,7 @@ class StreamingSource:
     def _drop(self, s: StoredSession, reason: str, batch: StreamBatch) -> None:
         pair = _pair(s)
         self._dropped[_pair_key(pair)] = reason
+        self._given_back.discard(_pair_key(pair))
         self._dropped_in[(pair[0], pair[1], pair[2] // self.group_size)] += 1
         self.dropped_total[reason] += 1
         batch.dropped[reason] += 1

@@ -42,6 +42,12 @@ run). Python 3.11+ has none of this.
 The handler is synchronous with ``run_inline = True``: in async runs LangChain calls it directly on the
 event loop (no thread hop), which is cheap because the hooks only convert and append; no
 ``AsyncCallbackHandler`` twin is needed.
+
+For RL, :func:`policy_chat_model` builds the ``ChatOpenAI`` an agent uses against the policy server (the
+loop's URL and stable model name, temperature 1.0, a 600 s timeout, logprobs and token ids, recorded). One
+thing LangChain does that costs a sample: ``create_agent`` raises ``GraphRecursionError`` past its
+``recursion_limit``; the rollout runner counts it as an agent error (raise the limit, or catch it and return
+no answer).
 """
 
 from __future__ import annotations

@@ -42,6 +42,11 @@ recording client (``OpenAIModel(client=wrap_openai(AsyncOpenAI(...)), ...)`` or
 it with this provider's record of the same call into one call whose framework is ``"strands"``.
 The legacy ``agent.structured_output()`` path fires no model-call events, so only a recording client
 sees it.
+
+For RL, :func:`policy_model` builds the ``OpenAIModel`` an agent uses against the policy server (on a
+recording client, so logprobs and token ids are kept). One thing Strands does that costs a sample: it raises
+``MaxTokensReachedException`` when a reply hits ``max_tokens``; the rollout runner counts it as an agent
+error (give the reply room, or catch it and return no answer).
 """
 
 from __future__ import annotations

@@ -12,6 +12,18 @@ reported and skipped. ``OUTPUT/roles.json`` summarises every role with its direc
 
 This is what ``python -m sdk.train --per-agent [--roles a,b]`` runs.
 
+Credit, in this order: the session reward named after the role (``s.reward(1.0, name="router")``: the role's
+own score, e.g. "did the router pick the right specialist"); otherwise the session reward (every role shares
+the outcome); per-call rewards go to the thread of that call only. Give a role its own reward when its job
+can be judged alone: its groups then compare its choices without the noise of what the others did.
+
+Round after round, :class:`ResidentRoles` keeps one resident trainer per role (with ``lora: true``, one
+adapter per role on the one base): ``train_round(episodes)`` trains each role with signal from where it left
+off, ``push(server, role, policy_version=N)`` sends that role's adapter to a multi-adapter server while the
+others keep serving, ``checkpoint()`` / ``ResidentRoles(config, resume=...)`` recover a run, and
+:func:`fresh_adapter` gives the adapter to serve before a role's first round. Full-weight roles are served
+one server each (``sdk.serve --model OUTPUT/ROLE/final --model-name ROLE``).
+
 Example:
     >>> from trainers.settings import make_config
     >>> trainer, cfg, _ = make_config({"model": "./tiny", "output_dir": "runs/agents", "lora": True})

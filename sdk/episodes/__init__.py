@@ -8,6 +8,30 @@ and invalid ones are rejected with a reason and counted, never dropped silently.
 
 polars is needed only to write or read Parquet (``pip install 'tracerl[episodes]'``).
 
+Rewards: session rewards (the last value per name), per-call rewards (summed over the thread unless the
+session gives a reward of that name) and named rewards come from the store; reward functions run at export
+(``--reward-fn [NAME=]module:function`` or a callable ``fn(episode) -> float | {name: float}``; one that
+raises rejects only that episode), and :func:`llm_judge_reward` (``--judge-model``) scores each task's
+episodes against each other with an LLM judge on any OpenAI-compatible endpoint (RULER-style). The episode
+reward is the one named ``reward_name`` (``reward``); :func:`role_reward` credits one agent of a multi-agent
+episode (its own named reward, else the session's).
+
+Validation (:func:`validate_episode`): role order, a tool result without its call, a tool call never
+answered, invalid JSON arguments, a missing or non-finite reward, an empty episode, duplicate ids, negative
+token ids, an unknown schema version, ``previous_response_id`` calls. Invalid episodes are skipped and
+written with their reason to a rejects file (``--strict``: stop at the first); episodes built = written +
+rejected, and store problems (torn or corrupt lines) are listed by reason. Options (reward functions,
+selection, thread splitting, ``require_reward``) are one record, :class:`EpisodeOptions`;
+:func:`open_episodes` reads any source (a Parquet file or directory, a store, a store URI, episodes in
+memory). The Parquet schema (version 2, zstd; ``messages`` in TRL's conversational format) is defined
+once in ``sdk.episodes._schema`` and printed by ``tracerl inspect --schema``.
+
+An export streams: memory holds a batch of episodes, one Parquet row group and the sessions still open, not
+the store; late rewards go to an index that moves to a temporary SQLite file past 100k entries. ``--workers
+N`` splits a store written by several processes across N processes (the file is the same as with one);
+orjson and pyarrow (the ``episodes`` extra) make it faster without changing the output. Figures:
+``tests/bench/RESULTS.md``.
+
 Example:
     >>> from sdk.episodes import build_episodes, export
     >>> for ep in build_episodes("traces"):  # doctest: +SKIP

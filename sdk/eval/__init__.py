@@ -12,8 +12,20 @@ Over the results file(s) of ``python -m sdk.rollout`` (tasks × samples):
   permutation p-value.
 
 ``python -m sdk.eval summarize RESULTS...`` and ``python -m sdk.eval compare A B`` print them; shards of a
-run (``python -m sdk.rollout --shard I/N``) are merged by passing all their results files. Standard
-library only: importing it costs nothing.
+run (``python -m sdk.rollout --shard I/N``) are merged by passing all their results files (a summary of some
+shards says how much of the task set it covers and names the missing ones). Standard library only:
+importing it costs nothing.
+
+Every figure is computed per task from its ``n`` samples (``c`` successful: reward ≥ the success threshold)
+and averaged over tasks, so every task weighs the same; ``±`` is the standard error across tasks. Errors and
+timeouts are failed samples. pass@k and pass^k are exact averages over all ``C(n, k)`` subsets; maj@k votes
+on the returned answer (or what ``--answer-fn`` extracts), ties averaged, samples without an answer not
+voting. How to read them: pass@1 ± se is the agent's quality; two runs are compared with :func:`compare`
+(both share the tasks), not by overlapping intervals: it pairs them task by task, gives the mean difference,
+a 95% paired-bootstrap interval (10,000 resamples, seeded) and a sign-flip permutation p-value, and counts
+tasks better / worse / the same. An interval that excludes 0 means B differs beyond what the choice of tasks
+and sampling explain; a wide one means more tasks are needed. A rising pass@k with a flat pass@1 means
+training made the agent more diverse, not more accurate; pass^k rising towards pass@1, more reliable.
 
 Example:
     >>> from sdk.eval import compare, summarize

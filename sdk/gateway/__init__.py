@@ -30,6 +30,42 @@ Untrusted JSON (request bodies, answers, stream chunks, SSE events) is read by o
 stored failed call, and a client's error always comes in its API's own format (Anthropic's on
 ``/v1/messages``, an SSE ``error`` event for a stream that breaks).
 
+Guarantees:
+
+- A call is in the store before the last byte of its response is sent (the terminal SSE event,
+  ``data: [DONE]``, ``response.completed`` or ``message_stop``, is held back until the call is written), so
+  a client that got its whole answer can rely on it being stored, even if the gateway is killed right after.
+  Stream events are otherwise forwarded as they arrive, never buffered whole.
+- Upstream errors reach the client unchanged and are stored as failed calls; an unreachable upstream is a
+  502 with an OpenAI-style body, also stored. A client that goes away before its answer is delivered leaves
+  a failed call (``ConnectionAbortedError``), never a successful one; the upstream request is dropped.
+- Every call the upstream answered is stored. A request the mapping cannot represent (``messages`` that are
+  not messages, an unknown content block) is stored without messages, the request under
+  ``extra.malformed_request``, and counted; a compressed body (gzip, deflate) is recorded decompressed up
+  to 64 MiB; a body it cannot read is forwarded and answered but not recorded, and counted.
+- Hop-by-hop headers (RFC 9110 §7.6.1, and any header ``Connection`` names) are dropped both ways; client
+  keys and headers go upstream and are never stored; the gateway prints neither a token nor an upstream
+  URL's password, and ``/stats`` shows the store's name, not its path.
+- A store that cannot be written never fails a request: logged once and counted in ``GET /stats`` (the
+  answering worker's counters). With several workers each writes its own segments; the reader merges a
+  session's parts. WebSocket upgrades are answered 501 (HTTP only).
+
+Sessions: task, sample and metadata are taken from a session's first call; a session id is used once
+(calls after its end are counted by the reader as ``event_after_session_end``); ids in the URL are
+percent-decoded once as UTF-8 (:mod:`sdk.gateway._http`); an ``X-Tracerl-Metadata`` that is not a JSON
+object is ignored and counted. A reward that is not a finite number is a 400; ending a session no worker
+opened and the store does not hold is a 404.
+
+Token data: ``--token-data`` adds ``logprobs`` and vLLM's ``return_token_ids`` to chat requests (Responses:
+the output-text logprobs and ``enable_response_messages``); ``--strip-token-data`` removes from responses
+what the client did not ask for. Only for servers that accept them (vLLM, SGLang): with OpenAI's API
+upstream it is refused. Wire formats (Anthropic Messages, Responses → OpenAI-format episodes, one mapping):
+:mod:`sdk.openai_wire`. Harnesses: Claude Code needs ``--bare`` (else it sends its skill listing as a system
+turn after the first user turn, which the episode validator rejects) and ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``
+below its 32,000 default for a small server; its task goes in ``ANTHROPIC_CUSTOM_HEADERS="X-Tracerl-Task:
+<id>"`` (Codex: the provider's ``http_headers``); tested with Claude Code and Codex from npm against a
+scripted upstream (``tests/gateway/test_harness_clis.py``).
+
 Example:
     >>> from sdk.gateway import GatewayConfig, create_app
     >>> app = create_app(GatewayConfig(upstream="http://127.0.0.1:8000/v1"))  # doctest: +SKIP

@@ -26,6 +26,27 @@ Event lines (``v`` = 1), one JSON object per line, built only by the constructor
 - ``supersede``: ``session_id, reason, run, ts``: that session is replaced by a later attempt (the rollout
   runner's re-run of its (task, sample)); read as ``StoredSession.superseded``, left out of episodes
 
+Guarantees:
+
+- **A call that returned to the agent is on disk** (in the OS page cache) before control returns: the event
+  is one ``O_APPEND`` write on the agent's thread (:mod:`sdk.store._writer`), so ``kill -9`` loses only
+  calls still in flight. ``configure(fsync="interval" | "always")`` (``TRACERL_FSYNC``) covers OS crashes.
+- **Nothing is dropped silently.** A write the disk refuses leaves the agent's call unchanged; the SDK warns
+  once, counts it (``sdk.stats()["write_failures"]``), keeps the lines in a bounded memory spill (a deleted
+  segment's lines too, until the store can be written again) and retries them; what still cannot be
+  written at exit is reported.
+- **A stream the agent stops reading is still its session's call**: a raw OpenAI stream left open is
+  recorded when its session ends (or at exit) with the text read so far, marked ``incomplete_stream`` and
+  counted (``streams_left_open``); never written after its session ended.
+- **Readers tolerate a torn last line** (counted as ``torn_line`` in ``StoreReader.problems``), and any
+  number of processes can write one store, each to its own segments; the reader merges a session's parts.
+- **No credentials**: every call record goes through one redaction rule when it is written
+  (:func:`sdk.capture.redact`, rule in :mod:`sdk._redact`); headers are never read; the conversation
+  itself (messages, tools, output) is kept as the model saw and produced it.
+- **Object storage** (``s3://...``, any fsspec URI): events go to a local spool first and are shipped every
+  ``TRACERL_SHIP_INTERVAL`` seconds (5), at ``sdk.flush()`` and at exit; the next process on the host ships
+  what a crashed one left (:mod:`sdk.store._remote`).
+
 Example:
     >>> import tempfile
     >>> from sdk.store import StoreReader

@@ -31,6 +31,45 @@ Conversion:
    assistant turn equal the tokenizer's ids for that span (and the stored prompt ids, when present, equal the
    rendered prompt). A stored turn that lacks only the trailing EOS is accepted; its EOS logprob is ``NaN``
    (the trainer then uses the policy's own log-prob there, i.e. ratio 1).
+
+Which tokens a sequence trains. Each episode takes one of three paths, counted in the data report
+(``tracerl train --dry-run`` prints it) and per episode in ``episode_paths.jsonl``:
+
+- **Exact ids** ("episodes trained from the exact stored token ids"): every call of the thread has its prompt
+  and completion ids in the store (vLLM's ``return_token_ids``; ``wrap_openai(client, token_data=True)``).
+  No chat template is applied: the episode is one sequence when each call's prompt ids extend the previous
+  call's prompt + completion ids, else one sequence per call; loss falls exactly on the completion ids the
+  thread's own calls produced, and the stored logprobs are the behaviour logprobs.
+- **Re-render matching the ids**: only completion ids were stored; the rendered turns equal them, so the
+  stored logprobs are used.
+- **Re-render differing** (with the reason, e.g. ``completion ids differ from the re-render``): another
+  tokenizer, or a word sampled in unusual tokens; trained on the re-rendered text without behaviour
+  logprobs. Episodes without token ids take the template path too ("no stored token ids").
+
+Stored ids outside the tokenizer's vocabulary (another model's) are not used (re-rendered); a negative id
+(a server's ``-1``) rejects the episode (``invalid_token_ids``), in the export as here; logprobs of another
+length than their ids leave the episode without behaviour logprobs (``logprobs_length_mismatch``). On
+every path, assistant messages the thread did not generate (a hand-off, few-shot examples, edited history)
+and turns cut short (``incomplete_stream``) are context: no loss ("assistant turns kept as context").
+
+What each shape of agent run becomes (every generation trained once, on the prompt the server received;
+what is not trained is counted):
+
+- **Compaction** (e.g. LangChain's ``SummarizationMiddleware``): the call after the summary starts a new
+  thread of the same sample; each call is trained once, and the sample's threads are one group member.
+- **Retries**: every HTTP attempt is a stored call; the attempt whose answer the agent got is trained once
+  (a retry of the same messages continues the thread); failed attempts generate nothing (``failed_calls``
+  in the episode's ``metadata.tracerl``).
+- **Sub-agents**: each sub-agent's conversation is a thread of its own, trained once; a hook's record and
+  the transport's record of one call are joined by the request's identity, never by content alone.
+- **Parallel tool calls**: one assistant turn with all its ``tool_calls``; tool results are context.
+- **n > 1 choices**: the choice the agent continued with is trained; the others are counted
+  (``other_choices_left_out``).
+- **Forced tool calls** (``tool_choice`` named or ``"required"``): with token ids, the ids the server
+  generated; without them (a framework hook only) the turn is context (``forced_tool_turn``), since a
+  re-render would train markup the server never generated.
+- **The Responses API**: input items merged into messages as the serving engine renders them;
+  ``previous_response_id`` is a counted rejection (the conversation before it is on the server).
 """
 
 from trainers.data._convert import PerTurn, Truncation, convert_episode, parse_tools

@@ -23,6 +23,22 @@ GPUs: ``num_gpus`` is reserved for the job's entrypoint (``entrypoint_num_gpus``
 runs ``accelerate launch --num_processes N -m sdk.train ...``. Authentication is Ray's: a cluster with token
 authentication (``RAY_AUTH_MODE=token``) takes the token from ``RAY_AUTH_TOKEN``; a dashboard behind an
 authenticating proxy gets its headers from ``RAY_JOB_HEADERS`` (JSON), as with ``ray job submit``.
+``env_vars`` (``--env-vars AWS_ENDPOINT_URL,AWS_REGION``) sets variables of this shell in the job, which
+Ray's dashboard shows: keep secrets in the cluster's configuration. A GPU box of your own becomes a one-node
+cluster with ``ray start --head --dashboard-host 0.0.0.0`` (token authentication is Ray's default; the token
+is ``ray get-auth-token`` on the head).
+
+Getting a cluster: KubeRay (the operator's Helm chart, a ``RayCluster`` with a GPU worker group on an image
+with ``tracerl[train,ray,s3]``, ``kubectl port-forward svc/<cluster>-head-svc 8265:8265``; a ``RayJob`` can
+run ``python -m sdk.train`` directly), SkyPilot (``sky launch --gpus H100:8`` with ``ray start --head`` in
+``run:``, the dashboard over ``ssh -L 8265:localhost:8265``), or Slurm (Ray's "Deploying on Slurm" guide),
+then ``RAY_ADDRESS=http://HEAD:8265``.
+
+Tested (CI, one 2-CPU machine, markers ``ray`` and ``s3``): a local Ray head with token authentication: a TRL
+job on the tiny model submitted and followed, the client killed and re-attached with ``--resume``, artifacts
+copied back; a job detached and cancelled; invalid data refused before submitting; a failing job reported
+with its error line; a wrong token in one line; rollouts on Ray equal to a local run. Not tested: GPUs in a
+job, multi-node clusters, KubeRay, SkyPilot, Slurm, real S3 (moto's S3 server stands in).
 
 Example:
     >>> from trainers.remote.ray_jobs import RayConfig, RayTrainer

@@ -1,4 +1,4 @@
-"""The ``tinker`` backend: RL on recorded episodes with the Tinker training API (``tinker`` package).
+r"""The ``tinker`` backend: RL on recorded episodes with the Tinker training API (``tinker`` package).
 
 Tinker trains a LoRA adapter on its GPUs while the training loop runs here, on a machine without GPUs:
 
@@ -25,7 +25,28 @@ the last step and the last saved state; ``python -m sdk.train --resume OUTPUT_DI
 optimizer state from that checkpoint (``create_training_client_from_state_with_optimizer``) and carries on.
 ``--cancel`` marks the run cancelled (nothing keeps running on Tinker between steps).
 
-The API key is read from ``$TINKER_API_KEY`` (``api_key_env``) only.
+The API key is read from ``$TINKER_API_KEY`` (``api_key_env``) only. ``base_url`` (``--base-url``,
+``$TINKER_BASE_URL``) points at another server implementing the Tinker API.
+
+Self-hosted: `SkyRL tx <https://github.com/NovaSky-AI/SkyRL>`_ implements the Tinker API on your own
+hardware; ``tests/remote/test_remote_tinker_skyrl.py`` runs this backend against ``skyrl[tinker,jax]==0.4.0``
+(JAX on CPU, Python 3.12, the ``.venv-skyrl`` that ``tests/setup.sh`` makes) on a tiny Qwen3 built locally:
+a short RL run (the first loss equals minus the summed advantages; the loss falls over three steps), a
+kill and ``--resume``, ``--cancel``, a LoRA rank over the server's maximum refused in one line. It starts its
+engine with ``uv run``, so start it through ``uv``::
+
+    python3.12 -m venv .venv-skyrl && .venv-skyrl/bin/pip install 'skyrl[tinker,jax]==0.4.0' aiohttp uv
+    PATH=$PWD/.venv-skyrl/bin:$PATH JAX_PLATFORMS=cpu uv run --no-project --python .venv-skyrl/bin/python \
+        -m skyrl.tinker.api --base-model ./my-qwen3 --backend jax --backend-config '{"max_lora_rank": 32}' \
+        --host 127.0.0.1 --port 8000 --database-url sqlite:///$PWD/tinker.db --checkpoints-base ./ckpt
+    TINKER_API_KEY=tml-local python -m sdk.train --config examples/remote/tinker.yaml \
+        --base-url http://127.0.0.1:8000 --model ./my-qwen3 --tokenizer ./my-qwen3 --data episodes.parquet
+
+What differs from Tinker's service there: SkyRL tx 0.4.0 returns no loss metrics (``loss:sum`` is summed
+from the per-token losses); it answers create-from-checkpoint with 422, so ``--resume`` creates a LoRA
+client of the same rank and loads the state into it; sampling through tinker 0.38's ``SamplingClient``
+fails (tinker 0.25, SkyRL's pin, samples); its ``importance_sampling`` and ``cross_entropy`` losses are the
+validated ones; its ``tinker`` extra lacks ``aiohttp``, which its API server imports.
 
 Example:
     >>> from trainers.remote.tinker_backend import TinkerConfig, TinkerTrainer

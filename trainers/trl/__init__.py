@@ -33,6 +33,34 @@ without padding columns (same update; less activation memory, so checkpointing c
 varlen flash attention, else one sequence per pass) with a loss that reads nothing back to the host
 (``replay`` and ``_step``).
 
+Why the CUDA defaults. Activation checkpointing costs about a third more compute, but 8 sequences of 4.5k
+tokens with a 152k vocabulary need more than 80 GB of activations without it. liger swaps only the layer
+kernels (RMSNorm, SwiGLU, RoPE): TRL 1.16 already computes per-token log-probs with its own chunked head and
+rejects liger's fused cross-entropy (``--grpo use_liger_kernel=false`` turns it off). LoRA keeps its inputs
+in bf16 because peft casts each adapted projection's input to the adapters' fp32 and autocast casts it back:
+two activation copies per projection, memory traffic rather than FLOPs; a frozen fp32 base gains nothing
+over bf16 under autocast, so with ``--lora`` on CUDA the base loads in bf16 (adapters stay fp32, as bf16
+masters would round away GRPO-sized updates, which is also why ``--bf16-weights`` is opt-in). LoRA dropout
+is 0 by default (TRL and peft use 0.05; ``--lora-dropout 0.05`` restores it).
+
+Starting points per model size (one 80 GB GPU, ~4k-token episodes, batch 8; from activation-memory
+estimates, not all of them run on a GPU yet: measurements in ``tests/bench/RESULTS.md``):
+
+- ≤ 0.5B full: ``--micro-batch-size 2 --grpo activation_checkpointing=false``;
+- 1.5B full: ``--micro-batch-size 1 --grpo activation_checkpointing=false`` (or checkpointing at batch 8);
+- 1.5B–3B LoRA: ``--lora --micro-batch-size 2 --grpo activation_checkpointing=false``;
+- 7B LoRA: ``--lora`` (bf16 base); try ``--micro-batch-size 1 --grpo activation_checkpointing=false``;
+- 7B full: several GPUs with FSDP or ZeRO-3.
+
+Several GPUs: ``accelerate launch --num_processes 8 -m sdk.train ...`` (DDP), or ``--config_file
+examples/accelerate/{ddp,fsdp,zero3}.yaml`` (with FSDP pass ``--grpo activation_checkpointing=false``: FSDP
+checkpoints itself). ``per_device_train_batch_size`` should be a multiple of G so each process holds whole
+groups; only the main process writes metrics, plots, checkpoints and the final model. Without a GPU,
+``ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 -m sdk.train ...`` runs two gloo
+processes (how the multi-process path is tested). ``tests/bench/gpu_suite.sh`` is the one command for a GPU
+machine (shapes, padded and padding-free, a profiler split, ``pytest -m gpu``); the padding-free step stays
+opt-in until it has run there.
+
 Modules: ``config`` (:class:`TRLGRPOConfig`, importable without torch), ``trainer`` (:class:`TRLGRPOTrainer`),
 ``replay`` (``ReplayGRPOTrainer``, imports torch and TRL: only imported when training), ``_step`` (its
 padding-free passes and loss), ``_flops`` (MFU counts), ``_units`` (groups

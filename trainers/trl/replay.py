@@ -38,6 +38,16 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         'GRPOTrainer'
     """
 
+    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
+        """Write no card: TRL's (at every checkpoint) names neither the base model nor the data.
+
+        The run writes its own when it ends (``trainers._model_card``).
+
+        Example:
+            >>> ReplayGRPOTrainer.create_model_card(None) is None
+            True
+        """
+
     def __init__(
         self,
         *args: Any,

@@ -196,6 +196,23 @@ class TRLGRPOTrainer:
         else:  # every rank takes part in the save (gathered weights), into one path
             trainer.save_model(str(final))
         is_adapter = config.lora
+        if trainer.accelerator.is_main_process:  # ours, not TRL's (ReplayGRPOTrainer.create_model_card)
+            from trainers._model_card import write_model_card
+
+            groups = built.prepared.groups
+            write_model_card(
+                out_dir,
+                method="GRPO on recorded episodes (tracerl train, TRL backend)",
+                base_model=str(config.model),
+                data=str(data) if isinstance(data, (str, Path)) else f"{type(data).__name__} given in Python",
+                rewards=[r for g in groups for r in g.rewards],
+                facts=[
+                    f"steps: {int(trainer.state.global_step)}",
+                    "trained: a LoRA adapter" if is_adapter else "trained: all weights",
+                    f"data used: {len(groups)} GRPO groups, {sum(len(g.sequences) for g in groups)} "
+                    "sequences (data_report.json says what was left out and why)",
+                ],
+            )
         plots: list[Path] = []
         if config.plots and trainer.accelerator.is_main_process:
             from trainers._plots import plot_metrics

@@ -240,3 +240,164 @@ def _write_sessions(store: Path) -> Path:
                     s.reward(float(k))
     sdk.flush()
     return store
+
+
+# ------------------------------------------------------------------ README commands and flags exist
+
+SHELL_BLOCK = re.compile(r"^```(bash|sh|shell|console|zsh)[^\n]*\n(.*?)^```", re.M | re.S)
+SEPARATORS = {"|", "||", "&", "&&", ";", ";;", "(", ")", ">", ">>", "<", "2>", "2>&1", "|&"}
+PREFIXES = {"time", "exec", "nohup", "env", "sudo", "run", "uv"}  # `uv run tracerl ...`, `time tracerl ...`
+
+
+def _readme_commands(text: str) -> list[tuple[int, list[str]]]:
+    """``(line number, [command, args...])`` of each ``tracerl``/``python -m sdk.*`` in the shell blocks."""
+    found = []
+    for block in SHELL_BLOCK.finditer(text):
+        first_line = text.count("\n", 0, block.start(2)) + 1
+        lines = block.group(2).splitlines()
+        i = 0
+        while i < len(lines):
+            number, line = first_line + i, lines[i]
+            while line.rstrip().endswith("\\") and i + 1 < len(lines):  # continued lines are one command
+                i += 1
+                line = line.rstrip()[:-1] + " " + lines[i]
+            i += 1
+            stripped = line.strip()
+            if block.group(1) == "console":  # a console block shows output too: only `$ ` lines are typed
+                if not stripped.startswith("$ "):
+                    continue
+                stripped = stripped[2:]
+            found += [(number, c) for c in _commands_in(stripped)]
+    return found
+
+
+def _commands_in(line: str) -> list[list[str]]:
+    import shlex
+
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:  # an unbalanced quote: read it word by word rather than not at all
+        tokens = line.split("#", 1)[0].split()
+    commands = []
+    for k, tok in enumerate(tokens):
+        before = tokens[k - 1] if k else None
+        at_start = before is None or before in SEPARATORS or before in PREFIXES or re.match(r"\w+=", before)
+        if tok == "tracerl" and at_start:
+            start = k
+        elif tok == "-m" and k + 1 < len(tokens) and re.match(r"(sdk|trainers)\.", tokens[k + 1]):
+            start = k + 1  # python -m sdk.X, accelerate launch -m sdk.train
+        else:
+            continue
+        end = next((j for j in range(start + 1, len(tokens)) if tokens[j] in SEPARATORS), len(tokens))
+        commands.append(tokens[start:end])
+    return commands
+
+
+def _module_command(module: str) -> str | None:
+    """The subcommand ``python -m MODULE`` runs (``sdk.view`` -> ``view``), or ``None``."""
+    for name, command in COMMANDS.items():
+        if command.module in (module, f"{module}.__main__"):
+            return name
+    return None
+
+
+def _parser_for(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser ``tracerl ARGV --help`` prints (subcommand parsers reached through ``ARGV``)."""
+    seen: list[argparse.ArgumentParser] = []
+
+    def record(self: argparse.ArgumentParser, file: Any = None) -> None:
+        seen.append(self)  # and print nothing
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(argparse.ArgumentParser, "print_help", record)
+        try:
+            cli.main([*argv, "--help"])
+        except SystemExit:
+            pass
+    assert seen, f"tracerl {' '.join(argv)} --help printed no parser"
+    return seen[0]
+
+
+def _unknown_flags(words: list[str]) -> tuple[str, list[str]]:
+    """``(the command as named, its flags that its parser does not know)`` for one README command."""
+    head, rest = words[0], words[1:]
+    if head == "tracerl":
+        if not rest or rest[0] in ("-h", "--help"):
+            return "tracerl", [w for w in rest if w.startswith("-") and w not in ("-h", "--help")]
+        name, rest = rest[0], rest[1:]
+        if name.isupper():  # a placeholder (`tracerl COMMAND --help`): only what every command takes
+            return f"tracerl {name}", [w for w in rest if w.startswith("-") and w not in ("-h", "--help")]
+        if name not in COMMANDS:
+            return f"tracerl {name}", [f"(no such command {name!r})"]
+    else:
+        name = _module_command(head)
+        if name is None:
+            import importlib.util
+
+            if importlib.util.find_spec(head) is None:
+                return f"python -m {head}", [f"(no module {head!r})"]
+            return f"python -m {head}", []  # a module that is no tracerl subcommand: it exists
+    argv = [name]
+    if name == "train" and "--loop" in rest:
+        argv.append("--loop")
+        rest = [w for w in rest if w != "--loop"]
+    if "--backend" in rest and rest.index("--backend") + 1 < len(rest):  # that backend's own settings
+        argv += rest[rest.index("--backend") : rest.index("--backend") + 2]
+    if name == "serve":
+        pytest.importorskip("torch")
+    parser = _parser_for(argv)
+    for word in rest:  # `tracerl otel export ...`, `tracerl eval compare ...`: the subcommand's parser
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            parser = subs[0].choices[word]
+            break
+    known = set(parser._option_string_actions)
+    flags = [w.split("=", 1)[0] for w in rest if w.startswith("-") and w != "--" and not _is_number(w)]
+    return f"tracerl {' '.join(argv)}", [f for f in flags if f not in known]
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def test_the_readmes_commands_and_flags_exist() -> None:
+    """Every ``tracerl X --flag`` / ``python -m sdk.X --flag`` in README.md's shell blocks is real."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = _readme_commands(readme)
+    # A README without one command in a shell block would pass everything below: that is a failure too.
+    assert len(commands) >= 3, f"found only {commands} in README.md's bash/console blocks"
+    problems = []
+    for number, words in commands:
+        named, unknown = _unknown_flags(words)
+        if unknown:
+            problems.append(f"README.md:{number}: {named}: {', '.join(unknown)}  ({' '.join(words)})")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_readme_check_catches_a_made_up_flag_and_command() -> None:
+    """The check above on a README that names a flag and a command that do not exist."""
+    readme = """
+```bash
+tracerl export --store S --out e.parquet --no-such-flag
+python -m sdk.view S --out r.html && tracerl frobnicate --x
+```
+
+```console
+$ tracerl inspect S \\
+    --json --bogus
+tracerl view: 3 episodes of 1 tasks in 1 task groups
+```
+"""
+    found = {(n, " ".join(w)): _unknown_flags(w)[1] for n, w in _readme_commands(readme)}
+    assert found == {
+        (3, "tracerl export --store S --out e.parquet --no-such-flag"): ["--no-such-flag"],
+        (4, "sdk.view S --out r.html"): [],
+        (4, "tracerl frobnicate --x"): ["(no such command 'frobnicate')"],
+        (8, "tracerl inspect S --json --bogus"): ["--bogus"],
+    }

@@ -737,5 +737,5 @@ def app_from_env() -> ASGIApp:
     """
     raw = os.environ.get(ENV_CONFIG)
     if not raw:
-        raise RuntimeError(f"{ENV_CONFIG} is not set; start the gateway with `python -m sdk.gateway`")
+        raise RuntimeError(f"{ENV_CONFIG} is not set; start the gateway with `tracerl gateway`")
     return create_app(GatewayConfig(**json.loads(raw)))

@@ -314,7 +314,7 @@ class RemoteTrainer(ABC):
         self.check_credentials(cfg)  # fail before any work when the key or token is missing
         job = self.submit(data, cfg, out)
         if cfg.detach and self.detachable:
-            progress(f"detached; re-attach with: python -m sdk.train --resume {out}")
+            progress(f"detached; re-attach with: tracerl train --resume {out}")
             return self.result(out, job)
         return self.follow(job, out)
 
@@ -445,7 +445,7 @@ class RemoteTrainer(ABC):
         if not job.terminal:
             raise UserError(
                 f"{out} already follows job {job.job_id} ({job.status}); re-attach with "
-                f"python -m sdk.train --resume {out}, cancel it with --resume {out} --cancel, "
+                f"tracerl train --resume {out}, cancel it with --resume {out} --cancel, "
                 "or choose another --output"
             )
 
@@ -458,7 +458,7 @@ class RemoteTrainer(ABC):
         else:
             progress(
                 f"detached from {self.describe(job)} (it keeps running); re-attach with: "
-                f"python -m sdk.train --resume {out}"
+                f"tracerl train --resume {out}"
             )
 
     def on_success(self, conn: Any, job: RemoteJob, out: Path) -> None:  # noqa: B027 - optional step

@@ -299,7 +299,7 @@ class TinkerTrainer(RemoteTrainer):
             if not job.terminal:
                 raise UserError(
                     f"{out} holds an unfinished Tinker run at step {job.info.get('step')}; continue it with "
-                    f"python -m sdk.train --resume {out}, or choose another --output"
+                    f"tracerl train --resume {out}, or choose another --output"
                 )
 
     def submit(self, data: Any, config: TinkerConfig, out: Path) -> RemoteJob:
@@ -360,7 +360,7 @@ class TinkerTrainer(RemoteTrainer):
 
     def on_interrupt(self, job: RemoteJob, out: Path) -> None:
         """Ctrl-C: the run stops here and can be continued from its last saved state."""
-        progress(f"interrupted at step {job.info['step']}; continue with: python -m sdk.train --resume {out}")
+        progress(f"interrupted at step {job.info['step']}; continue with: tracerl train --resume {out}")
 
     def result(self, out: Path, job: RemoteJob) -> TrainResult:
         """Steps done, sampler weights and the last saved state."""

@@ -378,7 +378,7 @@ class TRLGRPOTrainer:
         device_keys -= set(config.grpo or {})
         resolved["grpo"] = {k: v for k, v in kw.items() if k not in _OWNED and k not in device_keys}
         header = (
-            "# Resolved configuration of this run; rerun with: python -m sdk.train --config config.yaml\n"
+            "# Resolved configuration of this run; rerun with: tracerl train --config config.yaml\n"
             "# (device-dependent defaults bf16/use_cpu/activation_checkpointing/use_liger_kernel and a LoRA\n"
             "# base's dtype are chosen at run time)\n"
         )

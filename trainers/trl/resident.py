@@ -222,7 +222,10 @@ class ResidentTrainer:
         grpo = dict(config.grpo or {})
         grpo.pop("num_train_epochs", None)
         grpo["max_steps"] = 1  # set per version
-        grpo.setdefault("save_steps", 10**9)  # checkpoints are the caller's (save_checkpoint)
+        # Checkpoints are the caller's (save_checkpoint). With a save strategy transformers also saves one at
+        # the end of every train() call, i.e. every version: a full checkpoint each time, and the loop's
+        # rotation (keep the last two) would then delete the one state.json names before the next commits.
+        grpo["save_strategy"] = "no"
         model = str(self.resume) if self.resume is not None and not config.lora else config.model
         # A resumed run keeps its logs up to the checkpoint's step (rows logged after it were cut short).
         resume = None if self.resume is None else str(self.resume)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import sdk
 from sdk.testing import ScriptedOpenAIServer
 
 # Nothing is downloaded in tests: offline and quiet before transformers/TRL/datasets are imported.
@@ -24,6 +25,16 @@ def _tracerl_test_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     store.mkdir()
     monkeypatch.setenv("TRACERL_STORE", str(store))
     yield
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh store, configured for this test; SDK internal errors re-raise instead of being swallowed."""
+    monkeypatch.setenv("TRACERL_RAISE_INTERNAL", "1")
+    path = tmp_path / "store"
+    sdk.configure(store=path, implicit_sessions="process", fsync="never")
+    yield path
+    sdk.shutdown()
 
 
 @pytest.fixture

@@ -15,18 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.main_job import OURS
+
 pytest.importorskip("trl")
 pytest.importorskip("langchain")
-
-
-# What the main job itself prints: its header lines, the loop's table (header and one row per round), where
-# the results went, the final line, and tracerl's own one-line notices. Anything else (a transformers bar,
-# TRL's per-step dicts, a library's warning) is not ours.
-OURS = re.compile(
-    r"^(policy: |agent: |round  validation pass@1  train reward|\s+\d+\s+(\d+\.\d%|-)\s|results: |validation pass@1: |held-out success: "
-    r"|resuming after round \d+ |all \d+ rounds are done "
-    r"|tracerl: )"
-)
 
 
 def assert_only_our_lines(out: str, err: str) -> None:

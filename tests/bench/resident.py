@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "trainers")]
+sys.path.insert(0, str(ROOT))  # sdk, trainers and tests.support
 
 
 def _rss_mb() -> float:
@@ -92,7 +92,7 @@ def _config(model: str, out: Path, args: argparse.Namespace, steps: int) -> Any:
 
 
 def _version_data(tok: Any, v: int, args: argparse.Namespace) -> list[dict[str, Any]]:
-    from _synth import make_episodes
+    from tests.support.synth import make_episodes
 
     eps = make_episodes(args.groups_per_step * args.steps, args.group_size, tokenizer=tok)
     for ep in eps:

@@ -25,14 +25,14 @@ from typing import Any
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "trainers")]
+sys.path.insert(0, str(ROOT))  # sdk, trainers and tests.support
 
 
 def _steps_s(model: str, tok: Any, out: Path, args: argparse.Namespace, at_step: bool) -> float:
     """Seconds per optimizer step of one training run (the first step, which builds caches, left out)."""
-    from _synth import make_episodes
     from transformers import TrainerCallback
 
+    from tests.support.synth import make_episodes
     from trainers.trl import TRLGRPOConfig, TRLGRPOTrainer
     from trainers.trl.replay import ReplayGRPOTrainer
 

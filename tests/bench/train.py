@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "trainers")]
+sys.path.insert(0, str(ROOT))  # sdk, trainers and tests.support
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -47,9 +47,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def _setup(hidden: int, layers: int) -> dict[str, Any]:
     import torch
-    from _synth import make_episodes
     from transformers import AutoTokenizer
 
+    from tests.support.synth import make_episodes
     from trainers._tiny import build_tiny_model
     from trainers.trl import TRLGRPOConfig, TRLGRPOTrainer
 

@@ -1,4 +1,4 @@
-"""Fixtures for episode tests (helpers live in episode_helpers.py)."""
+"""Fixtures for episode tests (helpers live in tests/support/sessions.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from episode_helpers import RawStore
 
 import sdk
+from tests.support.sessions import RawStore
 
 
 @pytest.fixture

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from episode_helpers import RawStore, assistant, system, tool, tool_call, user
 
 from sdk import export as export_cli
 from sdk.episodes import export, read_episodes
+from tests.support.sessions import RawStore, assistant, system, tool, tool_call, user
 
 OK = [system("s"), user("q")]
 

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from episode_helpers import close_store, weather_session
 
 from sdk import export as export_cli
 from sdk import inspect as inspect_cli
 from sdk.episodes import read_episodes
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse
+from tests.support.sessions import close_store, weather_session
 
 ROOT = Path(__file__).resolve().parents[2]
 

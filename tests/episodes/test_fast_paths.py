@@ -8,11 +8,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from episode_helpers import RawStore, assistant, system, tool, tool_call, user
 
 import sdk._json
 import sdk.episodes._frame
 from sdk.episodes import export
+from tests.support.sessions import RawStore, assistant, system, tool, tool_call, user
 
 
 def _store(path: Path) -> Path:

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from episode_helpers import RawStore, assistant, user
 
 from sdk import inspect as inspect_cli
 from sdk.episodes import export
+from tests.support.sessions import RawStore, assistant, user
 
 
 def _store(r: RawStore) -> RawStore:

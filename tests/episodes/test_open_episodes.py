@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from episode_helpers import close_store, weather_session
 
 from sdk.episodes import (
     EpisodeError,
@@ -19,6 +18,7 @@ from sdk.episodes import (
     read_episodes,
 )
 from sdk.store import StoreReader
+from tests.support.sessions import close_store, weather_session
 
 
 def _three_sessions() -> None:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from episode_helpers import RawStore, assistant, system, tool, tool_call, user
 
 from sdk import export as export_cli
 from sdk.episodes import EpisodeError, export
 from sdk.episodes._parallel import _split_shares, plan_workers
+from tests.support.sessions import RawStore, assistant, system, tool, tool_call, user
 
 OK = [system("s"), user("q")]
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from episode_helpers import RawStore, assistant, call, close_store, tool_call, user, weather_session
 
 import sdk
 from sdk.capture import record_call
 from sdk.episodes import EpisodeError, build_episodes, export, read_episodes, write_parquet
 from sdk.episodes._schema import COLUMNS, polars_schema, schema_markdown
+from tests.support.sessions import RawStore, assistant, call, close_store, tool_call, user, weather_session
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 from sdk.episodes import export, open_episodes, read_episodes  # noqa: E402
 from sdk.episodes._schema import polars_schema  # noqa: E402
-from tests.episodes.episode_helpers import RawStore, assistant, user  # noqa: E402
+from tests.support.sessions import RawStore, assistant, user  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from episode_helpers import RawStore, assistant, close_store, user, weather_session
 
 from sdk.episodes import ExportSummary, RewardError, build_episodes, export, llm_judge_reward, read_episodes
 from sdk.episodes._rewards import load_reward_fn
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse
+from tests.support.sessions import RawStore, assistant, close_store, user, weather_session
 
 
 def by_task(eps: list[dict]) -> dict[str, dict]:
@@ -25,9 +25,8 @@ def test_named_rewards_and_reward_name(store: Path) -> None:
     import sdk
 
     with sdk.session(task_id="t1") as s:
-        from episode_helpers import call
-
         from sdk.capture import record_call
+        from tests.support.sessions import call
 
         record_call(call([user("q")], assistant("a")))
         s.reward(0.0)

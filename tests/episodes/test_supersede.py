@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from episode_helpers import RawStore, assistant, user
-
 from sdk.episodes import ExportSummary, build_episodes
 from sdk.store import StoreReader
+from tests.support.sessions import RawStore, assistant, user
 
 
 def _killed_then_rerun(path: Path) -> None:

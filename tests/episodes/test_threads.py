@@ -8,7 +8,12 @@ import logging
 from pathlib import Path
 
 import pytest
-from episode_helpers import (
+
+import sdk
+from sdk.capture import record_call
+from sdk.episodes import EpisodeError, ExportSummary, build_episodes
+from sdk.store import StoreReader
+from tests.support.sessions import (
     TOOLS,
     RawStore,
     assistant,
@@ -20,11 +25,6 @@ from episode_helpers import (
     user,
     weather_session,
 )
-
-import sdk
-from sdk.capture import record_call
-from sdk.episodes import EpisodeError, ExportSummary, build_episodes
-from sdk.store import StoreReader
 
 
 def episodes(path: Path, **kw: object) -> list[dict]:

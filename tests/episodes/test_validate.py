@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from episode_helpers import assistant, system, tool, tool_call, user
 
 from sdk.episodes import PROBLEM_CODES, Problem, validate_episode
+from tests.support.sessions import assistant, system, tool, tool_call, user
 
 
 def ep(messages: list[Any], **kw: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ def upstream() -> Iterator[ScriptedOpenAIServer]:
 def gateway(upstream: ScriptedOpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One gateway with two workers for the whole run: a session's calls land on both workers."""
     _need_gateway_deps()
-    from gateway_helpers import start_gateway
+    from tests.support.gateway import start_gateway
 
     gw = start_gateway(upstream.base_url, tmp_path_factory.mktemp("gateway") / "store", workers=2)
     try:

@@ -24,11 +24,11 @@ pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 import httpx  # noqa: E402
-from gateway_helpers import ROOT, Gateway, new_id, start_gateway  # noqa: E402
 
 from sdk.episodes import ExportSummary, build_episodes  # noqa: E402
 from sdk.store import StoreReader  # noqa: E402
 from sdk.testing import ScriptedOpenAIServer  # noqa: E402
+from tests.support.gateway import ROOT, Gateway, new_id, start_gateway  # noqa: E402
 
 _ANSWER = {
     "id": "chatcmpl-raw",

@@ -18,22 +18,12 @@ anthropic = pytest.importorskip("anthropic")
 pytest.importorskip("aiohttp")
 pytest.importorskip("uvicorn")
 
-from gateway_helpers import Gateway, new_id, start_gateway  # noqa: E402
-
 from sdk.episodes import build_episodes  # noqa: E402
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
+from tests.support.gateway import Gateway, new_id, start_gateway  # noqa: E402
+from tests.support.tools import ANTHROPIC_ADD_TOOL  # noqa: E402
 
-TOOLS = [
-    {
-        "name": "add",
-        "description": "Add two integers.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    }
-]
+TOOLS = [ANTHROPIC_ADD_TOOL]
 SYSTEM = [{"type": "text", "text": "You are a calculator."}]
 
 

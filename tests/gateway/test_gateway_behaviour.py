@@ -18,10 +18,10 @@ pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 import httpx  # noqa: E402
-from gateway_helpers import Gateway, new_id, start_gateway  # noqa: E402
 
 from sdk.store import StoreReader, add_reward  # noqa: E402
 from sdk.testing import ScriptedOpenAIServer  # noqa: E402
+from tests.support.gateway import Gateway, new_id, start_gateway  # noqa: E402
 
 
 def _client(base_url: str, **kwargs: Any) -> Any:
@@ -335,7 +335,7 @@ def test_bad_command_lines_exit_2_with_one_error_line(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from gateway_helpers import ROOT
+    from tests.support.gateway import ROOT
 
     for args in (
         ["--upstream", "ftp://x"],

@@ -9,7 +9,6 @@ counted, and the session's other calls are trained exactly once on the prompt id
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import urllib.request
@@ -26,12 +25,10 @@ pytest.importorskip("polars")
 openai = pytest.importorskip("openai")
 
 import httpx  # noqa: E402
-from gateway_helpers import new_id, start_gateway  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integrations"))  # trained_once.py
-from trained_once import ServerIds, assert_trained_once, convert  # noqa: E402
 
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
+from tests.support.gateway import new_id, start_gateway  # noqa: E402
+from tests.support.trained_once import ServerIds, assert_trained_once, convert  # noqa: E402
 
 DEPTH = 100_000
 DEEP = b"[" * DEPTH + b"]" * DEPTH

@@ -3,7 +3,7 @@
 Each stack runs one scripted conversation (system prompt, question, a tool call, its result, an answer)
 twice against the same scripted upstream: once in this process with its tracerl integration, once
 through a real two-worker gateway process (session id in the URL, task in a header, reward and end over
-HTTP). The episodes are compared on messages, tools and reward (see gateway_helpers for normalisation).
+HTTP). The episodes are compared on messages, tools and reward (see tests/support/gateway.py for normalisation).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("openai")
 pytest.importorskip("polars")
 
-from gateway_helpers import Gateway, new_id, normalise_messages, normalise_tools
-
 import sdk
 from sdk.episodes import build_episodes
 from sdk.store import read_sessions
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse
+from tests.support.gateway import Gateway, new_id, normalise_messages, normalise_tools
+from tests.support.tools import ADD_TOOL
 
 
 def _has(module: str) -> bool:
@@ -42,20 +42,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two integers.",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    }
-]
+TOOLS = [ADD_TOOL]
 
 
 def _script(server: ScriptedOpenAIServer) -> None:

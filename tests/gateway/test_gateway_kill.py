@@ -11,10 +11,9 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-from gateway_helpers import new_id, start_gateway  # noqa: E402
-
 from sdk.store import StoreReader  # noqa: E402
 from sdk.testing import ScriptedOpenAIServer  # noqa: E402
+from tests.support.gateway import new_id, start_gateway  # noqa: E402
 
 pytestmark = pytest.mark.reliability
 

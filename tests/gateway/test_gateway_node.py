@@ -18,10 +18,9 @@ pytest.importorskip("aiohttp")  # the gateway extra: uvicorn + aiohttp
 pytest.importorskip("uvicorn")
 pytest.importorskip("polars")
 
-from gateway_helpers import Gateway, new_id
-
 from sdk.episodes import build_episodes
 from sdk.testing import ScriptedOpenAIServer
+from tests.support.gateway import Gateway, new_id
 
 AGENT = r"""
 import OpenAI from "openai";

@@ -26,10 +26,10 @@ pytest.importorskip("uvicorn")
 
 import httpx  # noqa: E402
 from aiohttp import web  # noqa: E402
-from gateway_helpers import Gateway, new_id, start_gateway  # noqa: E402
 
 from sdk.episodes import export  # noqa: E402
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
+from tests.support.gateway import Gateway, new_id, start_gateway  # noqa: E402
 
 DEEP = b"[" * 5000 + b"]" * 5000
 HI = [{"role": "user", "content": "hi"}]

@@ -19,10 +19,9 @@ anthropic = pytest.importorskip("anthropic")
 pytest.importorskip("aiohttp")
 pytest.importorskip("polars")
 
-from gateway_helpers import Gateway, new_id, start_gateway  # noqa: E402
-
 from sdk.episodes import export  # noqa: E402
 from sdk.testing import ScriptedOpenAIServer  # noqa: E402
+from tests.support.gateway import Gateway, new_id, start_gateway  # noqa: E402
 
 START = b'event: message_start\ndata: {"type":"message_start","message":{"id":"m1","type":"message","role":"assistant","model":"raw","content":[],"usage":{"input_tokens":3,"output_tokens":0}}}\n\n'
 BLOCK = b'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n'

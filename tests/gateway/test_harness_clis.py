@@ -27,10 +27,9 @@ import pytest
 pytest.importorskip("aiohttp")
 pytest.importorskip("polars")
 
-from gateway_helpers import Gateway, new_id, start_gateway
-
 from sdk.episodes import build_episodes
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse
+from tests.support.gateway import Gateway, new_id, start_gateway
 
 CLIS = ("@anthropic-ai/claude-code@2.1.197", "@openai/codex@0.171.0")
 SECRET = "The secret word is tangerine."

@@ -28,12 +28,11 @@ pytest.importorskip("polars")
 pytest.importorskip("transformers")
 pytest.importorskip("aiohttp")
 
-from gateway_helpers import new_id, start_gateway  # noqa: E402
-
 import sdk  # noqa: E402
 from integrations.openai import wrap_openai  # noqa: E402
 from sdk.messages import render_ids, template_messages  # noqa: E402
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
+from tests.support.gateway import new_id, start_gateway  # noqa: E402
 from trainers.data import convert_episodes, load_episodes  # noqa: E402
 
 CHAT_TOOLS = [

@@ -18,6 +18,7 @@ import openai
 import sdk
 from sdk.store import StoreReader
 from sdk.testing import ScriptedOpenAIServer
+from tests.support.tools import ADD_TOOL
 
 pytestmark = pytest.mark.reliability
 
@@ -27,20 +28,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two integers.",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    }
-]
+TOOLS = [ADD_TOOL]
 
 
 def openai_agent(base_url: str, question: str) -> None:

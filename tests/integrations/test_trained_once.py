@@ -20,10 +20,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("polars")
 openai = pytest.importorskip("openai")
 
-from trained_once import ServerIds, assert_trained_once, convert  # noqa: E402
-
 import sdk  # noqa: E402
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
+from tests.support.trained_once import ServerIds, assert_trained_once, convert  # noqa: E402
 from trainers.data import convert_episodes, load_episodes  # noqa: E402
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_async_loop import async_config, check_run
 
+from tests.support.loop import async_config, check_run
 from trainers.data.stream import sample_key
 
 pytest.importorskip("trl")
@@ -266,7 +266,8 @@ def test_kill_9_then_the_same_command_ends_with_the_weights_of_a_run_resumed_wit
     import shutil
 
     import torch
-    from test_loop import _final_state
+
+    from tests.support.loop import final_state as _final_state
 
     (tmp_path / "base").mkdir()
     cfg = async_config(

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_async_loop import async_config, check_run
 
 from sdk.rollout import read_results
+from tests.support.loop import async_config, check_run
 from trainers.data.stream import StreamingSource
 
 pytest.importorskip("trl")

@@ -7,38 +7,14 @@ import math
 from pathlib import Path
 
 import pytest
-from test_loop import _config
 
+from tests.support.loop import async_config, check_run
+from tests.support.loop import read_jsonl as _jsonl
 from trainers import UserError
 from trainers.loop import LoopConfig, run_loop
 
 pytest.importorskip("trl")
 pytest.importorskip("openai")
-
-
-def async_config(tmp_path: Path, model: str, **over) -> dict:
-    """The lock-step loop test's config, run asynchronously for 3 versions of one optimizer step each, a
-    checkpoint after every version (the default is every 10)."""
-    cfg = _config(tmp_path, model)
-    for key in ("rounds", "tasks_per_round", "curriculum"):
-        del cfg[key]
-    cfg["train"]["grpo"]["learning_rate"] = 1.0e-2
-    cfg.update(
-        {
-            "mode": "async",
-            "max_versions": 3,
-            "max_staleness": 1,
-            "sync_every": 1,
-            "eval_every": 2,
-            "checkpoint_every": 1,
-            **over,
-        }
-    )
-    return cfg
-
-
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
 def _logps(model_dir: str, prompt: list[int], completion: list[int]) -> list[float]:
@@ -49,51 +25,6 @@ def _logps(model_dir: str, prompt: list[int], completion: list[int]) -> list[flo
     with torch.no_grad():
         logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion)[:, None])[:, 0].tolist()
-
-
-def check_run(out: Path, max_staleness: int, model: str) -> dict:
-    """The Done-when checks, from the store and the run's files; returns trained sessions by id."""
-    from sdk.store import read_sessions
-    from trainers.data.stream import session_version
-
-    sessions = {s.session_id: s for s in read_sessions(out / "store")}
-    trained = _jsonl(out / "trained_samples.jsonl")
-    assert trained
-    keys = [(t["rollout"], t["task_id"], t["sample"]) for t in trained]
-    assert len(keys) == len(set(keys)), "a (task, sample) was trained twice"
-    for t in trained:
-        s = sessions[t["session_id"]]
-        assert not s.superseded and s.reward is not None
-        # Every trained turn has its policy version (the call's own field, else the session's stamp).
-        assert s.calls and all(
-            isinstance(c.get("policy_version", s.metadata.get("policy_version")), int) for c in s.calls
-        )
-        stamp = s.metadata["policy_version"]  # the version served when the sample started
-        assert all(c.get("policy_version", stamp) >= stamp for c in s.calls)  # a call's own is never older
-        behaviour = session_version(s)
-        assert behaviour == t["behaviour_version"]
-        assert (t["policy_version"] - 1) - behaviour <= max_staleness  # trained while version n-1 was current
-    # Every completed training sample is trained or dropped with a reason.
-    dropped = {
-        (d["rollout"], d["task_id"], d["sample"]): d["reason"] for d in _jsonl(out / "dropped_samples.jsonl")
-    }
-    assert not set(dropped) & set(keys)
-    state = json.loads((out / "state.json").read_text())
-    rows = [r for r in _jsonl(out / "metrics.jsonl") if r["kind"] == "train"]
-    assert [r["step"] for r in rows] == list(range(1, state["steps"] + 1))
-    for r in rows:
-        assert all(int(k) <= max_staleness for k in r["staleness_hist"])
-        for key in (
-            "is_ratio_mean",
-            "is_ratio_max",
-            "is_truncated_frac",
-            "samples_per_s",
-            "trainer_idle_pct",
-            "collector_idle_pct",
-            "groups_dropped_stale",
-        ):
-            assert r[key] is not None, key
-    return {"sessions": sessions, "trained": trained, "dropped": dropped, "state": state}
 
 
 def check_tis_batch(out: Path, model: str) -> None:

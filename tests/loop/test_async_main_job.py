@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import random
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.support.main_job import OURS
+
 pytest.importorskip("trl")
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the main job test's line filter
-from test_main_job import OURS
 
 # The asynchronous loop's own lines, besides the main job's.
 ASYNC = re.compile(

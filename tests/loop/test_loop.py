@@ -8,52 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.loop import final_state as _final_state
+from tests.support.loop import loop_config as _config
 from trainers import UserError
 from trainers.loop import LoopConfig, main, run_loop, select_tasks
 
 pytest.importorskip("trl")
 pytest.importorskip("openai")
-
-
-def _tasks(path: Path, prefix: str, n: int) -> str:
-    path.write_text(
-        "".join(json.dumps({"id": f"{prefix}-{i}", "q": f"{i} plus {i}"}) + "\n" for i in range(n))
-    )
-    return str(path)
-
-
-def _config(tmp_path: Path, model: str) -> dict:
-    return {
-        "agent": "loop_agents:solve",
-        "reward_fn": "loop_agents:coin",
-        "tasks": _tasks(tmp_path / "train.jsonl", "train", 6),
-        "eval_tasks": _tasks(tmp_path / "eval.jsonl", "eval", 2),
-        "model": model,
-        "out": str(tmp_path / "loop"),
-        "rounds": 2,
-        "tasks_per_round": 2,
-        "group_size": 4,
-        "concurrency": 8,
-        "curriculum": {"start": 0.5, "widen_every": 1, "widen_by": 0.5},
-        "train": {
-            "lora": True,
-            "lora_r": 4,
-            "lora_alpha": 8,
-            "eval_fraction": 0,
-            "max_length": 256,
-            "grpo": {
-                "learning_rate": 1.0e-3,
-                "per_device_train_batch_size": 8,
-                "max_steps": 1,
-                "beta": 0,
-                "save_steps": 1000,
-                "logging_steps": 1,
-                "report_to": "none",
-                "disable_tqdm": True,
-                "use_cpu": True,
-            },
-        },
-    }
 
 
 @pytest.mark.slow
@@ -197,12 +158,6 @@ def test_a_last_round_with_nothing_to_train_still_leaves_the_final_weights(
     assert rows[1]["steps"] == 1 and rows[2]["groups"] == 0 and rows[2]["steps"] == 0
     assert result["checkpoint"] == rows[2]["checkpoint"] == str(out / "train" / "final")
     assert (out / "train" / "final" / "config.json").is_file()
-
-
-def _final_state(path: Path) -> dict:
-    from safetensors.torch import load_file
-
-    return load_file(str(path / "model.safetensors"))
 
 
 @pytest.mark.slow

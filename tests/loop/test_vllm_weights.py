@@ -209,10 +209,9 @@ def test_the_loop_trainer_pushes_its_trained_weights_into_vllm(
     start_vllm, tmp_path, tiny_model_dir, monkeypatch
 ):
     """The loops' publish: full weights go through the transfer (nothing on disk), as the trainer holds them."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "trainers"))  # `_synth` lives with the trainer tests
-    from _synth import cpu_grpo, make_episodes
     from transformers import AutoTokenizer
 
+    from tests.support.synth import cpu_grpo, make_episodes
     from trainers.loop.training import LoopTrainer
 
     monkeypatch.delenv("FAKE_VLLM_PARAMS")  # the tiny model's names and shapes are whatever it has

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from otel_helpers import Receiver
+
+from tests.support.otel import Receiver
 
 
 @pytest.fixture

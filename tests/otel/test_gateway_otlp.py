@@ -3,7 +3,6 @@ beside the OpenAI-compatible calls it records, and bad input gets the OTLP answe
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -13,14 +12,12 @@ pytest.importorskip("opentelemetry.sdk")
 pytest.importorskip("aiohttp")
 pytest.importorskip("uvicorn")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))  # tests/gateway/gateway_helpers.py
-
 import httpx
-from gateway_helpers import start_gateway
-from otel_helpers import episodes_of, gzip_bomb, make_store, peak_rss_mb, text_level
 
 from sdk.otel import export_otlp
 from sdk.testing import ScriptedOpenAIServer
+from tests.support.gateway import start_gateway
+from tests.support.otel import episodes_of, gzip_bomb, make_store, peak_rss_mb, text_level
 
 
 def test_gateway_receives_otlp_traces_into_its_store(tmp_path: Path) -> None:

@@ -10,9 +10,8 @@ import pytest
 
 pytest.importorskip("opentelemetry.proto")
 
-from otel_helpers import episodes_of
-
 from sdk.otel import ingest_file, read_otlp_json, sessions_from_spans
+from tests.support.otel import episodes_of
 
 TRACE = "5b8efff798038103d269b633813fc60c"
 

@@ -23,9 +23,8 @@ import pytest
 pytest.importorskip("opentelemetry.sdk")
 pytest.importorskip("phoenix.client")
 
-from otel_helpers import make_store
-
 from sdk.otel import export_otlp
+from tests.support.otel import make_store
 
 
 def _phoenix_python() -> str | None:

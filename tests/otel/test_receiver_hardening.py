@@ -21,9 +21,9 @@ pytest.importorskip("uvicorn")
 
 import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-from otel_helpers import REPO, Receiver, chat_span, gzip_bomb, otlp_json, otlp_protobuf, peak_rss_mb
 
 from sdk.store import read_sessions
+from tests.support.otel import REPO, Receiver, chat_span, gzip_bomb, otlp_json, otlp_protobuf, peak_rss_mb
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 

@@ -12,7 +12,6 @@ import pytest
 pytest.importorskip("opentelemetry.sdk")
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from otel_helpers import TOOLS, episodes_of, make_store, text_level
 
 from sdk.otel import (
     IngestSummary,
@@ -22,6 +21,7 @@ from sdk.otel import (
     spans_from_request,
     write_sessions,
 )
+from tests.support.otel import TOOLS, episodes_of, make_store, text_level
 
 
 def _spans(store: Path, **kwargs: Any) -> list[Any]:

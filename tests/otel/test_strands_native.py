@@ -19,13 +19,13 @@ pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from otel_helpers import episodes_of
 from strands import Agent, tool
 from strands.models.openai import OpenAIModel
 
 import sdk
 from integrations.strands import TracerlHookProvider
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse
+from tests.support.otel import episodes_of
 
 
 @tool

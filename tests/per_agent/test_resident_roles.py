@@ -3,16 +3,12 @@ multi-adapter server swaps one role's adapter while the other role keeps serving
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("trl")
 httpx = pytest.importorskip("httpx")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainers"))
-from _synth import cpu_grpo, make_episodes  # noqa: E402
+from tests.support.synth import cpu_grpo, make_episodes  # noqa: E402
 
 G = 4
 

@@ -3,9 +3,8 @@ test_remote_ray.py)."""
 
 from __future__ import annotations
 
-from fake_openai import FakeOpenAI
-
 from sdk.train import main
+from tests.support.fake_openai import FakeOpenAI
 from trainers.remote import RemoteJob
 
 
@@ -25,7 +24,7 @@ def error_line(rc, err):
 
 
 def test_openai_via_cli_detach_resume_cancel(tmp_path, capsys, monkeypatch):
-    from _synth import make_episodes, write_parquet
+    from tests.support.synth import make_episodes, write_parquet
 
     fake = FakeOpenAI()
     try:

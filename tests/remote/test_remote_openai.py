@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from _synth import make_episodes, write_parquet
-from fake_openai import FakeOpenAI
 
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.synth import make_episodes, write_parquet
 from trainers.errors import AuthError, InvalidDataError, RateLimitError, RemoteError
 from trainers.remote import RemoteJob, reattach
 from trainers.remote.openai_ft import OpenAIFineTuneConfig, OpenAIFineTuneTrainer, build_dpo_pairs

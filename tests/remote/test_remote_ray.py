@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from remote_helpers import CPU_GRPO
 
 from sdk.train import main as train_main
+from tests.support.synth import cpu_grpo
 from trainers import resolve_backend
 from trainers.errors import InvalidDataError, RemoteError, UserError
 from trainers.remote import RemoteJob, reattach
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(head, model, out, **kw):
-    grpo = {**CPU_GRPO, "max_steps": kw.pop("max_steps", 2)}
+    grpo = cpu_grpo(max_steps=kw.pop("max_steps", 2))
     return RayConfig(
         address=head.dashboard,
         model=str(model),
@@ -61,7 +61,7 @@ def test_resolve_backend_and_settings(monkeypatch, tmp_path):
 
 
 def test_invalid_data_rejected_before_submitting(ray_head, tiny_model_dir, tmp_path):
-    from _synth import make_episodes, write_parquet
+    from tests.support.synth import make_episodes, write_parquet
 
     before = len(jobs(ray_head))
     eps = make_episodes(2, 4)

@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 import pytest
-from _synth import make_episodes, write_parquet
+
+from tests.support.synth import make_episodes, write_parquet
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402

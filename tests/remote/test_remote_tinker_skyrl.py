@@ -148,7 +148,7 @@ def skyrl(tiny_qwen3, tmp_path_factory) -> Iterator[SkyRLServer]:
 
 @pytest.fixture(scope="module")
 def policy_episodes(tiny_qwen3, tiny_tokenizer, tmp_path_factory) -> Path:
-    from _synth import make_episodes, write_parquet
+    from tests.support.synth import make_episodes, write_parquet
 
     episodes = _with_policy_logprobs(make_episodes(2, 4, tokenizer=tiny_tokenizer), tiny_qwen3)
     return write_parquet(episodes, tmp_path_factory.mktemp("data") / "episodes.parquet")

@@ -26,7 +26,7 @@ pytest.importorskip("peft")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
-from tests.serve.serve_helpers import (  # noqa: E402
+from tests.support.serve import (  # noqa: E402
     ADMIN,
     ADMIN_TOKEN,
     MSGS,

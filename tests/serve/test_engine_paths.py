@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 httpx = pytest.importorskip("httpx")
 
-from tests.serve.serve_helpers import MSGS, make_adapter, make_base, reference_logprobs  # noqa: E402
+from tests.support.serve import MSGS, make_adapter, make_base, reference_logprobs  # noqa: E402
 from trainers.serve.app import LocalPolicyServer  # noqa: E402
 from trainers.serve.engine import Engine, ModelNotFound  # noqa: E402
 

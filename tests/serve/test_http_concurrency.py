@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 openai = pytest.importorskip("openai")
 
-from tests.serve.serve_helpers import MSGS, make_base  # noqa: E402
+from tests.support.serve import MSGS, make_base  # noqa: E402
 from trainers.serve.app import LocalPolicyServer  # noqa: E402
 from trainers.serve.batch import RunningBatch  # noqa: E402
 

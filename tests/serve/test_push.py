@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from tests.serve.serve_helpers import (  # noqa: E402
+from tests.support.serve import (  # noqa: E402
     MSGS,
     full_state,
     make_adapter,

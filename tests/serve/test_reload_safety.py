@@ -17,7 +17,7 @@ pytest.importorskip("peft")
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from tests.serve.serve_helpers import (  # noqa: E402
+from tests.support.serve import (  # noqa: E402
     ADMIN,
     MSGS,
     admin_env,

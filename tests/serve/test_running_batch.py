@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.serve.serve_helpers import MSGS, make_base, reference_logprobs  # noqa: E402
+from tests.support.serve import MSGS, make_base, reference_logprobs  # noqa: E402
 from trainers.serve.batch import MIN_SHARED, PrefixCache, RunningBatch, generate_batch  # noqa: E402
 from trainers.serve.engine import Engine  # noqa: E402
 
@@ -152,7 +152,7 @@ def test_new_weights_empty_the_kept_prefix(base: str, tmp_path) -> None:
 def test_weights_that_cannot_be_served_fail_their_requests_and_the_engine_goes_on(
     base: str, tmp_path
 ) -> None:
-    from tests.serve.serve_helpers import make_adapter
+    from tests.support.serve import make_adapter
 
     eng = Engine(
         base, model_name="base", adapters={"a": make_adapter(base, tmp_path / "a", seed=3)}, paged=False

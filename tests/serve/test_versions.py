@@ -21,7 +21,7 @@ from integrations.openai import wrap_openai  # noqa: E402
 from sdk.episodes import open_episodes  # noqa: E402
 from sdk.openai_wire import assemble_chat_stream  # noqa: E402
 from sdk.store import StoreReader  # noqa: E402
-from tests.serve.serve_helpers import ADMIN, ADMIN_TOKEN, MSGS, make_base  # noqa: E402
+from tests.support.serve import ADMIN, ADMIN_TOKEN, MSGS, make_base  # noqa: E402
 from trainers.serve import LocalPolicyServer  # noqa: E402
 
 REQUEST = {"messages": MSGS, "temperature": 0, "max_tokens": 8, "logprobs": True, "return_token_ids": True}
@@ -130,7 +130,7 @@ def test_in_process_capture_records_versions_per_call_episodes_and_sequences(wei
 
 def test_the_gateway_in_front_of_a_policy_server_records_versions(weights, tmp_path: Path) -> None:
     pytest.importorskip("aiohttp")
-    from tests.gateway.gateway_helpers import new_id, start_gateway
+    from tests.support.gateway import new_id, start_gateway
 
     base, other = weights
     with LocalPolicyServer(base, model_name="policy", admin_token=ADMIN_TOKEN, reload_roots=[other]) as srv:

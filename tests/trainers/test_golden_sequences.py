@@ -1,7 +1,7 @@
 """The checked-in old store and Parquet fixtures give the same training sequences as at the base commit.
 
 ``tests/fixtures/store_v1.sequences.json`` was written by the data code before the training side was split
-into packages (regenerate only on purpose: ``python tests/trainers/test_golden_sequences.py``). Every field a
+into packages (regenerate only on purpose, from the checkout's root: ``python -m tests.trainers.test_golden_sequences``). Every field a
 trainer consumes is pinned: ids, mask, behaviour logprobs, reward, advantage, the group each sequence lands
 in, and the advantages of the per-turn units handed to TRL.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,5 +77,4 @@ def test_fixtures_give_the_pinned_sequences() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(FIXTURES.parents[1]))
     GOLDEN.write_text(json.dumps(_golden_now(), indent=1) + "\n")

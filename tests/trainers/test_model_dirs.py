@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from _synth import make_episodes, write_parquet
 
+from tests.support.synth import make_episodes, write_parquet
 from trainers._model_dir import COMPLETE_MARK, check_model_dir, writing_model_dir
 from trainers.errors import UserError
 from trainers.loop.checks import check_loop_model

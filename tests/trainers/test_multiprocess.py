@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from _synth import make_episodes, write_parquet
+
+from tests.support.synth import make_episodes, write_parquet
 
 pytestmark = pytest.mark.slow
 

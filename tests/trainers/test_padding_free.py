@@ -13,7 +13,8 @@ flash-attn, which is not installed on CPU.
 from __future__ import annotations
 
 import pytest
-from _synth import cpu_grpo, make_episodes
+
+from tests.support.synth import cpu_grpo, make_episodes
 
 
 def _build(tmp_path, model_dir, tok, loss_type="dapo", lora=False, grpo_extra=None, **kw):
@@ -302,8 +303,11 @@ def test_a_resident_trainer_with_padding_free_steps_equals_one_padded_run(
     tmp_path, tiny_model_dir, model_tokenizer
 ):
     # The step composes with the resident trainer (train() once per version on one trainer).
-    from test_resident import _config, _max_diff, _state, _uninterrupted, _versions
-
+    from tests.support.resident import max_diff as _max_diff
+    from tests.support.resident import resident_config as _config
+    from tests.support.resident import trainer_state as _state
+    from tests.support.resident import two_versions as _versions
+    from tests.support.resident import uninterrupted_state as _uninterrupted
     from trainers.trl.resident import ResidentTrainer
 
     versions, eps = _versions(model_tokenizer)

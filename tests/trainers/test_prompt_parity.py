@@ -12,11 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("fastapi")
 
-from _synth import WEATHER_TOOL  # noqa: E402
-
 import sdk  # noqa: E402
 from sdk.capture import CallRecord, record_call  # noqa: E402
 from sdk.episodes import export  # noqa: E402
+from tests.support.synth import WEATHER_TOOL  # noqa: E402
 from trainers.data import convert_episodes, load_episodes  # noqa: E402
 from trainers.serve import Engine  # noqa: E402
 

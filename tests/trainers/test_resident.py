@@ -7,74 +7,16 @@ groups of tasks ``2v, 2v + 1``, and the uninterrupted run trains the four groups
 from __future__ import annotations
 
 import pytest
-from _synth import cpu_grpo, make_episodes
+
+from tests.support.resident import G
+from tests.support.resident import max_diff as _max_diff
+from tests.support.resident import resident_config as _config
+from tests.support.resident import trainer_state as _state
+from tests.support.resident import two_versions as _versions
+from tests.support.resident import uninterrupted_state as _uninterrupted
+from tests.support.synth import make_episodes
 
 pytestmark = pytest.mark.slow
-
-G = 4
-
-
-def _config(tmp_path, model_dir, name, **grpo):
-    from trainers.trl import TRLGRPOConfig
-
-    kw = cpu_grpo(
-        learning_rate=5e-3,
-        loss_type="grpo",
-        per_device_train_batch_size=G,
-        shuffle_dataset=False,
-        lr_scheduler_type="linear",
-        warmup_steps=0,
-        beta=0.0,
-        seed=7,
-    )
-    kw.update(grpo)
-    return TRLGRPOConfig(
-        model=str(model_dir),
-        output_dir=str(tmp_path / name),
-        group_size=G,
-        eval_fraction=0,
-        plots=False,
-        grpo=kw,
-        seed=7,
-    )
-
-
-def _versions(tok):
-    eps = make_episodes(4, G, tokenizer=tok)
-    for ep in eps:  # task ids that sort in the order the versions take them
-        ep["task_id"] = f"task-{ep['task_id']}"
-    by_task = sorted({ep["task_id"] for ep in eps})
-    return [[ep for ep in eps if ep["task_id"] in by_task[2 * v : 2 * v + 2]] for v in range(2)], eps
-
-
-def _state(trainer):
-    """(parameters, Adam first and second moments) of a transformers trainer, as CPU tensors by name."""
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    params = {n: p.detach().clone() for n, p in model.named_parameters()}
-    opt = trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
-    by_param = {id(p): n for n, p in model.named_parameters()}
-    m1, m2 = {}, {}
-    for group in opt.param_groups:
-        for p in group["params"]:
-            st = opt.state.get(p) or {}
-            if "exp_avg" in st:
-                m1[by_param[id(p)]] = st["exp_avg"].clone()
-                m2[by_param[id(p)]] = st["exp_avg_sq"].clone()
-    return params, m1, m2
-
-
-def _max_diff(a, b):
-    assert a.keys() == b.keys()
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
-def _uninterrupted(tmp_path, model_dir, tok, eps):
-    from trainers.trl import TRLGRPOTrainer
-
-    cfg = _config(tmp_path, model_dir, "whole", max_steps=4)
-    built = TRLGRPOTrainer().build_trainer(eps, cfg, tokenizer=tok)
-    built.trainer.train()
-    return _state(built.trainer)
 
 
 def test_versions_equal_one_uninterrupted_run_and_restarts_do_not(tmp_path, tiny_model_dir, model_tokenizer):

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from test_train_bad_input import SEGMENT, _line, call_line, session_lines
-
+from tests.support.segments import SEGMENT, call_line, session_lines
+from tests.support.segments import event_line as _line
 from trainers.base import TrainerConfig, prepare_data
 from trainers.trl import build_units
 from trainers.trl._units import _write_episode_paths

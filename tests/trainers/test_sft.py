@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from _synth import WEATHER_TOOL, make_episodes, messages_for, write_parquet
 
 from sdk.cli import main as tracerl
+from tests.support.synth import WEATHER_TOOL, make_episodes, messages_for, write_parquet
 
 
 def _grpo_tokens(episodes, model_dir, tok, tmp_path):

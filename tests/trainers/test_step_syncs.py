@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from _synth import cpu_grpo, make_episodes
+
+from tests.support.synth import cpu_grpo, make_episodes
 
 _READS = ("item", "tolist", "__bool__", "__int__", "__float__", "cpu", "numpy")
 

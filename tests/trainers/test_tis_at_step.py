@@ -11,7 +11,8 @@ instead of every step.
 from __future__ import annotations
 
 import pytest
-from _synth import cpu_grpo, make_episodes
+
+from tests.support.synth import cpu_grpo, make_episodes
 
 pytest.importorskip("trl")
 

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from _synth import make_episodes
-from test_train_bad_input import _negative_token_id, good_store
-
 from sdk.episodes import export
+from tests.support.segments import good_store
+from tests.support.segments import negative_token_id as _negative_token_id
+from tests.support.synth import make_episodes
 from trainers.base import TrainerConfig, prepare_data
 from trainers.data import convert_episode
 from trainers.trl._units import _write_episode_paths

@@ -18,53 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _synth import make_episodes, write_parquet
 
 from sdk.train import main
-
-SEGMENT = "20260101T000000-host-1-abcdef.00001.jsonl"
-
-
-def _line(event: dict[str, Any]) -> bytes:
-    return json.dumps({"v": 1, **event}).encode() + b"\n"
-
-
-def call_line(sid: str, call_id: str, content: str = "q", answer: str = "a", **token_data: Any) -> bytes:
-    """One call event with one user message (``token_data``: e.g. ``completion_token_ids``)."""
-    call = {
-        **token_data,
-        "event": "call",
-        "call_id": call_id,
-        "session_id": sid,
-        "framework": "openai",
-        "model": "tiny",
-        "request": {"messages": [{"role": "user", "content": content}], "params": {}},
-        "response": {"message": {"role": "assistant", "content": answer}, "finish_reason": "stop"},
-        "started_at": 2.0,
-        "ended_at": 3.0,
-    }
-    return _line(call)
-
-
-def session_lines(
-    sid: str, task: str, reward: float, content: str = "q", answer: str = "a", **token_data: Any
-) -> bytes:
-    """A complete one-call session, as the SDK writes it."""
-    return b"".join(
-        [
-            _line({"event": "session_start", "session_id": sid, "ts": 1.0, "task_id": task}),
-            call_line(sid, f"c-{sid}", content, answer, **token_data),
-            _line({"event": "reward", "session_id": sid, "value": reward, "name": "reward", "ts": 4.0}),
-            _line({"event": "session_end", "session_id": sid, "ts": 5.0, "status": "ok"}),
-        ]
-    )
-
-
-def good_store(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    data = b"".join(session_lines(f"s{t}{i}", f"t{t}", float(i % 2)) for t in range(2) for i in range(2))
-    (path / SEGMENT).write_bytes(data)
-    return path
+from tests.support.segments import SEGMENT, good_store, session_lines
+from tests.support.segments import event_line as _line
+from tests.support.segments import negative_token_id as _negative_token_id
+from tests.support.synth import episode_schema, make_episodes, write_parquet
 
 
 def parquet_with(path: Path, tokenizer: Any, change: Callable[[list[dict[str, Any]]], Any]) -> Path:
@@ -78,7 +37,7 @@ def raw_parquet(path: Path, tokenizer: Any, **columns: Callable[[Any], Any]) -> 
     import polars as pl
 
     rows = make_episodes(2, 2, tokenizer=tokenizer)
-    df = pl.DataFrame(rows, schema=__import__("_synth").episode_schema())
+    df = pl.DataFrame(rows, schema=episode_schema())
     for name, fn in columns.items():
         df = df.with_columns(pl.Series(name, [fn(v) for v in df[name].to_list()]))
     df.write_parquet(path)
@@ -148,13 +107,6 @@ def _damaged_thread(store: Path) -> None:
         fh.write(_line(third))
         fh.write(_line({"event": "reward", "session_id": "dmg", "value": 1.0, "name": "reward", "ts": 4.0}))
         fh.write(_line({"event": "session_end", "session_id": "dmg", "ts": 5.0, "status": "ok"}))
-
-
-def _negative_token_id(store: Path) -> None:
-    """A server that returned -1 for a token it could not name (issue 24, item 17)."""
-    ids = {"prompt_token_ids": [1, 2, 3], "completion_token_ids": [5, -1], "logprobs": [-0.5, -0.25]}
-    with open(store / SEGMENT, "ab") as fh:
-        fh.write(session_lines("neg", "t0", 1.0, **ids))
 
 
 def _turn0(eps: list[dict[str, Any]], **change: Any) -> None:

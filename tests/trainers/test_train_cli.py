@@ -6,9 +6,9 @@ import json
 
 import pytest
 import yaml
-from _synth import make_episode, make_episodes, write_parquet
 
 from sdk.train import main
+from tests.support.synth import make_episode, make_episodes, write_parquet
 
 
 def run_cli(capsys, args):

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _synth import make_episodes, write_parquet
 
 from sdk.train import main
+from tests.support.synth import make_episodes, write_parquet
 
 pytest.importorskip("trl")
 

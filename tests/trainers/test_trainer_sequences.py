@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import pytest
-from _synth import make_episode, make_episodes, messages_for, span_token_ids, write_parquet
 
 import sdk
 from sdk.capture import CallRecord, record_call
 from sdk.messages import template_messages
+from tests.support.synth import make_episode, make_episodes, messages_for, span_token_ids, write_parquet
 from trainers.data import (
     ConvertedEpisode,
     DataReport,

@@ -7,7 +7,8 @@ import math
 import statistics
 
 import pytest
-from _synth import cpu_grpo, make_episode, make_episodes
+
+from tests.support.synth import cpu_grpo, make_episode, make_episodes
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,8 @@ checks under CUDA bf16 autocast (with liger when installed) and skip without CUD
 from __future__ import annotations
 
 import pytest
-from _synth import cpu_grpo, make_episodes
+
+from tests.support.synth import cpu_grpo, make_episodes
 
 
 def _config(tmp_path, model_dir, name, **kw):

@@ -26,6 +26,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 import sdk
 from integrations.langchain import TracerlCallbackHandler, instrument_langchain, uninstrument_langchain
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse
+from tests.support.tools import ADD_TOOL
 
 Reader = Callable[..., list[dict[str, Any]]]
 
@@ -36,18 +37,7 @@ Reader = Callable[..., list[dict[str, Any]]]
 PY310 = sys.version_info < (3, 11)
 ASYNC_AGENT = None if PY310 else "model"
 
-ADD_SCHEMA = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-            "type": "object",
-        },
-    },
-}
+ADD_SCHEMA = ADD_TOOL
 
 
 @tool

@@ -7,7 +7,6 @@ import importlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,30 +23,9 @@ from integrations.openai import (  # noqa: E402
 )
 from sdk.store import StoreReader  # noqa: E402
 from sdk.testing import ScriptedResponse  # noqa: E402
+from tests.support.tools import ADD_TOOL  # noqa: E402
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two integers.",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    }
-]
-
-
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("TRACERL_RAISE_INTERNAL", "1")
-    path = tmp_path / "store"
-    sdk.configure(store=path)
-    yield path
-    sdk.shutdown()
+TOOLS = [ADD_TOOL]
 
 
 def _calls(store: Path) -> list[dict]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,6 @@ import sdk  # noqa: E402
 from integrations.openai import instrument_openai, uninstrument_openai, wrap_openai  # noqa: E402
 from sdk.store import StoreReader  # noqa: E402
 from sdk.testing import ScriptedResponse  # noqa: E402
-
-
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("TRACERL_RAISE_INTERNAL", "1")
-    path = tmp_path / "store"
-    sdk.configure(store=path)
-    yield path
-    sdk.shutdown()
 
 
 def _calls(store: Path) -> list[dict]:

@@ -14,23 +14,11 @@ from typing import Any
 import sdk
 from sdk.capture import CallRecord, record_call
 from sdk.episodes import build_episodes
+from tests.support.tools import ADD_TOOL
 
 REPO = Path(__file__).resolve().parents[2]
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two integers.",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    }
-]
+TOOLS = [ADD_TOOL]
 
 
 def make_store(path: Path, tasks: int = 2, samples: int = 2) -> Path:

@@ -2,8 +2,8 @@
 
 Serves ``POST /v1/chat/completions``, ``POST /v1/responses`` and Anthropic's ``POST /v1/messages`` (JSON
 or SSE), ``GET /v1/models`` and ``GET /health``; replies are deterministic text, tool calls, logprobs,
-usage, vLLM-style token ids or errors (a chat request with ``n`` > 1 gets the reply ``n`` times, one
-choice per index, interleaved when streamed).
+usage, vLLM-style token ids, errors or raw bytes (a broken stream; a chat request with ``n`` > 1 gets the
+reply ``n`` times, one choice per index, interleaved when streamed).
 ``python -m sdk.testing [--host H] [--port N]`` serves in the foreground and prints one line,
 ``tracerl test server listening on http://127.0.0.1:PORT/v1``.
 

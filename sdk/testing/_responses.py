@@ -64,18 +64,22 @@ class RecordedRequest:
 
 @dataclass(frozen=True)
 class ScriptedResponse:
-    """The server's answer to one request; build it with :meth:`text`, :meth:`tool_calls` or :meth:`error`.
+    """The server's answer to one request: :meth:`text`, :meth:`tool_calls`, :meth:`error` or :meth:`raw`.
 
     Attributes:
-        kind: ``"text"``, ``"tool_calls"`` or ``"error"``.
+        kind: ``"text"``, ``"tool_calls"``, ``"error"`` or ``"raw"``.
         content: Assistant text (``None`` in a tool-call-only turn).
         reasoning_content: Optional reasoning text (chat: ``message.reasoning_content``; Responses: a
             ``reasoning`` item); counted as reasoning tokens.
         finish_reason: Chat finish reason; ``"length"`` makes a Responses reply ``incomplete``.
         calls: ``({"name", "arguments", "id"?}, ...)``; arguments are a dict or a raw JSON string.
-        status: HTTP status (errors).
+        status: HTTP status (errors and raw replies).
         error_message: Error ``message``.
         error_type: Error ``type``.
+        body: The bytes a ``raw`` reply sends as they are.
+        content_type: A ``raw`` reply's ``Content-Type``.
+        headers: A ``raw`` reply's further headers, ``((name, value), ...)``.
+        framing: How a ``raw`` body is delimited: ``"length"``, ``"close"``, ``"chunked"`` or ``"cut"``.
 
     Example:
         >>> ScriptedResponse.text("hi").content
@@ -90,6 +94,10 @@ class ScriptedResponse:
     status: int = 200
     error_message: str = ""
     error_type: str | None = None
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
+    framing: str = "length"
 
     @classmethod
     def text(
@@ -151,6 +159,45 @@ class ScriptedResponse:
             'rate_limit_error'
         """
         return cls("error", status=status, error_message=message, error_type=type or _error_kind(status)[0])
+
+    @classmethod
+    def raw(
+        cls,
+        body: bytes,
+        *,
+        status: int = 200,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+        framing: str = "length",
+    ) -> ScriptedResponse:
+        """Bytes sent as they are, for what no well-formed reply can script: a broken stream, a bad body.
+
+        Args:
+            body: The reply's body, e.g. an SSE stream whose third event is cut off.
+            status: HTTP status.
+            content_type: ``Content-Type`` header.
+            headers: Further headers.
+            framing: ``"length"`` (``Content-Length``), ``"close"`` (no length; the connection closes after
+                the body), ``"chunked"`` (one chunk, then the last) or ``"cut"`` (one chunk, then the
+                connection closes without the last: the client's read fails).
+
+        Returns:
+            The scripted response.
+
+        Raises:
+            ValueError: An unknown ``framing``.
+
+        Example:
+            >>> ScriptedResponse.raw(b'{"choices": [', framing="cut").framing
+            'cut'
+        """
+        if framing not in _FRAMINGS:
+            raise ValueError(f"framing must be one of {', '.join(_FRAMINGS)}, got {framing!r}")
+        extra = tuple((headers or {}).items())
+        return cls("raw", status=status, body=body, content_type=content_type, headers=extra, framing=framing)
+
+
+_FRAMINGS = ("length", "close", "chunked", "cut")
 
 
 # --------------------------------------------------------------------------- fake tokenizer and policy

@@ -145,6 +145,8 @@ class _Handler(BaseHTTPRequestHandler):
         resp = self.server.owner._next_response(req, endpoint)
         if resp.kind == "error":
             return self._send_error(resp, request_id)
+        if resp.kind == "raw":
+            return self._send_raw(resp, request_id)
         t, created = _build_turn(resp, req, endpoint, self.server.owner.model_suffix), int(time.time())
         stream = bool(req.get("stream"))
         if endpoint == "chat.completions":
@@ -196,6 +198,8 @@ class _Handler(BaseHTTPRequestHandler):
         resp = self.server.owner._next_response(chat, "chat.completions")
         if resp.kind == "error":
             return self._send_error(resp, request_id)
+        if resp.kind == "raw":
+            return self._send_raw(resp, request_id)
         t = _build_turn(resp, chat, "chat.completions", self.server.owner.model_suffix)
         message = message_of_chat(_chat_completion(t, "c", int(time.time())), t.model)
         if not req.get("stream"):
@@ -216,6 +220,31 @@ class _Handler(BaseHTTPRequestHandler):
         kind, code = _error_kind(resp.status)
         body = error_body(resp.error_message, resp.error_type or kind, code=code)
         self._send_json(resp.status, body, request_id)
+
+    def _send_raw(self, resp: ScriptedResponse, request_id: str) -> None:
+        """A :meth:`ScriptedResponse.raw` reply: its bytes as they are, delimited as it says."""
+        self._answering()
+        self.send_response(resp.status)
+        self.send_header("Content-Type", resp.content_type)
+        self.send_header("x-request-id", request_id)
+        for name, value in resp.headers:
+            self.send_header(name, value)
+        if resp.framing == "length":
+            self.send_header("Content-Length", str(len(resp.body)))
+        elif resp.framing == "close":
+            self.send_header("Connection", "close")
+        else:
+            self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if resp.framing in ("chunked", "cut"):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(resp.body), resp.body))
+            if resp.framing == "chunked":
+                self.wfile.write(b"0\r\n\r\n")
+        else:
+            self.wfile.write(resp.body)
+        self.wfile.flush()
+        if resp.framing in ("close", "cut"):  # the body ends with the connection (cut: before the last chunk)
+            self.close_connection = True
 
     def _send_sse(
         self, events: Iterator[tuple[str | None, dict]], rid: str, done_marker: bool, numbered: bool = True

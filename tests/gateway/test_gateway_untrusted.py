@@ -13,7 +13,6 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -108,37 +107,16 @@ CANNED: dict[str, tuple[str, bytes, bool]] = {
 }
 
 
-class _RawUpstream(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        content_type, data, cut = CANNED[body["model"]]
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
-        if cut:  # the connection closes mid-chunk-stream: the client's read fails (a payload error)
-            self.close_connection = True
-            return
-        self.wfile.write(b"0\r\n\r\n")
-
-
 @pytest.fixture(scope="module")
 def raw_upstream() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _RawUpstream)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    """Answers each request with the canned body its model names, chunked (or cut mid-stream)."""
+
+    def canned(req: dict[str, Any], endpoint: str) -> ScriptedResponse:
+        content_type, data, cut = CANNED[req["model"]]
+        return ScriptedResponse.raw(data, content_type=content_type, framing="cut" if cut else "chunked")
+
+    with ScriptedOpenAIServer(policy=canned) as server:
+        yield server.base_url
 
 
 @pytest.fixture(scope="module")

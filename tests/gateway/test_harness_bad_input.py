@@ -6,9 +6,7 @@ types, a stream cut mid-event, and a ``tool_result`` without its ``tool_use``.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("polars")
 
 from sdk.episodes import export  # noqa: E402
-from sdk.testing import ScriptedOpenAIServer  # noqa: E402
+from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
 from tests.support.gateway import Gateway, new_id, start_gateway  # noqa: E402
 
 START = b'event: message_start\ndata: {"type":"message_start","message":{"id":"m1","type":"message","role":"assistant","model":"raw","content":[],"usage":{"input_tokens":3,"output_tokens":0}}}\n\n'
@@ -41,34 +39,15 @@ STREAMS = {
 }
 
 
-class _RawUpstream(BaseHTTPRequestHandler):
-    """An Anthropic-compatible upstream answering with the canned stream the request's model names."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        import json
-
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(STREAMS[body["model"]])
-        self.close_connection = True
-
-
 @pytest.fixture(scope="module")
 def raw_upstream() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _RawUpstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
+    """An Anthropic-compatible upstream answering with the canned stream the request's model names."""
+
+    def canned(req: dict[str, Any], endpoint: str) -> ScriptedResponse:
+        return ScriptedResponse.raw(STREAMS[req["model"]], content_type="text/event-stream", framing="close")
+
+    with ScriptedOpenAIServer(policy=canned) as server:
+        yield server.base_url
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,7 @@ streams carry an event nested 5,000 levels deep, or a chunk of the wrong shape.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ import sdk  # noqa: E402
 from integrations.anthropic import wrap_anthropic  # noqa: E402
 from integrations.openai import wrap_openai  # noqa: E402
 from sdk.store import StoreReader  # noqa: E402
+from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
 
 DEEP = b"[" * 5000 + b"]" * 5000
 HI = [{"role": "user", "content": "hi"}]
@@ -66,32 +65,13 @@ def _chat(bad: bytes) -> bytes:
 STREAMS = {"messages": MESSAGES, "deep": _chat(DEEP), "choices-int": _chat(b'{"choices": [1]}')}
 
 
-class _Raw(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        data = STREAMS[body["model"]]
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
 @pytest.fixture(scope="module")
 def raw_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Raw)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    def canned(req: dict[str, Any], endpoint: str) -> ScriptedResponse:
+        return ScriptedResponse.raw(STREAMS[req["model"]], content_type="text/event-stream")
+
+    with ScriptedOpenAIServer(policy=canned) as server:
+        yield server.url
 
 
 def _calls(store: Path) -> list[dict[str, Any]]:

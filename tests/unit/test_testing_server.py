@@ -426,3 +426,64 @@ def test_in_flight_counts_requests_until_their_reply_starts() -> None:
         assert (server.in_flight, server.max_in_flight, len(server.requests)) == (0, 3, 3)
         server.reset()
         assert (server.in_flight, server.max_in_flight, server.requests) == (0, 0, [])
+
+
+def _raw_exchange(url: str, path: str) -> tuple[bytes, bool]:
+    """POST a chat request over a raw socket: what the server sends until it goes quiet, and whether it closed."""
+    import socket
+    from urllib.parse import urlsplit
+
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    body = json.dumps({"model": "m", "messages": USER}).encode()
+    head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    with socket.create_connection((host, port), timeout=5) as sock:
+        sock.sendall(head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        sock.settimeout(1.0)
+        data = b""
+        while True:
+            try:
+                part = sock.recv(65536)
+            except TimeoutError:
+                return data, False  # the connection stayed open (keep-alive): what came is the reply
+            if not part:
+                return data, True
+            data += part
+
+
+@pytest.mark.parametrize(
+    ("framing", "wire", "closes"),
+    [
+        ("length", b"Content-Length: 13\r\n", False),
+        ("close", b"Connection: close\r\n", True),
+        ("chunked", b"Transfer-Encoding: chunked\r\n", False),
+        ("cut", b"Transfer-Encoding: chunked\r\n", True),
+    ],
+)
+def test_raw_replies_send_their_bytes_as_framed(framing: str, wire: bytes, closes: bool) -> None:
+    """A raw reply is the scripted bytes, delimited as asked: a cut stream ends before its last chunk."""
+    body = b'{"choices": ['  # not JSON: what a well-formed reply could never script
+    raw = ScriptedResponse.raw(
+        body, content_type="text/event-stream", headers={"X-Upstream": "yes"}, framing=framing
+    )
+    with ScriptedOpenAIServer() as server:
+        for path in ("/v1/chat/completions", "/v1/messages"):
+            server.enqueue(raw)
+            data, closed = _raw_exchange(server.url, path)
+            assert closed is closes
+            head, _, rest = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 ") and wire in head + b"\r\n"
+            assert b"Content-Type: text/event-stream\r\n" in head + b"\r\n" and b"X-Upstream: yes" in head
+            chunk = b"d\r\n" + body + b"\r\n"
+            expected = {"length": body, "close": body, "chunked": chunk + b"0\r\n\r\n", "cut": chunk}[framing]
+            assert rest == expected, (framing, path, rest)
+    with pytest.raises(ValueError, match="framing must be one of"):
+        ScriptedResponse.raw(b"", framing="lines")
+
+
+def test_a_cut_raw_stream_fails_the_real_client_read() -> None:
+    """What the gateway and the wrappers are tested against: the openai client's read of a cut body fails."""
+    with ScriptedOpenAIServer() as server:
+        server.enqueue(ScriptedResponse.raw(b'{"id": "c1", "choices": [', framing="cut"))
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        with pytest.raises(openai.APIConnectionError):
+            client.chat.completions.create(model="m", messages=USER)

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from test_async_loop import async_config
 
+from tests.support.loop import async_config
 from trainers.loop import run_loop
 
 pytest.importorskip("trl")

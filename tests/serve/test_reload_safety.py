@@ -183,7 +183,7 @@ def test_cli_bad_arguments_are_one_error_line_and_exit_2(weights, tmp_path, caps
     cases = {
         "the base weights are served as 'base'": ["--model", base, "--model-name", "base", "--adapter", f"base={alpha}"],
         "must not end in @v<N>": ["--model", base, "--adapter", f"alpha@v2={alpha}"],
-        "cannot load the checkpoint '/": ["--model", str(tmp_path / "missing"), "--port", str(free_port())],
+        "--model: no model directory at '/": ["--model", str(tmp_path / "missing"), "--port", str(free_port())],
         "--port must be 1..65535": ["--model", base, "--port", "70000"],
         "cannot listen on 127.0.0.1": ["--model", base, "--port", str(busy.getsockname()[1])],
         "--threads must be >= 1": ["--model", base, "--threads", "0"],

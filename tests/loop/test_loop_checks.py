@@ -131,9 +131,8 @@ def test_loop_help_lists_every_key_with_its_default(capsys: pytest.CaptureFixtur
 
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    listed = {
-        line.split()[0] for line in out.split("loop keys (YAML)", 1)[1].splitlines()[1:] if line.strip()
-    }
+    keys = out.split("loop keys (YAML)", 1)[1].split("\nreference: ", 1)[0]  # the epilog's last line
+    listed = {line.split()[0] for line in keys.splitlines()[1:] if line.strip()}
     assert listed == {f.name for f in dataclasses.fields(LoopConfig)}
     assert any(
         line.split()[:2] == ["group_size", "8"] and "GRPO group size" in line for line in out.splitlines()

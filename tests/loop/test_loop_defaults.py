@@ -89,4 +89,6 @@ def test_the_rollout_bar_draws_on_a_terminal_only(tmp_path: Path, monkeypatch: p
         monkeypatch.undo()
         assert ("collect round 1" in text) is drawn, text
         if drawn:
-            assert "/4 " in text and text.rstrip("\r").endswith(" ")  # cleared when done: one table row a round
+            assert "/4 " in text and text.rstrip("\r").endswith(
+                " "
+            )  # cleared when done: one table row a round

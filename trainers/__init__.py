@@ -19,7 +19,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from trainers.base import PreparedData, Trainer, TrainerConfig, TrainingSequence, TrainResult
+from trainers.base import Trainer, TrainerConfig, TrainResult
+from trainers.data import PreparedData, TrainingSequence
 from trainers.errors import UserError
 
 __all__ = [

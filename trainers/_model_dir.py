@@ -1,4 +1,4 @@
-"""Model directories that appear whole or not at all, and the check that refuses a half-written one.
+"""Model directories that appear whole or not at all, and the checks of a model directory and of --model.
 
 tracerl writes a model directory (``tracerl sft``, ``tracerl model``, the loop's ``best/`` and ``final/``,
 ``tracerl train``'s ``final/``) aside, in a hidden sibling ``.<name>.tracerl-writing-<pid>-<random>`` that
@@ -44,7 +44,14 @@ from pathlib import Path
 
 from trainers.errors import UserError
 
-__all__ = ["COMPLETE_MARK", "WRITING_MARK", "check_model_dir", "check_output_dir", "writing_model_dir"]
+__all__ = [
+    "COMPLETE_MARK",
+    "WRITING_MARK",
+    "check_model",
+    "check_model_dir",
+    "check_output_dir",
+    "writing_model_dir",
+]
 
 #: Written last into a model directory tracerl wrote: what wrote it and the size of each of its files.
 COMPLETE_MARK = "tracerl_complete.json"
@@ -140,6 +147,40 @@ def check_model_dir(path: str | os.PathLike[str]) -> None:
                 f"{p} is incomplete: {name} has {have} bytes, {COMPLETE_MARK} says {size} (delete the mark "
                 "if you changed the weights on purpose)"
             )
+
+
+def check_model(model: str) -> str:
+    """Validate ``--model``: an existing local directory, or something that can only be a hub id.
+
+    A name whose first part is a local directory (``runs/bse`` next to ``runs/``) is a path.
+
+    Raises:
+        UserError: Empty, or a path-like value that does not exist.
+
+    Example:
+        >>> check_model("Qwen/Qwen2.5-0.5B-Instruct")
+        'Qwen/Qwen2.5-0.5B-Instruct'
+    """
+    if not model:
+        raise UserError("no model given: pass --model PATH_OR_HUB_ID (or set 'model' in the config file)")
+    check_model_dir(model)  # a directory tracerl did not finish writing (a killed `tracerl sft`)
+    path = Path(model).expanduser()
+    if path.exists():
+        return str(path)
+    # "runs/base2" where ./runs exists can only mean a local directory: a hub download would retry for a
+    # minute before failing.
+    path_like = (
+        model.startswith(("/", ".", "~"))
+        or model.count("/") > 1
+        or model.endswith("/")
+        or os.sep != "/"
+        and os.sep in model
+        or "/" in model
+        and Path(model.split("/")[0]).is_dir()
+    )
+    if path_like:
+        raise UserError(f"model path not found: {model}")
+    return model
 
 
 def check_output_dir(out: str | os.PathLike[str]) -> Path:

@@ -294,7 +294,7 @@ def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
         settings, backend=backend_name, source=str(getattr(pre, "config", None) or "the flags")
     )
     if "group_size" not in settings:
-        config.group_size_from_data = True  # trainers.base: the size the episodes were collected with
+        config.group_size_from_data = True  # trainers.data: the size the episodes were collected with
     return trainer, config, data, dry_run, str(backend)
 
 

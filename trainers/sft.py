@@ -258,13 +258,14 @@ def build_sft_trainer(settings: SFTSettings, tokenizer: Any | None = None) -> tu
         >>> settings = SFTSettings("demos.jsonl", "runs/base", "runs/sft")
         >>> trainer, info = build_sft_trainer(settings)  # doctest: +SKIP
     """
-    from trainers.base import check_model
+    from trainers._model_dir import check_model
 
     model = check_model(settings.model)
     rows, dropped = load_rows(settings.data, min_reward=settings.min_reward)
     train_rows, eval_rows = _split(settings, rows)
     if tokenizer is None:
-        from trainers.base import TrainerConfig, load_tokenizer
+        from trainers.base import TrainerConfig
+        from trainers.data import load_tokenizer
 
         tokenizer = load_tokenizer(TrainerConfig(model=model))
     train, skipped = sft_examples(train_rows, tokenizer, max_length=settings.max_length)

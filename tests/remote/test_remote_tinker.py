@@ -21,7 +21,7 @@ from tinker.proto.request_conv import forward_backward_request_to_proto  # noqa:
 from tinker.proto.response_conv import _tensor_data_from_proto  # noqa: E402
 
 from sdk.episodes import group_advantages  # noqa: E402
-from trainers.base import prepare_data  # noqa: E402
+from trainers.data import prepare_data  # noqa: E402
 from trainers.errors import AuthError, UserError  # noqa: E402
 from trainers.remote.tinker_backend import (  # noqa: E402
     TinkerConfig,

@@ -178,7 +178,7 @@ def _rows(out: Path) -> list[dict[str, Any]]:
 
 def _base_losses(data: Path, model: Path) -> list[float]:
     """Per task group: the importance-sampling loss at ratio 1, i.e. minus the sum of the advantages."""
-    from trainers.base import prepare_data
+    from trainers.data import prepare_data
     from trainers.remote.tinker_backend import TinkerConfig, TinkerTrainer
 
     cfg = TinkerConfig(model=str(model), tokenizer=str(model), group_size=4)

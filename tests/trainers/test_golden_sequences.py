@@ -28,7 +28,8 @@ def _nan_safe(xs: list[float] | None) -> list[Any] | None:
 def sequences_of(source: Path, per_turn: str) -> dict[str, Any]:
     """Everything a trainer consumes from ``source``, as JSON-ready data."""
     from trainers._tiny import build_tiny_tokenizer
-    from trainers.base import TrainerConfig, prepare_data
+    from trainers.base import TrainerConfig
+    from trainers.data import prepare_data
     from trainers.trl import build_units
 
     config = TrainerConfig(model="unused", group_size=2, per_turn=per_turn)

@@ -10,7 +10,8 @@ from typing import Any
 
 from tests.support.segments import SEGMENT, call_line, session_lines
 from tests.support.segments import event_line as _line
-from trainers.base import TrainerConfig, prepare_data
+from trainers.base import TrainerConfig
+from trainers.data import prepare_data
 from trainers.trl import build_units
 from trainers.trl._units import _write_episode_paths
 

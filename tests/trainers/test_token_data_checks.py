@@ -11,8 +11,8 @@ from sdk.episodes import export
 from tests.support.segments import good_store
 from tests.support.segments import negative_token_id as _negative_token_id
 from tests.support.synth import make_episodes
-from trainers.base import TrainerConfig, prepare_data
-from trainers.data import convert_episode
+from trainers.base import TrainerConfig
+from trainers.data import convert_episode, prepare_data
 from trainers.trl._units import _write_episode_paths
 
 

@@ -73,7 +73,8 @@ def test_viewer_shows_the_trainers_advantages(tmp_path: Path) -> None:
     import json
 
     from trainers._tiny import build_tiny_tokenizer
-    from trainers.base import TrainerConfig, prepare_data
+    from trainers.base import TrainerConfig
+    from trainers.data import prepare_data
 
     store = _store(tmp_path / "store", samples=2)
     build_report(store, tmp_path / "r.html")

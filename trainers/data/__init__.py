@@ -3,8 +3,8 @@
 :class:`TrainingSequence` is the one record every backend (TRL, Tinker, Ray, OpenAI fine-tuning) consumes:
 prompt and completion ids, ``loss_mask`` (1 = a model token, trained), behaviour logprobs, reward and the
 group advantage. Modules: ``_load`` (reading episodes), ``_convert`` (one episode → sequences), ``_screen``
-(many episodes, screened and counted), ``_groups`` (GRPO groups), ``_report`` (:class:`DataReport`),
-``_sequence`` (the records).
+(many episodes, screened and counted), ``_groups`` (GRPO groups), ``_prepare`` (:func:`prepare_data`, all of
+it for a backend, and the target tokenizer), ``_report`` (:class:`DataReport`), ``_sequence`` (the records).
 
 The input is the episode Parquet contract (one row per agent thread, OpenAI chat messages, stored rewards,
 per-assistant-turn token ids and logprobs). The output is :class:`TrainingSequence` objects rendered with the
@@ -75,6 +75,7 @@ what is not trained is counted):
 from trainers.data._convert import PerTurn, Truncation, convert_episode, parse_tools
 from trainers.data._groups import build_groups
 from trainers.data._load import REQUIRED_COLUMNS, check_task_sizes, load_episodes, recorded_group_size
+from trainers.data._prepare import PreparedData, load_tokenizer, prepare_data
 from trainers.data._report import DataReport
 from trainers.data._screen import convert_episodes
 from trainers.data._sequence import ConvertedEpisode, Group, TrainingSequence
@@ -85,6 +86,7 @@ __all__ = [
     "DataReport",
     "Group",
     "PerTurn",
+    "PreparedData",
     "Truncation",
     "TrainingSequence",
     "build_groups",
@@ -92,6 +94,8 @@ __all__ = [
     "convert_episode",
     "convert_episodes",
     "load_episodes",
+    "load_tokenizer",
     "parse_tools",
+    "prepare_data",
     "recorded_group_size",
 ]

@@ -239,7 +239,7 @@ def check_before_loading(cfg: LoopConfig) -> None:
     """
     from sdk.rollout import RolloutError, load_function
     from sdk.rollout._tasks import check_call
-    from trainers.base import check_model
+    from trainers._model_dir import check_model
     from trainers.serve.policy import make_policy
     from trainers.settings import make_config
 

@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from trainers.base import PreparedData, TrainerConfig, TrainResult
+from trainers.base import TrainerConfig, TrainResult
+from trainers.data import PreparedData
 from trainers.errors import InvalidDataError, RateLimitError, RemoteError, TransientError, UserError
 
 __all__ = [

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from trainers.base import PreparedData, TrainerConfig, TrainResult
-from trainers.data import ConvertedEpisode, DataReport, Group, parse_tools
+from trainers.base import TrainerConfig, TrainResult
+from trainers.data import ConvertedEpisode, DataReport, Group, PreparedData, parse_tools
 from trainers.errors import (
     AuthError,
     InvalidDataError,

@@ -67,7 +67,8 @@ from typing import Any, ClassVar, Literal
 from urllib.parse import urlparse
 
 from sdk.store._remote import is_store_uri
-from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
+from trainers.base import TrainerConfig, TrainResult
+from trainers.data import PreparedData, prepare_data
 from trainers.errors import AuthError, RemoteError, TransientError, UserError
 from trainers.remote.base import (
     RemoteConfig,

@@ -70,8 +70,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from sdk.episodes import group_advantages
-from trainers.base import PreparedData, TrainerConfig, TrainResult, prepare_data
-from trainers.data import TrainingSequence
+from trainers.base import TrainerConfig, TrainResult
+from trainers.data import PreparedData, TrainingSequence, prepare_data
 from trainers.errors import AuthError, RateLimitError, RemoteError, TransientError, UserError
 from trainers.remote import (
     JOB_FILE,

@@ -46,7 +46,7 @@ from collections import Counter
 from pathlib import Path
 from typing import IO, Any
 
-from trainers.base import UserError
+from trainers.errors import UserError
 
 __all__ = ["AliasProxy", "FORWARDED", "main"]
 

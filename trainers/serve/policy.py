@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from sdk import _env
-from trainers.base import UserError
+from trainers.errors import UserError
 from trainers.serve.pidfile import free_port, terminate, wait_healthy
 
 __all__ = [

@@ -7,7 +7,7 @@ import difflib
 import re
 from typing import Any
 
-from trainers.base import PreparedData
+from trainers.data import PreparedData
 from trainers.errors import UserError
 from trainers.trl.config import _OWNED, TRLGRPOConfig
 

@@ -143,7 +143,7 @@ class ResidentTrainer:
         """Train one version on ``data`` (episodes, a Parquet file, or ``TrainingSequence`` s).
 
         Args:
-            data: This version's groups: anything :func:`trainers.base.prepare_data` accepts.
+            data: This version's groups: anything :func:`trainers.data.prepare_data` accepts.
             passes: Passes over the version's groups (each pass: every whole generation batch once).
             steps: Optimizer steps instead of ``passes`` (an exact count; the data repeats as needed).
 

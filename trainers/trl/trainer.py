@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from trainers._memory import release_memory
-from trainers.base import PreparedData, TrainerConfig, TrainResult, load_tokenizer, prepare_data
+from trainers.base import TrainerConfig, TrainResult
+from trainers.data import PreparedData, load_tokenizer, prepare_data
 from trainers.errors import UserError
 from trainers.trl._args import (
     _check_generation_batch,
@@ -159,7 +160,7 @@ class TRLGRPOTrainer:
             A :class:`~trainers.base.TrainResult`.
 
         Raises:
-            UserError: Bad data, model, or settings (see :func:`trainers.base.prepare_data`).
+            UserError: Bad data, model, or settings (see :func:`trainers.data.prepare_data`).
         """
         done = self.completed_run(config)
         if done is not None:  # --resume of a finished run: nothing to train, nothing written

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from sdk.messages import flatten_content
@@ -45,9 +46,10 @@ class RecordedRequest:
         method: HTTP method, e.g. ``"POST"``.
         path: Path without the query string, e.g. ``"/v1/chat/completions"``.
         headers: Request headers, lower-case keys.
-        json: Parsed JSON body, or ``None`` when empty or not JSON.
+        json: Parsed JSON body, or ``None`` when empty, not JSON or nested too deeply to parse.
         body: Raw body bytes.
         time: ``time.time()`` when the request was read.
+        query: The query string's parameters (the last value of a repeated one).
 
     Example:
         >>> server.requests[-1].json["model"]  # doctest: +SKIP
@@ -60,6 +62,7 @@ class RecordedRequest:
     json: Any
     body: bytes = b""
     time: float = 0.0
+    query: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,8 @@ class ScriptedResponse:
         status: HTTP status (errors and raw replies).
         error_message: Error ``message``.
         error_type: Error ``type``.
-        body: The bytes a ``raw`` reply sends as they are.
+        body: The bytes a ``raw`` reply sends as they are, or an iterable of parts, each sent (and flushed)
+            when it is produced.
         content_type: A ``raw`` reply's ``Content-Type``.
         headers: A ``raw`` reply's further headers, ``((name, value), ...)``.
         framing: How a ``raw`` body is delimited: ``"length"``, ``"close"``, ``"chunked"`` or ``"cut"``.
@@ -94,7 +98,7 @@ class ScriptedResponse:
     status: int = 200
     error_message: str = ""
     error_type: str | None = None
-    body: bytes = b""
+    body: bytes | Iterable[bytes] = b""
     content_type: str = "application/json"
     headers: tuple[tuple[str, str], ...] = ()
     framing: str = "length"
@@ -163,7 +167,7 @@ class ScriptedResponse:
     @classmethod
     def raw(
         cls,
-        body: bytes,
+        body: bytes | Iterable[bytes],
         *,
         status: int = 200,
         content_type: str = "application/json",
@@ -173,19 +177,21 @@ class ScriptedResponse:
         """Bytes sent as they are, for what no well-formed reply can script: a broken stream, a bad body.
 
         Args:
-            body: The reply's body, e.g. an SSE stream whose third event is cut off.
+            body: The reply's body, e.g. an SSE stream whose third event is cut off; or its parts (say, a
+                generator that waits between two events), each sent when it is produced.
             status: HTTP status.
             content_type: ``Content-Type`` header.
-            headers: Further headers.
-            framing: ``"length"`` (``Content-Length``), ``"close"`` (no length; the connection closes after
-                the body), ``"chunked"`` (one chunk, then the last) or ``"cut"`` (one chunk, then the
-                connection closes without the last: the client's read fails).
+            headers: Further headers, sent as they are (a ``Content-Length`` here overrides the real one).
+            framing: ``"length"`` (``Content-Length``; ``body`` in one piece), ``"close"`` (no length; the
+                connection closes after the body), ``"chunked"`` (a chunk per part, then the last) or
+                ``"cut"`` (a chunk per part, then the connection closes without the last: the client's
+                read fails).
 
         Returns:
             The scripted response.
 
         Raises:
-            ValueError: An unknown ``framing``.
+            ValueError: An unknown ``framing``, or parts with ``"length"``.
 
         Example:
             >>> ScriptedResponse.raw(b'{"choices": [', framing="cut").framing
@@ -193,8 +199,30 @@ class ScriptedResponse:
         """
         if framing not in _FRAMINGS:
             raise ValueError(f"framing must be one of {', '.join(_FRAMINGS)}, got {framing!r}")
+        if framing == "length" and not isinstance(body, bytes):
+            raise ValueError("framing 'length' sends the body in one piece: give bytes, or framing 'close'")
         extra = tuple((headers or {}).items())
         return cls("raw", status=status, body=body, content_type=content_type, headers=extra, framing=framing)
+
+    @classmethod
+    def json_body(
+        cls, payload: Any, *, status: int = 200, headers: dict[str, str] | None = None
+    ) -> ScriptedResponse:
+        """Any JSON document as the reply (a :meth:`raw` reply), for a route's own API.
+
+        Args:
+            payload: The JSON-serialisable body.
+            status: HTTP status.
+            headers: Further headers.
+
+        Returns:
+            The scripted response.
+
+        Example:
+            >>> ScriptedResponse.json_body({"status": "paused"}).body
+            b'{"status": "paused"}'
+        """
+        return cls.raw(json.dumps(payload).encode("utf-8"), status=status, headers=headers)
 
 
 _FRAMINGS = ("length", "close", "chunked", "cut")

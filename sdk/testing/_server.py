@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -38,7 +40,10 @@ from sdk.testing._render import (
 )
 from sdk.testing._responses import RecordedRequest, ScriptedResponse, _error_kind, default_policy
 
-__all__ = ["ScriptedOpenAIServer", "main"]
+__all__ = ["Route", "ScriptedOpenAIServer", "main"]
+
+Route = Callable[..., "ScriptedResponse | None"]
+"""A route's handler: ``handler(request, **path_params)`` → its reply, or ``None`` for the built-in one."""
 
 # --------------------------------------------------------------------------- HTTP plumbing
 
@@ -94,16 +99,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         owner, request_id = self.server.owner, "req_" + uuid.uuid4().hex
-        path, body = self.path.split("?", 1)[0], self._read_body()
+        (path, _, query), body = self.path.partition("?"), self._read_body()
         try:
             parsed: Any = json.loads(body) if body else None
-        except ValueError:
+        except (ValueError, RecursionError):
             parsed = None
         headers = {k.lower(): v for k, v in self.headers.items()}
-        owner._record(RecordedRequest(self.command, path, headers, parsed, body, time.time()))
+        request = RecordedRequest(
+            self.command, path, headers, parsed, body, time.time(), dict(urllib.parse.parse_qsl(query))
+        )
+        owner._record(request)
         self._unanswered = True  # counted in flight until its first byte goes out (or it fails)
         try:
-            self._route(owner, path, parsed, request_id)
+            self._route(owner, request, request_id)
         finally:
             self._answering()
 
@@ -113,12 +121,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._unanswered = False
             self.server.owner._answered()
 
-    def _route(self, owner: ScriptedOpenAIServer, path: str, parsed: Any, request_id: str) -> None:
+    def _route(self, owner: ScriptedOpenAIServer, request: RecordedRequest, request_id: str) -> None:
         if owner.latency_s > 0:
             time.sleep(owner.latency_s)
+        path, parsed = request.path, request.json
         route, get = (path[3:] if path.startswith("/v1/") else path).rstrip("/"), self.command == "GET"
         try:
-            if get and route == "/models":
+            own = owner._own_route(request)
+            if own is not None:
+                self._send_reply(own, request_id)
+            elif get and route == "/models":
                 data = [{"id": m, "object": "model", "created": 1767225600, "owned_by": "tracerl"}
                         for m in owner._models()]  # fmt: skip
                 self._send_json(200, {"object": "list", "data": data}, request_id)
@@ -216,6 +228,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _send_reply(self, resp: ScriptedResponse, request_id: str) -> None:
+        """A route's reply: an error or raw bytes (a completion a route wants is the built-in one)."""
+        if resp.kind == "error":
+            return self._send_error(resp, request_id)
+        if resp.kind != "raw":
+            raise TypeError(f"a route answers with ScriptedResponse.error, .raw or .json_body: {resp.kind}")
+        return self._send_raw(resp, request_id)
+
     def _send_error(self, resp: ScriptedResponse, request_id: str) -> None:
         kind, code = _error_kind(resp.status)
         body = error_body(resp.error_message, resp.error_type or kind, code=code)
@@ -229,19 +249,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("x-request-id", request_id)
         for name, value in resp.headers:
             self.send_header(name, value)
-        if resp.framing == "length":
-            self.send_header("Content-Length", str(len(resp.body)))
+        named = {name.lower() for name, _ in resp.headers}
+        if resp.framing == "length" and "content-length" not in named:
+            self.send_header("Content-Length", str(len(resp.body)))  # type: ignore[arg-type]
         elif resp.framing == "close":
             self.send_header("Connection", "close")
-        else:
+        elif resp.framing in ("chunked", "cut"):
             self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        if resp.framing in ("chunked", "cut"):
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(resp.body), resp.body))
-            if resp.framing == "chunked":
-                self.wfile.write(b"0\r\n\r\n")
-        else:
-            self.wfile.write(resp.body)
+        parts: Iterable[bytes] = [resp.body] if isinstance(resp.body, bytes) else resp.body
+        chunked = resp.framing in ("chunked", "cut")
+        for part in filter(None, parts):  # an empty chunk would be the last one
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+            self.wfile.flush()
+        if resp.framing == "chunked":
+            self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
         if resp.framing in ("close", "cut"):  # the body ends with the connection (cut: before the last chunk)
             self.close_connection = True
@@ -291,9 +313,18 @@ def _stream_token_ids(
 class ScriptedOpenAIServer:
     """An OpenAI-compatible HTTP server on a background thread, answering from a queue or a policy.
 
-    Each reply comes from, in order: the FIFO queue filled by :meth:`enqueue` (shared by all endpoints);
+    Each reply comes from, in order: a route of its own (``routes``, see below; returning ``None`` falls
+    through); the FIFO queue filled by :meth:`enqueue` (shared by all endpoints);
     ``policy(request_json, endpoint)`` where ``endpoint`` is ``"chat.completions"`` or ``"responses"``
     (returning ``None`` falls through); :func:`default_policy`.
+
+    ``routes`` adds the rest of an API that a test stands in for (vLLM's adapter and weight routes, a
+    fine-tuning API, an upstream that misbehaves) to this one server: keys are ``"METHOD /path"``, where
+    ``METHOD`` may be ``*`` (any) and a ``{name}`` path segment matches one segment, passed to the handler
+    as a keyword; ``handler(request, **params)`` gets the :class:`RecordedRequest` and answers with
+    :meth:`ScriptedResponse.json_body`, :meth:`~ScriptedResponse.raw` (parts that wait make a slow or
+    stalled reply) or :meth:`~ScriptedResponse.error`. Handlers run on the server's threads, one per
+    request, so one may block (say, while a fake engine is paused).
 
     Args:
         host: Interface to bind.
@@ -307,12 +338,16 @@ class ScriptedOpenAIServer:
             instead of the fake tokenizer's, e.g. a real tokenizer's with a word spelled in unusual
             tokens; chat logprobs follow them.
         policy: Optional callable replacing the default policy.
+        routes: Routes of the test's own, ``{"POST /v1/jobs/{id}/cancel": handler}``, matched first.
 
     Example:
         >>> with ScriptedOpenAIServer(latency_s=0.01) as server:  # doctest: +SKIP
         ...     server.enqueue(ScriptedResponse.error(429, "slow down"))
         ...     print(server.base_url)
         http://127.0.0.1:54321/v1
+        >>> ok = lambda request: ScriptedResponse.json_body({"world_size": 1})
+        >>> ScriptedOpenAIServer(routes={"GET /get_world_size": ok}).routes[0][0]
+        'GET'
     """
 
     def __init__(
@@ -325,8 +360,10 @@ class ScriptedOpenAIServer:
         policy: Callable[[dict, str], ScriptedResponse | None] | None = None,
         stream_delay_s: float = 0.0,
         token_ids: Callable[[dict, ScriptedResponse], tuple[list[int], list[int]]] | None = None,
+        routes: Mapping[str, Route] | None = None,
     ) -> None:
         self.host, self._port = host, port
+        self.routes = [_compile_route(key, handler) for key, handler in (routes or {}).items()]
         self.stream_delay_s = stream_delay_s
         self.token_ids = token_ids
         self.model_suffix, self.latency_s, self.policy = model_suffix, latency_s, policy
@@ -473,6 +510,13 @@ class ScriptedOpenAIServer:
         with self._lock:
             return list(dict.fromkeys(["tracerl-test-model", *self._seen_models]))
 
+    def _own_route(self, request: RecordedRequest) -> ScriptedResponse | None:
+        for method, pattern, handler in self.routes:
+            match = pattern.fullmatch(request.path)
+            if match and method in ("*", request.method):
+                return handler(request, **match.groupdict())
+        return None
+
     def _next_response(self, req: dict, endpoint: str) -> ScriptedResponse:
         with self._lock:
             queued = self._queue.popleft() if self._queue else None
@@ -482,6 +526,15 @@ class ScriptedOpenAIServer:
     def _track(self, conn: socket.socket, *, add: bool) -> None:
         with self._lock:
             (self._connections.add if add else self._connections.discard)(conn)
+
+
+def _compile_route(key: str, handler: Route) -> tuple[str, re.Pattern[str], Route]:
+    """``"POST /v1/jobs/{id}"`` → its method and a pattern whose named groups are the ``{}`` segments."""
+    method, _, path = key.partition(" ")
+    if not path.startswith("/"):
+        raise ValueError(f"a route is 'METHOD /path', got {key!r}")
+    pattern = re.sub(r"\\{(\w+)\\}", r"(?P<\1>[^/]+)", re.escape(path))
+    return method.upper(), re.compile(pattern), handler
 
 
 def main(argv: list[str] | None = None) -> int:

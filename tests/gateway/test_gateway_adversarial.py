@@ -10,10 +10,8 @@ import gzip
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ import httpx  # noqa: E402
 
 from sdk.episodes import ExportSummary, build_episodes  # noqa: E402
 from sdk.store import StoreReader  # noqa: E402
-from sdk.testing import ScriptedOpenAIServer  # noqa: E402
+from sdk.testing import RecordedRequest, ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
 from tests.support.gateway import ROOT, Gateway, new_id, start_gateway  # noqa: E402
 
 _ANSWER = {
@@ -41,45 +39,31 @@ _ANSWER = {
 }
 
 
-class _RawUpstream(BaseHTTPRequestHandler):
-    """Answers every request 200 with one chat completion, whatever its body; keeps what it received."""
-
-    protocol_version = "HTTP/1.1"
-    received: list[tuple[dict[str, str], bytes]] = []
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
-        data = json.dumps(_ANSWER).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        # A header this hop names as its own (RFC 9110 §7.6.1): never forwarded to the client.
-        self.send_header("Connection", "keep-alive, X-Upstream-Hop")
-        self.send_header("X-Upstream-Hop", "secret")
-        self.send_header("X-Upstream-Kept", "yes")
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST
+def _raw_answer(request: RecordedRequest) -> ScriptedResponse:
+    """Every request, whatever its body (gzip, nested past any parser): 200 and one chat completion."""
+    # A header this hop names as its own (RFC 9110 §7.6.1): never forwarded to the client.
+    hop = {"Connection": "keep-alive, X-Upstream-Hop", "X-Upstream-Hop": "secret", "X-Upstream-Kept": "yes"}
+    return ScriptedResponse.json_body(_ANSWER, headers=hop)
 
 
 @pytest.fixture(scope="module")
-def raw_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def raw_upstream() -> Iterator[ScriptedOpenAIServer]:
+    """The scripted server answering :func:`_raw_answer`; its ``requests`` are what went upstream."""
+    routes = {"* /v1/chat/completions": _raw_answer, "* /v1/models": _raw_answer}
+    with ScriptedOpenAIServer(routes=routes) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def raw_gateway(
+    raw_upstream: ScriptedOpenAIServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
     """One worker (its /stats are the whole gateway's) in front of the raw upstream."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _RawUpstream)
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    upstream = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    gw = start_gateway(upstream, tmp_path_factory.mktemp("raw-gateway") / "store")
+    gw = start_gateway(raw_upstream.base_url, tmp_path_factory.mktemp("raw-gateway") / "store")
     try:
         yield gw
     finally:
         gw.stop()
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def _stats(gw: Gateway) -> dict[str, Any]:
@@ -166,15 +150,17 @@ def test_item2_utf8_id_in_header_is_the_same_session_as_in_url(raw_gateway: Gate
     assert len(_sessions(gw)[sid].calls) == 2
 
 
-def test_item2_session_id_that_is_not_utf8_is_refused_on_every_route(raw_gateway: Gateway) -> None:
+def test_item2_session_id_that_is_not_utf8_is_refused_on_every_route(
+    raw_gateway: Gateway, raw_upstream: ScriptedOpenAIServer
+) -> None:
     gw = raw_gateway
-    before = len(_RawUpstream.received)
+    before = len(raw_upstream.requests)
     assert _chat(gw, "/sessions/bad%FF/v1/chat/completions").status_code == 400
     assert httpx.post(gw.url + "/sessions/bad%FF/reward", json={"value": 1}, timeout=30).status_code == 400
     assert httpx.post(gw.url + "/sessions/bad%FF/end", timeout=30).status_code == 400
     r = _chat(gw, "/v1/chat/completions", headers={"X-Tracerl-Session": b"bad\xff"})
     assert r.status_code == 400 and "UTF-8" in r.json()["error"]["message"]
-    assert len(_RawUpstream.received) == before  # nothing went upstream
+    assert len(raw_upstream.requests) == before  # nothing went upstream
 
 
 # --- 3. deep JSON -------------------------------------------------------------------------------------
@@ -200,13 +186,15 @@ def test_item3_deep_metadata_header_still_routes_to_the_named_session(raw_gatewa
 
 
 @pytest.mark.parametrize("depth", [100_000, 500], ids=["past-the-parser", "past-the-store"])
-def test_item3_request_body_nested_deep_is_forwarded_and_answered(raw_gateway: Gateway, depth: int) -> None:
+def test_item3_request_body_nested_deep_is_forwarded_and_answered(
+    raw_gateway: Gateway, raw_upstream: ScriptedOpenAIServer, depth: int
+) -> None:
     gw = raw_gateway
     body = b'{"model": "m", "messages": [], "x": ' + b"[" * depth + b"]" * depth + b"}"
     before = _stats(gw)["store"]
     r = httpx.post(gw.url + "/v1/chat/completions", content=body, timeout=30)
     assert r.status_code == 200 and r.json() == _ANSWER
-    assert _RawUpstream.received[-1][1] == body
+    assert raw_upstream.requests[-1].body == body
     after = _stats(gw)["store"]
     assert after["gateway_unrecorded_requests"] == before.get("gateway_unrecorded_requests", 0) + 1
     assert after["internal_errors"] == before["internal_errors"]
@@ -226,7 +214,9 @@ def test_item3_reward_huge_integer_or_deep_body_is_a_400(raw_gateway: Gateway) -
 # --- 4. gzip request bodies ---------------------------------------------------------------------------
 
 
-def test_item4_gzip_request_body_is_recorded_and_forwarded_as_sent(raw_gateway: Gateway) -> None:
+def test_item4_gzip_request_body_is_recorded_and_forwarded_as_sent(
+    raw_gateway: Gateway, raw_upstream: ScriptedOpenAIServer
+) -> None:
     gw, sid = raw_gateway, new_id()
     plain = json.dumps({"model": "m", "messages": [{"role": "user", "content": "zipped"}]}).encode()
     sent = gzip.compress(plain)
@@ -237,7 +227,7 @@ def test_item4_gzip_request_body_is_recorded_and_forwarded_as_sent(raw_gateway: 
         timeout=30,
     )
     assert r.status_code == 200
-    headers, got = _RawUpstream.received[-1]
+    headers, got = raw_upstream.requests[-1].headers, raw_upstream.requests[-1].body
     assert got == sent and headers["content-encoding"] == "gzip"
     gw.end(sid)
     [call] = gw.session(sid).calls
@@ -284,12 +274,14 @@ def test_item5_answered_call_with_malformed_messages_is_stored_and_never_an_epis
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/models"], ids=["recorded", "passthrough"])
-def test_item6_headers_named_in_connection_are_dropped_both_ways(raw_gateway: Gateway, path: str) -> None:
+def test_item6_headers_named_in_connection_are_dropped_both_ways(
+    raw_gateway: Gateway, raw_upstream: ScriptedOpenAIServer, path: str
+) -> None:
     gw = raw_gateway
     headers = {"Connection": "keep-alive, X-Client-Hop", "X-Client-Hop": "secret", "X-Client-Kept": "yes"}
     r = _chat(gw, path, headers=headers) if "chat" in path else httpx.get(gw.url + path, headers=headers)
     assert r.status_code == 200
-    seen, _ = _RawUpstream.received[-1]
+    seen = raw_upstream.requests[-1].headers
     assert seen.get("x-client-kept") == "yes" and "x-client-hop" not in seen
     assert r.headers.get("x-upstream-kept") == "yes" and "x-upstream-hop" not in r.headers
 

@@ -6,8 +6,7 @@ import json
 import shutil
 import socket
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ openai = pytest.importorskip("openai")
 import httpx  # noqa: E402
 
 from sdk.store import StoreReader, add_reward  # noqa: E402
-from sdk.testing import ScriptedOpenAIServer  # noqa: E402
+from sdk.testing import RecordedRequest, ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
 from tests.support.gateway import Gateway, new_id, start_gateway  # noqa: E402
 
 
@@ -279,56 +278,43 @@ def test_a_store_that_cannot_be_written_never_fails_the_client(tmp_path: Path) -
         assert "cannot write to the store" in "".join(gw.output)
 
 
-class _SlowSSE(BaseHTTPRequestHandler):
-    """An upstream that sends the first chunk, waits, then the rest: shows the gateway does not buffer."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Connection", "close")
-        self.end_headers()
-
-        def chunk(text: str | None, finish: str | None = None) -> bytes:
-            delta = {"content": text} if text is not None else {}
-            ev = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "slow",
-                  "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
-            return b"data: " + json.dumps(ev).encode() + b"\n\n"
-
-        self.wfile.write(chunk("first"))
-        self.wfile.flush()
-        time.sleep(1.0)
-        self.wfile.write(chunk(" second") + chunk(None, "stop") + b"data: [DONE]\n\n")
+def _sse_chunk(text: str | None, finish: str | None = None) -> bytes:
+    delta = {"content": text} if text is not None else {}
+    ev = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "slow",
+          "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
+    return b"data: " + json.dumps(ev).encode() + b"\n\n"
 
 
 def test_stream_chunks_are_forwarded_as_they_arrive(tmp_path: Path) -> None:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _SlowSSE)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    gw = start_gateway(f"http://127.0.0.1:{httpd.server_address[1]}/v1", tmp_path / "store")
-    try:
-        c = _client(gw.base("s1"))
-        t0 = time.perf_counter()
-        stream = c.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x"}], stream=True
-        )
-        first = next(iter(stream))
-        first_at = time.perf_counter() - t0
-        rest = list(stream)
-        total = time.perf_counter() - t0
-        assert first.choices[0].delta.content == "first"
-        assert first_at < 0.8 <= total, (first_at, total)
-        assert "".join(ch.choices[0].delta.content or "" for ch in rest) == " second"
-        gw.end("s1")
-        [call] = gw.session("s1").calls
-        assert call["response"]["message"]["content"] == "first second" and call["stream"]
-    finally:
-        gw.stop()
-        httpd.shutdown()
+    """The upstream holds the rest of its stream until the client has read the first chunk: a gateway that
+    buffered the stream would hold that chunk back, and the upstream would give up waiting."""
+    client_has_first, released = threading.Event(), []
+
+    def slow_stream(request: RecordedRequest) -> ScriptedResponse:
+        def parts() -> Iterator[bytes]:
+            yield _sse_chunk("first")
+            released.append(client_has_first.wait(30))
+            yield _sse_chunk(" second") + _sse_chunk(None, "stop") + b"data: [DONE]\n\n"
+
+        return ScriptedResponse.raw(parts(), content_type="text/event-stream", framing="close")
+
+    with ScriptedOpenAIServer(routes={"POST /v1/chat/completions": slow_stream}) as slow:
+        gw = start_gateway(slow.base_url, tmp_path / "store")
+        try:
+            c = _client(gw.base("s1"))
+            stream = c.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x"}], stream=True
+            )
+            first = next(iter(stream))
+            client_has_first.set()
+            rest = list(stream)
+            assert first.choices[0].delta.content == "first" and released == [True]
+            assert "".join(ch.choices[0].delta.content or "" for ch in rest) == " second"
+            gw.end("s1")
+            [call] = gw.session("s1").calls
+            assert call["response"]["message"]["content"] == "first second" and call["stream"]
+        finally:
+            gw.stop()
 
 
 def test_bad_command_lines_exit_2_with_one_error_line(tmp_path: Path) -> None:

@@ -8,11 +8,7 @@ counted, and the session's other calls are trained exactly once on the prompt id
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +22,7 @@ openai = pytest.importorskip("openai")
 
 import httpx  # noqa: E402
 
-from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
+from sdk.testing import RecordedRequest, ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
 from tests.support.gateway import new_id, start_gateway  # noqa: E402
 from tests.support.trained_once import ServerIds, assert_trained_once, convert  # noqa: E402
 
@@ -34,66 +30,28 @@ DEPTH = 100_000
 DEEP = b"[" * DEPTH + b"]" * DEPTH
 
 
-class _DeepWhenAsked:
-    """In front of the scripted server: a request whose last message says "deep" gets a reply nested
-    100,000 levels deep (JSON or one SSE event); a request that is not JSON gets a plain answer."""
-
-    def __init__(self, upstream: str) -> None:
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                try:
-                    req = json.loads(body)
-                except RecursionError:
-                    req = None
-                if req is None or req["messages"][-1]["content"] != "deep":
-                    if req is None:
-                        return self._send(b'{"choices": []}', "application/json")
-                    fwd = urllib.request.Request(owner.upstream + self.path, data=body, method="POST")
-                    fwd.add_header("content-type", "application/json")
-                    with urllib.request.urlopen(fwd) as r:
-                        return self._send(r.read(), r.headers["content-type"])
-                if req.get("stream"):
-                    event = (
-                        b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}], "x": '
-                        + DEEP
-                        + b"}\n\n"
-                    )
-                    return self._send(event + b"data: [DONE]\n\n", "text/event-stream")
-                return self._send(b'{"choices": [], "x": ' + DEEP + b"}", "application/json")
-
-            def _send(self, data: bytes, content_type: str) -> None:
-                self.send_response(200)
-                self.send_header("content-type", content_type)
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.upstream = upstream
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+def _deep_when_asked(request: RecordedRequest) -> ScriptedResponse | None:
+    """A request whose last message says "deep" gets a reply nested 100,000 levels deep (JSON or one SSE
+    event); a request that is not JSON (or nested past the parser) a plain answer; the rest the server's."""
+    req = request.json
+    if req is None:
+        return ScriptedResponse.raw(b'{"choices": []}')
+    if req["messages"][-1]["content"] != "deep":
+        return None
+    if req.get("stream"):
+        event = b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}], "x": ' + DEEP + b"}\n\n"
+        return ScriptedResponse.raw(event + b"data: [DONE]\n\n", content_type="text/event-stream")
+    return ScriptedResponse.raw(b'{"choices": [], "x": ' + DEEP + b"}")
 
 
 def test_deep_replies_and_bodies_are_forwarded_and_counted_and_the_rest_trained_once(
     tmp_path: Path, tiny_tokenizer: Any
 ) -> None:
     ids = ServerIds(tiny_tokenizer)
-    with ScriptedOpenAIServer(token_ids=ids, policy=lambda req, ep: ScriptedResponse.text("fine")) as server:
-        upstream = _DeepWhenAsked(server.url)
-        gw = start_gateway(upstream.base_url, tmp_path / "store", args=("--token-data", "--strip-token-data"))
+    routes = {"POST /v1/chat/completions": _deep_when_asked}
+    fine = lambda req, ep: ScriptedResponse.text("fine")  # noqa: E731
+    with ScriptedOpenAIServer(token_ids=ids, policy=fine, routes=routes) as server:
+        gw = start_gateway(server.base_url, tmp_path / "store", args=("--token-data", "--strip-token-data"))
         try:
             sid = new_id()
             client = openai.OpenAI(
@@ -117,7 +75,6 @@ def test_deep_replies_and_bodies_are_forwarded_and_counted_and_the_rest_trained_
             assert not any("Traceback" in line for line in gw.output)
         finally:
             gw.stop()
-            upstream.close()
     assert stats["gateway_responses_not_stripped"] == 2 and stats["gateway_unrecorded_requests"] == 1
     assert stats["internal_errors"] == 0
     assert "prompt_token_ids" not in reply.model_dump()  # stripped where it could be

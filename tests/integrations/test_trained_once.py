@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ pytest.importorskip("polars")
 openai = pytest.importorskip("openai")
 
 import sdk  # noqa: E402
-from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
+from sdk.testing import RecordedRequest, Route, ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
 from tests.support.trained_once import ServerIds, assert_trained_once, convert  # noqa: E402
 from trainers.data import convert_episodes, load_episodes  # noqa: E402
 
@@ -242,47 +244,26 @@ def test_each_episode_keeps_the_tools_text_its_server_received(
 
 
 class _CutFirstReply:
-    """A loopback proxy in front of the scripted server: its first reply stops mid-JSON and stalls."""
+    """A route forwarding to the scripted server at ``upstream``: its first reply stops mid-JSON and stalls."""
 
     def __init__(self, upstream: str) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        owner = self
         self.upstream, self.n, self.release = upstream, 0, threading.Event()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
+    def __call__(self, request: RecordedRequest) -> ScriptedResponse:
+        fwd = urllib.request.Request(self.upstream + request.path, data=request.body, method="POST")
+        fwd.add_header("content-type", "application/json")
+        with urllib.request.urlopen(fwd) as r:
+            reply = r.read()
+        self.n += 1
+        if self.n > 1:
+            return ScriptedResponse.raw(reply)
 
-            def do_POST(self) -> None:
-                import urllib.request
+        def half_then_nothing() -> Iterator[bytes]:  # the client's read timeout fires
+            yield reply[: len(reply) // 2]
+            self.release.wait(10)
 
-                body = self.rfile.read(int(self.headers["content-length"]))
-                req = urllib.request.Request(owner.upstream + self.path, data=body, method="POST")
-                req.add_header("content-type", "application/json")
-                with urllib.request.urlopen(req) as r:
-                    reply = r.read()
-                owner.n += 1
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(reply)))
-                self.end_headers()
-                if owner.n == 1:  # half the JSON, then nothing: the client's read timeout fires
-                    self.wfile.write(reply[: len(reply) // 2])
-                    self.wfile.flush()
-                    owner.release.wait(10)
-                    return
-                self.wfile.write(reply)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        length = {"Content-Length": str(len(reply))}
+        return ScriptedResponse.raw(half_then_nothing(), headers=length, framing="close")
 
 
 @pytest.mark.parametrize("client_kind", ["sync", "async"])
@@ -293,9 +274,13 @@ def test_a_reply_cut_off_mid_json_is_a_failed_call_and_the_retry_is_trained_once
     from sdk.episodes import ExportSummary, build_episodes
     from sdk.store import StoreReader
 
-    with ScriptedOpenAIServer(token_ids=ids) as server:
+    cut_first = _CutFirstReply("")
+    with (
+        ScriptedOpenAIServer(token_ids=ids) as server,
+        ScriptedOpenAIServer(routes={"POST /v1/chat/completions": cut_first}) as proxy,
+    ):
         server.policy = lambda req, endpoint: ScriptedResponse.text("the answer")
-        proxy = _CutFirstReply(server.url)
+        cut_first.upstream = server.url
         errors_before = sdk.stats()["internal_errors"]
         try:
             make = openai.OpenAI if client_kind == "sync" else openai.AsyncOpenAI
@@ -310,8 +295,8 @@ def test_a_reply_cut_off_mid_json_is_a_failed_call_and_the_retry_is_trained_once
                     reply = asyncio.run(client.chat.completions.create(model="m", messages=ask))
                 s.reward(1.0)
         finally:
-            proxy.close()
-    assert reply.choices[0].message.content == "the answer" and proxy.n == 2
+            cut_first.release.set()
+    assert reply.choices[0].message.content == "the answer" and cut_first.n == 2
     sdk.flush()
     (stored,) = StoreReader(store).sessions()
     cut, ok = stored.calls
@@ -387,52 +372,32 @@ def test_forced_tool_calls_without_token_ids_are_left_out_and_counted(
 # --------------------------------------------------------------------------- 2: n > 1 choices
 
 
-class _ChoicesServer:
-    """A vLLM-like loopback server answering ``n`` different choices, each with its own token ids."""
+def _choices(ids: ServerIds) -> Route:
+    """A vLLM-like route answering ``n`` different choices, each with its own token ids."""
 
-    def __init__(self, ids: ServerIds) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    def reply(request: RecordedRequest) -> ScriptedResponse:
+        req = request.json
+        n, msgs = req.get("n") or 1, req["messages"]
+        texts = ["done now"] if len(msgs) > 1 else ["alpha one", "beta two", "gamma three"][:n]
+        prompt = ids.render(msgs, None, True)
+        choices = []
+        for k, text in enumerate(texts):
+            message = {"role": "assistant", "content": text}
+            completion = ids.render([*msgs, message], None, False)[len(prompt) :]
+            completion = completion[: completion.index(ids.tok.eos_token_id) + 1]
+            ids.generations.append((tuple(prompt), tuple(completion)))
+            lps = [{"token": f"token_id:{t}", "logprob": -0.5, "top_logprobs": []} for t in completion]
+            choices.append(
+                {"index": k, "message": message, "finish_reason": "stop", "logprobs": {"content": lps},
+                 "token_ids": completion}
+            )  # fmt: skip
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": 1, "total_tokens": len(prompt) + 1}
+        return ScriptedResponse.json_body(
+            {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": choices,
+             "usage": usage, "prompt_token_ids": prompt}
+        )  # fmt: skip
 
-        def reply(req: dict[str, Any]) -> dict[str, Any]:
-            n, msgs = req.get("n") or 1, req["messages"]
-            texts = ["done now"] if len(msgs) > 1 else ["alpha one", "beta two", "gamma three"][:n]
-            prompt = ids.render(msgs, None, True)
-            choices = []
-            for k, text in enumerate(texts):
-                message = {"role": "assistant", "content": text}
-                completion = ids.render([*msgs, message], None, False)[len(prompt) :]
-                completion = completion[: completion.index(ids.tok.eos_token_id) + 1]
-                ids.generations.append((tuple(prompt), tuple(completion)))
-                lps = [{"token": f"token_id:{t}", "logprob": -0.5, "top_logprobs": []} for t in completion]
-                choices.append(
-                    {"index": k, "message": message, "finish_reason": "stop", "logprobs": {"content": lps},
-                     "token_ids": completion}
-                )  # fmt: skip
-            usage = {"prompt_tokens": len(prompt), "completion_tokens": 1, "total_tokens": len(prompt) + 1}
-            return {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": choices,
-                    "usage": usage, "prompt_token_ids": prompt}  # fmt: skip
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                data = json.dumps(
-                    reply(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-                ).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    return reply
 
 
 @pytest.mark.parametrize("continued", [0, 1, 2])
@@ -442,8 +407,7 @@ def test_n_choices_train_the_continued_one_and_count_the_others(
     from integrations.openai import wrap_openai
     from sdk.episodes import ExportSummary, build_episodes
 
-    server = _ChoicesServer(ids)
-    try:
+    with ScriptedOpenAIServer(routes={"POST /v1/chat/completions": _choices(ids)}) as server:
         client = wrap_openai(openai.OpenAI(base_url=server.base_url, api_key="x"), token_data=True)
         with sdk.session(task_id="t", sample=0) as s:
             msgs: list[dict[str, Any]] = [{"role": "user", "content": "pick"}]
@@ -452,8 +416,6 @@ def test_n_choices_train_the_continued_one_and_count_the_others(
             msgs += [{"role": "assistant", "content": picked.content}, {"role": "user", "content": "go on"}]
             client.chat.completions.create(model="m", messages=msgs)
             s.reward(1.0)
-    finally:
-        server.close()
     summary = ExportSummary()
     (episode,) = build_episodes(store, summary=summary)
     assert summary.skipped["other_choices_left_out"] == 2

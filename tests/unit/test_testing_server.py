@@ -487,3 +487,56 @@ def test_a_cut_raw_stream_fails_the_real_client_read() -> None:
         client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         with pytest.raises(openai.APIConnectionError):
             client.chat.completions.create(model="m", messages=USER)
+
+
+def test_routes_answer_first_with_path_params_query_and_fall_through() -> None:
+    """A test's own routes: ``{name}`` segments and the query reach the handler; ``None`` is the built-in."""
+    seen: list[tuple[str, str, dict]] = []
+
+    def job(request, id: str) -> ScriptedResponse | None:
+        seen.append((request.method, id, request.query))
+        return None if id == "builtin" else ScriptedResponse.json_body({"id": id}, status=201)
+
+    def chat(request) -> ScriptedResponse | None:
+        return None if request.json else ScriptedResponse.error(418, "not JSON")
+
+    routes = {"* /v1/jobs/{id}/events": job, "POST /v1/chat/completions": chat}
+    with ScriptedOpenAIServer(routes=routes) as server:
+        with urllib.request.urlopen(server.base_url + "/jobs/j-1/events?limit=2&after=e-9") as r:
+            assert (r.status, json.loads(r.read())) == (201, {"id": "j-1"})
+        with pytest.raises(urllib.error.HTTPError) as info:  # the handler's None: the built-in 404
+            urllib.request.urlopen(server.base_url + "/jobs/builtin/events")
+        assert info.value.code == 404
+        assert seen == [("GET", "j-1", {"limit": "2", "after": "e-9"}), ("GET", "builtin", {})]
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        assert client.chat.completions.create(model="m", messages=USER).choices[0].message.content
+        bad = urllib.request.Request(
+            server.base_url + "/chat/completions", data=b"[" * 100_000, method="POST"
+        )
+        with pytest.raises(urllib.error.HTTPError) as info:  # nested past the parser: json is None
+            urllib.request.urlopen(bad)
+        assert info.value.code == 418 and server.requests[-1].json is None
+    with pytest.raises(ValueError, match="METHOD /path"):
+        ScriptedOpenAIServer(routes={"/v1/x": job})
+
+
+def test_raw_parts_are_sent_as_they_are_produced() -> None:
+    """A raw reply's parts go out one by one: the client reads the first while the route still waits."""
+    go_on, waited = threading.Event(), []
+
+    def parts():
+        yield b"data: first\n\n"
+        waited.append(go_on.wait(30))
+        yield b"data: second\n\n"
+
+    stream = lambda request: ScriptedResponse.raw(
+        parts(), content_type="text/event-stream", framing="chunked"
+    )  # noqa: E731
+    with ScriptedOpenAIServer(routes={"POST /v1/stream": stream}) as server:
+        req = urllib.request.Request(server.base_url + "/stream", data=b"{}", method="POST")
+        with urllib.request.urlopen(req) as r:
+            assert r.readline() == b"data: first\n"
+            go_on.set()
+            assert r.read() == b"\ndata: second\n\n" and waited == [True]
+    with pytest.raises(ValueError, match="in one piece"):
+        ScriptedResponse.raw(iter([b"x"]))

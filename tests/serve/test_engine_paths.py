@@ -138,19 +138,27 @@ def test_bad_requests_are_openai_errors_and_the_server_keeps_serving(base: str) 
 
 def test_admission_is_bounded_a_full_engine_answers_busy_then_serves_again(base: str) -> None:
     """Back-pressure: with one place, a second request waits for it and, past its wait, is refused."""
-    import time
 
     from trainers.serve.engine import EngineBusy
 
     eng = Engine(base, paged=False, max_pending=1, admit_timeout_s=0.2)
-    slow = eng.model.register_forward_hook(lambda *_: time.sleep(0.05))
+    # The first request holds its place until the test lets it go, so the refusal does not hang on timing.
+    running, release = threading.Event(), threading.Event()
+
+    def hold(*_: object) -> None:
+        running.set()
+        release.wait(60)
+
+    slow = eng.model.register_forward_hook(hold)
     try:
         first = threading.Thread(target=eng.chat, args=(_body(max_tokens=30),))
         first.start()
-        time.sleep(0.1)
+        assert running.wait(60)
         with pytest.raises(EngineBusy):
             eng.chat(_body(max_tokens=1))
+        release.set()
         first.join(60)
     finally:
+        release.set()
         slow.remove()
     assert eng.chat(_body(max_tokens=2))["choices"]

@@ -320,8 +320,9 @@ class ScriptedOpenAIServer:
 
     ``routes`` adds the rest of an API that a test stands in for (vLLM's adapter and weight routes, a
     fine-tuning API, an upstream that misbehaves) to this one server: keys are ``"METHOD /path"``, where
-    ``METHOD`` may be ``*`` (any) and a ``{name}`` path segment matches one segment, passed to the handler
-    as a keyword; ``handler(request, **params)`` gets the :class:`RecordedRequest` and answers with
+    ``METHOD`` may be ``*`` (any), a ``{name}`` path segment matches one segment, passed to the handler as
+    a keyword, and the path ``*`` matches every path; routes are tried in order.
+    ``handler(request, **params)`` gets the :class:`RecordedRequest` and answers with
     :meth:`ScriptedResponse.json_body`, :meth:`~ScriptedResponse.raw` (parts that wait make a slow or
     stalled reply) or :meth:`~ScriptedResponse.error`. Handlers run on the server's threads, one per
     request, so one may block (say, while a fake engine is paused).
@@ -531,9 +532,9 @@ class ScriptedOpenAIServer:
 def _compile_route(key: str, handler: Route) -> tuple[str, re.Pattern[str], Route]:
     """``"POST /v1/jobs/{id}"`` → its method and a pattern whose named groups are the ``{}`` segments."""
     method, _, path = key.partition(" ")
-    if not path.startswith("/"):
+    if not path.startswith("/") and path != "*":
         raise ValueError(f"a route is 'METHOD /path', got {key!r}")
-    pattern = re.sub(r"\\{(\w+)\\}", r"(?P<\1>[^/]+)", re.escape(path))
+    pattern = ".*" if path == "*" else re.sub(r"\\{(\w+)\\}", r"(?P<\1>[^/]+)", re.escape(path))
     return method.upper(), re.compile(pattern), handler
 
 

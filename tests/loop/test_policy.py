@@ -8,13 +8,13 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.fake_vllm import VLLM
 from trainers import UserError
 from trainers.serve.policy import (
     ENV_BASE_URL,
@@ -25,8 +25,6 @@ from trainers.serve.policy import (
     export_env,
     make_policy,
 )
-
-FAKE = Path(__file__).parent / "fake_vllm.py"
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +52,7 @@ def _fake_server() -> Iterator[str]:
     from trainers.serve.pidfile import free_port, terminate, wait_healthy
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(FAKE), "serve", "x", "--port", str(port)])
+    proc = subprocess.Popen([*VLLM, "serve", "x", "--port", str(port)])
     try:
         wait_healthy(f"http://127.0.0.1:{port}/health", proc, 20, None)
         yield f"http://127.0.0.1:{port}/v1"
@@ -93,9 +91,7 @@ def test_vllm_command_line():
 def test_vllm_lora_reload_requests_and_full_weight_restart(tmp_path, vllm_log):
     base = str(tmp_path / "base")
     Path(base).mkdir()
-    p = VLLMPolicy(
-        base, lora=True, max_lora_rank=8, executable=[sys.executable, str(FAKE)], startup_timeout=30
-    )
+    p = VLLMPolicy(base, lora=True, max_lora_rank=8, executable=VLLM, startup_timeout=30)
     p.start()
     try:
         launch = vllm_log()[0]
@@ -214,7 +210,7 @@ def test_vllm_one_served_name_across_lora_versions(tmp_path, vllm_log):
 
     base = str(tmp_path / "base")
     Path(base).mkdir()
-    p = VLLMPolicy(base, lora=True, executable=[sys.executable, str(FAKE)], startup_timeout=30)
+    p = VLLMPolicy(base, lora=True, executable=VLLM, startup_timeout=30)
     p.start()
     try:
         export_env(p)

@@ -1,8 +1,8 @@
 """Full weights pushed into a running vLLM through its weight-transfer routes (vLLM 0.33's documented path).
 
-Against the scripted stand-in (``fake_vllm.py``): vLLM itself and its NCCL data plane need GPUs, so the
-data plane here is a TCP socket (``SocketSender``) and the stand-in reads each tensor's bytes in the order
-of the names it was given and logs their SHA-256. What is tested is tracerl's side: the server's flags,
+Against the scripted stand-in (``tests/support/fake_vllm.py``): vLLM itself and its NCCL data plane need
+GPUs, so the data plane here is a TCP socket (``SocketSender``) and the stand-in reads each tensor's bytes
+in the order of the names it was given and logs their SHA-256. What is tested is tracerl's side: the server's flags,
 the order of the routes, the metadata, the tensors' bytes and order, the version, requests during a push,
 and the failures.
 """
@@ -12,20 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
+from tests.support.fake_vllm import VLLM
 from trainers import UserError
 from trainers.serve.policy import VLLMPolicy
 
 torch = pytest.importorskip("torch")
-
-FAKE = Path(__file__).parent / "fake_vllm.py"
 
 
 class SocketSender:
@@ -85,7 +82,7 @@ def start_vllm(tmp_path, monkeypatch):
         monkeypatch.setenv("FAKE_VLLM_UPDATE_DELAY", str(update_delay))
         p = VLLMPolicy(
             "base",
-            executable=[sys.executable, str(FAKE)],
+            executable=VLLM,
             startup_timeout=30,
             weight_transfer=True,
             weight_sender=SocketSender(),

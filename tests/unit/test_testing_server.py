@@ -500,8 +500,11 @@ def test_routes_answer_first_with_path_params_query_and_fall_through() -> None:
     def chat(request) -> ScriptedResponse | None:
         return None if request.json else ScriptedResponse.error(418, "not JSON")
 
-    routes = {"* /v1/jobs/{id}/events": job, "POST /v1/chat/completions": chat}
+    gone = lambda request: ScriptedResponse.json_body({"gone": request.path})  # noqa: E731
+    routes = {"* /v1/jobs/{id}/events": job, "POST /v1/chat/completions": chat, "DELETE *": gone}
     with ScriptedOpenAIServer(routes=routes) as server:
+        with urllib.request.urlopen(urllib.request.Request(server.url + "/a/b/c", method="DELETE")) as r:
+            assert json.loads(r.read()) == {"gone": "/a/b/c"}  # the path * : every path
         with urllib.request.urlopen(server.base_url + "/jobs/j-1/events?limit=2&after=e-9") as r:
             assert (r.status, json.loads(r.read())) == (201, {"id": "j-1"})
         with pytest.raises(urllib.error.HTTPError) as info:  # the handler's None: the built-in 404
@@ -529,9 +532,9 @@ def test_raw_parts_are_sent_as_they_are_produced() -> None:
         waited.append(go_on.wait(30))
         yield b"data: second\n\n"
 
-    stream = lambda request: ScriptedResponse.raw(
-        parts(), content_type="text/event-stream", framing="chunked"
-    )  # noqa: E731
+    def stream(request) -> ScriptedResponse:
+        return ScriptedResponse.raw(parts(), content_type="text/event-stream", framing="chunked")
+
     with ScriptedOpenAIServer(routes={"POST /v1/stream": stream}) as server:
         req = urllib.request.Request(server.base_url + "/stream", data=b"{}", method="POST")
         with urllib.request.urlopen(req) as r:

@@ -14,6 +14,10 @@ another test module and no test edits ``sys.path``:
 - ``resident``: the resident-trainer tests' config, versions and optimizer state.
 - ``loop``: the loop tests' task files, lock-step and asynchronous configs, and run checks.
 - ``main_job``: the main job's output filter.
-- ``fake_openai``: a loopback stand-in for OpenAI's fine-tuning API (files, jobs, events), not inference:
-  scripted inference replies, broken streams included (``ScriptedResponse.raw``), come from ``sdk.testing``.
+- ``fake_openai``: OpenAI's fine-tuning API (files, jobs, events) as routes on ``sdk.testing``'s server.
+- ``fake_vllm``: vLLM's adapter and weight-transfer routes on ``sdk.testing``'s server, in a process of its
+  own (``VLLM``, the command line the launcher under test runs in the place of ``vllm``).
+
+Every scripted HTTP fake is ``sdk.testing.ScriptedOpenAIServer``: inference replies from its queue or a
+policy, broken streams as ``ScriptedResponse.raw``, any other API as ``routes``.
 """

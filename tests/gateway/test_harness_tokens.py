@@ -33,29 +33,12 @@ from integrations.openai import wrap_openai  # noqa: E402
 from sdk.messages import render_ids, template_messages  # noqa: E402
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
 from tests.support.gateway import new_id, start_gateway  # noqa: E402
+from tests.support.tools import ADD_TOOL, ANTHROPIC_ADD_TOOL  # noqa: E402
 from trainers.data import convert_episodes, load_episodes  # noqa: E402
 
-CHAT_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two integers.",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            },
-        },
-    }
-]
-RESPONSES_TOOLS = [{"type": "function", **CHAT_TOOLS[0]["function"]}]
-ANTHROPIC_TOOLS = [
-    {
-        "name": "add",
-        "description": "Add two integers.",
-        "input_schema": CHAT_TOOLS[0]["function"]["parameters"],
-    }
-]
+CHAT_TOOLS = [ADD_TOOL]
+RESPONSES_TOOLS = [{"type": "function", **ADD_TOOL["function"]}]
+ANTHROPIC_TOOLS = [ANTHROPIC_ADD_TOOL]
 TASK = {"X-Tracerl-Task": "add"}
 SCRIPT = [
     ScriptedResponse.tool_calls([{"name": "add", "arguments": {"a": 2, "b": 3}}], content="Let me add."),

@@ -21,20 +21,10 @@ import sdk  # noqa: E402
 from integrations.openai import wrap_openai  # noqa: E402
 from sdk.messages import render_ids, template_messages  # noqa: E402
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse  # noqa: E402
+from tests.support.tools import ADD_TOOL  # noqa: E402
 from trainers.data import build_groups, convert_episodes, load_episodes  # noqa: E402
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            },
-        },
-    }
-]
+TOOLS = [ADD_TOOL]
 HANDOFF = {"role": "assistant", "content": "Router: add 10 to that, please."}
 
 

@@ -84,6 +84,11 @@ def _model(args: argparse.Namespace):
     )
 
 
+def _pool(engine):
+    """The engine's paged pool, if any (on its scheduler; the baseline's own)."""
+    return engine.scheduler.pool if hasattr(engine, "scheduler") else getattr(engine, "_pool", None)
+
+
 def _run(engine, prompts: list[list[int]], concurrent: int, tokens: int) -> dict[str, float]:
     def one(k: int) -> tuple[float, int]:
         t = time.perf_counter()
@@ -130,7 +135,9 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from examples.arithmetic.task import SYSTEM_PROMPT, TOOLS
-    from trainers.serve.engine import Engine, render_prompt_ids
+    from trainers.serve.engine import Engine
+    from trainers.serve.request import render_prompt_ids
+    from trainers.serve.scheduler import Batching
 
     if args.gpu and not torch.cuda.is_available():
         raise SystemExit("error: --gpu needs CUDA")
@@ -148,15 +155,15 @@ def main(argv: list[str] | None = None) -> None:
     ]
     makers = {
         "today": lambda: _baseline_engine(args.baseline)(model, tok, device=device),
-        "batch": lambda: Engine(model, tok, device=device, paged=False),
-        "paged": lambda: Engine(model, tok, device=device, paged=True),
+        "batch": lambda: Engine(model, tok, device=device, batching=Batching(paged=False)),
+        "paged": lambda: Engine(model, tok, device=device, batching=Batching(paged=True)),
     }
     engines = {name: makers[name] for name in names}
     built = {name: make() for name, make in engines.items()}
-    for eng in built.values():
-        eng.stop_ids = set()  # every request generates all its tokens
-        if getattr(eng, "_pool", None) is not None:
-            eng._pool.stop_ids = []
+    for eng in built.values():  # every request generates all its tokens
+        getattr(eng, "weights", eng).stop_ids = set()  # on its weights (the baseline: its own)
+        if _pool(eng) is not None:
+            _pool(eng).stop_ids = []
     rows: dict[tuple[str, int], dict[str, float]] = {}
     for c in levels:  # engines interleaved per level: load on the shared machine hits all of them alike
         for name, eng in built.items():
@@ -164,8 +171,8 @@ def main(argv: list[str] | None = None) -> None:
             rows[name, c] = sorted(runs, key=lambda r: r["tok_s"])[len(runs) // 2]  # the median run
             print(f"{name} c={c}: {rows[name, c]}", file=sys.stderr, flush=True)
     for eng in built.values():
-        if getattr(eng, "_pool", None) is not None:
-            eng._pool.close()
+        if _pool(eng) is not None:
+            _pool(eng).close()
     print(
         f"\nprompts {len(prompts[0])} tokens, {tokens} new tokens, device {device}, torch threads {torch.get_num_threads()}\n"
     )

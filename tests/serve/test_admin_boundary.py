@@ -183,8 +183,10 @@ def test_logprobs_that_are_not_finite_are_a_json_error_not_a_plain_text_500(weig
 
 def test_past_the_admission_bound_requests_get_429_with_retry_after(weights: dict[str, str]) -> None:
     from trainers.serve.app import LocalPolicyServer
+    from trainers.serve.scheduler import Batching
 
-    srv = LocalPolicyServer(weights["base"], model_name="policy", max_pending=2, admit_timeout_s=0.3).start()
+    bound = Batching(max_pending=2, admit_timeout_s=0.3)
+    srv = LocalPolicyServer(weights["base"], model_name="policy", batching=bound).start()
     answers: list[tuple[int, dict, str | None]] = []
 
     def with_httpx() -> None:
@@ -201,7 +203,8 @@ def test_past_the_admission_bound_requests_get_429_with_retry_after(weights: dic
 
     clients = [threading.Thread(target=(with_httpx, with_openai)[k % 2]) for k in range(8)]
     try:
-        with srv.engine.lock:  # the two admitted requests cannot finish: the rest wait past admit_timeout_s
+        # the two admitted requests cannot finish: the rest wait past admit_timeout_s
+        with srv.engine.scheduler.lock:
             for c in clients:
                 c.start()
             deadline = time.monotonic() + 30

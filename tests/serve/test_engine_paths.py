@@ -15,7 +15,9 @@ httpx = pytest.importorskip("httpx")
 
 from tests.support.serve import MSGS, make_adapter, make_base, reference_logprobs  # noqa: E402
 from trainers.serve.app import LocalPolicyServer  # noqa: E402
-from trainers.serve.engine import Engine, ModelNotFound  # noqa: E402
+from trainers.serve.engine import Engine  # noqa: E402
+from trainers.serve.scheduler import Batching, EngineBusy  # noqa: E402
+from trainers.serve.slots import ModelNotFound  # noqa: E402
 
 PATHS = [pytest.param(True, id="paged"), pytest.param(False, id="batch")]
 
@@ -36,7 +38,7 @@ def _ids_lps(resp: dict, k: int = 0) -> tuple[list[int], list[float]]:
 
 @pytest.mark.parametrize("paged", PATHS)
 def test_every_sampled_logprob_equals_a_direct_forward_pass(base: str, paged: bool) -> None:
-    eng = Engine(base, paged=paged)
+    eng = Engine(base, batching=Batching(paged=paged))
     try:
         resps = [eng.chat(_body(seed=s, n=2)) for s in range(3)]
         for resp in resps:
@@ -50,18 +52,17 @@ def test_every_sampled_logprob_equals_a_direct_forward_pass(base: str, paged: bo
         greedy = _ids_lps(eng.chat(_body(temperature=0)))[0]
         assert greedy == _ids_lps(eng.chat(_body(temperature=0, seed=5)))[0]
     finally:
-        if eng._pool is not None:
-            eng._pool.close()
+        eng.close()
 
 
 def test_both_paths_give_the_same_tokens_for_a_seed(base: str) -> None:
-    paged, batch = Engine(base, paged=True), Engine(base, paged=False)
+    paged, batch = Engine(base, batching=Batching(paged=True)), Engine(base, batching=Batching(paged=False))
     try:
         for seed in (0, 11):
             a, b = paged.chat(_body(seed=seed)), batch.chat(_body(seed=seed))
             assert _ids_lps(a)[0] == _ids_lps(b)[0]
     finally:
-        paged._pool.close()
+        paged.close()
 
 
 @pytest.mark.parametrize("paged", PATHS)
@@ -70,7 +71,7 @@ def test_a_push_while_32_requests_run_leaves_each_response_on_one_version(base: 
 
     from trainers._tiny import build_tiny_model
 
-    eng = Engine(base, paged=paged)
+    eng = Engine(base, batching=Batching(paged=paged))
     try:
         root = str(build_tiny_model(Path(base).parent / f"other-{paged}", seed=1))
         other = AutoModelForCausalLM.from_pretrained(root, dtype=torch.float32).state_dict()
@@ -97,13 +98,12 @@ def test_a_push_while_32_requests_run_leaves_each_response_on_one_version(base: 
             assert max(abs(a - b) for a, b in zip(ref, lps, strict=True)) < 1e-4
         assert eng.chat(_body())["policy_version"] == 7
     finally:
-        if eng._pool is not None:
-            eng._pool.close()
+        eng.close()
 
 
 def test_adapters_route_by_model_and_the_paged_pool_steps_aside(base: str, tmp_path) -> None:
     adapter = make_adapter(base, tmp_path / "a", seed=3)
-    eng = Engine(base, model_name="base", adapters={"a": adapter}, paged=True)
+    eng = Engine(base, model_name="base", adapters={"a": adapter}, batching=Batching(paged=True))
     try:
         for name, path in (("a", adapter), ("base", None)):
             resp = eng.chat(_body(model=name, seed=2))
@@ -113,7 +113,7 @@ def test_adapters_route_by_model_and_the_paged_pool_steps_aside(base: str, tmp_p
         with pytest.raises(ModelNotFound):
             eng.chat(_body(model="nope"))
     finally:
-        eng._pool.close()
+        eng.close()
 
 
 def test_bad_requests_are_openai_errors_and_the_server_keeps_serving(base: str) -> None:
@@ -138,10 +138,7 @@ def test_bad_requests_are_openai_errors_and_the_server_keeps_serving(base: str) 
 
 def test_admission_is_bounded_a_full_engine_answers_busy_then_serves_again(base: str) -> None:
     """Back-pressure: with one place, a second request waits for it and, past its wait, is refused."""
-
-    from trainers.serve.engine import EngineBusy
-
-    eng = Engine(base, paged=False, max_pending=1, admit_timeout_s=0.2)
+    eng = Engine(base, batching=Batching(paged=False, max_pending=1, admit_timeout_s=0.2))
     # The first request holds its place until the test lets it go, so the refusal does not hang on timing.
     running, release = threading.Event(), threading.Event()
 

@@ -29,7 +29,9 @@ def test_more_clients_than_the_default_thread_pool_share_one_running_batch(tmp_p
     monkeypatch.setattr(RunningBatch, "step", counted)
     server = LocalPolicyServer(make_base(tmp_path)).start()
     engine = server.engine
-    engine.stop_ids = set()  # every row generates all its tokens: the first rows still run when the rest join
+    engine.weights.stop_ids = (
+        set()
+    )  # every row generates all its tokens: the first rows still run when the rest join
     inside = [0]  # requests the web server has handed to the engine
     chat, count = engine.chat, threading.Lock()
 
@@ -50,7 +52,7 @@ def test_more_clients_than_the_default_thread_pool_share_one_running_batch(tmp_p
 
     clients = [threading.Thread(target=ask) for _ in range(CLIENTS)]
     try:
-        with engine.lock:  # the batch path waits here: the requests gather in the engine's queue
+        with engine.scheduler.lock:  # the batch path waits here: the requests gather in the engine's queue
             for c in clients:
                 c.start()
             deadline = time.monotonic() + 20

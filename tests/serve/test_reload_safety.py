@@ -134,7 +134,8 @@ def test_python_api_raises_value_error_and_keeps_serving_what_it_served(weights)
     model plain; an adapter pushed from memory is carried onto new base weights."""
     from safetensors.torch import load_file
 
-    from trainers.serve.engine import Engine, StaleVersion
+    from trainers.serve.engine import Engine
+    from trainers.serve.versions import StaleVersion
 
     engine = Engine(weights["base"], model_name="base")
     ask = {"model": "base", "messages": MSGS, "temperature": 0, "max_tokens": 4, "logprobs": True}
@@ -154,7 +155,7 @@ def test_python_api_raises_value_error_and_keeps_serving_what_it_served(weights)
     pushed = engine.chat({**ask, "model": "pushed"})["choices"][0]["logprobs"]
     with pytest.raises(ValueError, match="not swapped in"):
         engine.reload(weights["narrow"])
-    assert engine.versions() == {"base": 0, "pushed": 2} and engine.model_path == weights["base"]
+    assert engine.versions() == {"base": 0, "pushed": 2} and engine.weights.slots.base.path == weights["base"]
     assert engine.reload(weights["base"]) == 1 and engine.versions() == {"base": 1, "pushed": 3}
     assert engine.chat({**ask, "model": "pushed"})["choices"][0]["logprobs"] == pushed  # carried over
     with pytest.raises(StaleVersion):

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 from tests.support.serve import MSGS, make_base, reference_logprobs  # noqa: E402
 from trainers.serve.batch import MIN_SHARED, PrefixCache, RunningBatch, generate_batch  # noqa: E402
 from trainers.serve.engine import Engine  # noqa: E402
+from trainers.serve.scheduler import Batching  # noqa: E402
 
 CPU = torch.device("cpu")
 SYSTEM = [(7 * k) % 400 + 5 for k in range(MIN_SHARED + 24)]  # an agent's system prompt, as token ids
@@ -108,8 +109,8 @@ def test_a_kept_prefix_serves_the_next_batch_of_its_own_weights_only(base: str, 
 
 
 def test_a_request_joins_the_batch_that_is_generating_instead_of_waiting_for_it(base: str) -> None:
-    eng = Engine(base, paged=False)
-    eng.stop_ids = set()  # every request generates all its tokens
+    eng = Engine(base, batching=Batching(paged=False))
+    eng.weights.stop_ids = set()  # every request generates all its tokens
     slow = eng.model.register_forward_hook(lambda *_: time.sleep(0.01))
     long_done = threading.Event()
     try:
@@ -135,13 +136,13 @@ def test_new_weights_empty_the_kept_prefix(base: str, tmp_path) -> None:
 
     from trainers._tiny import build_tiny_model
 
-    eng = Engine(base, paged=False)
+    eng = Engine(base, batching=Batching(paged=False))
     body = {"messages": MSGS, "max_tokens": 4, "logprobs": True, "return_token_ids": True, "seed": 3}
     eng.chat(body)
-    assert eng._prefix.ids  # the prompt's prefix is kept
+    assert eng.scheduler.prefix.ids  # the prompt's prefix is kept
     other = str(build_tiny_model(tmp_path / "other", seed=1))
     eng.push(AutoModelForCausalLM.from_pretrained(other, dtype=torch.float32).state_dict())
-    assert not eng._prefix.ids
+    assert not eng.scheduler.prefix.ids
     resp = eng.chat(body)
     ids = resp["choices"][0]["token_ids"]
     lps = [e["logprob"] for e in resp["choices"][0]["logprobs"]["content"]]
@@ -154,9 +155,8 @@ def test_weights_that_cannot_be_served_fail_their_requests_and_the_engine_goes_o
 ) -> None:
     from tests.support.serve import make_adapter
 
-    eng = Engine(
-        base, model_name="base", adapters={"a": make_adapter(base, tmp_path / "a", seed=3)}, paged=False
-    )
+    adapters = {"a": make_adapter(base, tmp_path / "a", seed=3)}
+    eng = Engine(base, model_name="base", adapters=adapters, batching=Batching(paged=False))
     body = {"messages": MSGS, "max_tokens": 3}
 
     def broken(name: str) -> None:

@@ -16,20 +16,15 @@ trainer needs to be token-faithful:
 Several sets of weights on one base: ``--adapter NAME=PATH`` (repeatable) serves LoRA adapters beside the
 base, and each request's ``model`` picks one (the engine is :mod:`trainers.serve.engine`).
 
-Policy versions: each set of weights has a ``policy_version`` (0 as started). Every chat response carries
-the version that produced it: a top-level ``"policy_version"`` in the body and in every streamed chunk,
-and the header ``X-Tracerl-Policy-Version``. A reload swaps weights between generation batches, so
-requests already generating finish on the old weights and report the old version. Versions only move
-forward (:mod:`trainers.serve.versions`): a reload or push naming a lower version than the one served is
-refused (409) and changes nothing, the same version again is accepted (a re-published version), and new
-base weights (base reload or push) move every adapter's version up by one, since an adapter serves base +
-adapter; the reply's ``"versions"`` lists every name's version after it.
+Policy versions: every chat response carries the version of the weights that produced it, a top-level
+``"policy_version"`` in the body and in every streamed chunk and the header ``X-Tracerl-Policy-Version``;
+a reload or push replies with every name's version after it (``"versions"``). Versions only move forward
+(:mod:`trainers.serve.versions`): one going back is a 409 and changes nothing.
 
-A reload is all or nothing: the new base and every adapter on it are loaded aside and swapped in only when
-all of them loaded. Every bad reload or push (no such directory, no ``adapter_config.json``, a corrupt or
-mis-shaped checkpoint or adapter, an adapter that does not load on new base weights, a version going back)
-is a JSON error with a 4xx status and leaves what is served as it was; anything else unexpected is a JSON
-500, never a plain-text one.
+A reload or push is all or nothing (:mod:`trainers.serve.served`): every bad one (no such directory, no
+``adapter_config.json``, a corrupt or mis-shaped checkpoint or adapter, an adapter that does not load on new
+base weights) is a JSON 4xx and leaves what is served as it was; anything else unexpected is a JSON 500,
+never a plain-text one.
 
 Who holds what (the agent being trained is untrusted code; nothing it can reach may change its policy):
 
@@ -84,6 +79,7 @@ This module imports torch, transformers and FastAPI at the top; ``sdk.serve`` ha
 from __future__ import annotations
 
 import argparse
+import functools
 import hmac
 import ipaddress
 import json
@@ -92,7 +88,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,29 +101,15 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from sdk import _env
 from sdk._cli import KEEP_ALIVE_S
 from sdk.openai_wire import SSE_DONE, VERSION_HEADER, error_body, sse, stream_chunks
-from trainers.serve.engine import (
-    _VERSION_SUFFIX,
-    Engine,
-    EngineBusy,
-    Generation,
-    ModelNotFound,
-    parse_tool_calls,
-    render_prompt_ids,
-)
-from trainers.serve.versions import StaleVersion
+from trainers.serve.engine import Engine
+from trainers.serve.request import chat_request
+from trainers.serve.response import model_list
+from trainers.serve.scheduler import Batching, EngineBusy
+from trainers.serve.slots import ModelNotFound
+from trainers.serve.versions import StaleVersion, check_name
 from trainers.serve.weights import SERVING_DTYPES, serving_device
 
-__all__ = [
-    "ADMIN_TOKEN_ENV",
-    "Engine",
-    "Generation",
-    "LocalPolicyServer",
-    "create_app",
-    "exit_with_parent",
-    "main",
-    "parse_tool_calls",
-    "render_prompt_ids",
-]
+__all__ = ["ADMIN_TOKEN_ENV", "LocalPolicyServer", "create_app", "exit_with_parent", "main"]
 
 ADMIN_TOKEN_ENV = _env.TRACERL_ADMIN_TOKEN
 """The environment variable holding the admin credential (``--admin-token-file`` takes precedence)."""
@@ -196,7 +178,7 @@ def _not_finite(resp: dict[str, Any]) -> JSONResponse:
 
 def _roots(engine: Engine, extra: Iterable[str | Path]) -> list[Path]:
     """The directories reloads may load from: the served base's and adapters', and ``extra``."""
-    found = [engine.model_path] + [slot.path for slot in engine.slots.values()] + list(extra)
+    found = [slot.path for slot in engine.weights.slots.values()] + list(extra)
     return [Path(p).resolve() for p in dict.fromkeys(str(p) for p in found if p)]
 
 
@@ -231,8 +213,8 @@ async def _json_object(request: Request) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-async def _swap(change: Any) -> Any:
-    """Run a change of weights off the event loop; its new version, or its error as a JSON answer.
+async def _swap(engine: Engine, change: Any, **reply: Any) -> Any:
+    """Run a change of weights off the event loop; ``reply`` with its version and every name's, or its error.
 
     A version going back is a 409 (``stale_version``), weights that do not load or fit a 400, anything else a
     500; in every case the served weights are unchanged.
@@ -240,7 +222,8 @@ async def _swap(change: Any) -> Any:
     import anyio.to_thread
 
     try:
-        return await anyio.to_thread.run_sync(change)
+        new = await anyio.to_thread.run_sync(change)
+        return {"ok": True, "policy_version": new, **reply, "versions": engine.versions()}
     except StaleVersion as exc:
         return _error(409, str(exc), code="stale_version")
     except (ValueError, OSError, RuntimeError) as exc:
@@ -270,23 +253,16 @@ async def _reload(engine: Engine, request: Request, roots: list[Path]) -> Any:
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
         return _error(400, f"'policy_version' must be a non-negative integer, got {version!r}")
     adapter = body.get("adapter")
-    if adapter is None:
-        new = await _swap(lambda: engine.reload(path, policy_version=version))
-    elif not isinstance(adapter, str) or not adapter:
+    if adapter is not None and (not isinstance(adapter, str) or not adapter):
         return _error(400, f"'adapter' must be a name, got {adapter!r}")
+    if adapter is None:
+        change = functools.partial(engine.reload, path, policy_version=version)
     else:
-        new = await _swap(lambda: engine.reload_adapter(adapter, path, policy_version=version))
-    if not isinstance(new, int):
-        return new
-    versions = engine.versions()
-    return {
-        "ok": True,
-        "version": new,
-        "policy_version": new,
-        "adapter": adapter,
-        "path": path,
-        "versions": versions,
-    }
+        change = functools.partial(engine.reload_adapter, adapter, path, policy_version=version)
+    answer = await _swap(engine, change, adapter=adapter, path=path)
+    if isinstance(answer, dict):
+        answer["version"] = answer["policy_version"]  # the name /health uses too
+    return answer
 
 
 async def _push(engine: Engine, request: Request) -> Any:
@@ -310,27 +286,16 @@ async def _push(engine: Engine, request: Request) -> Any:
     try:
         if shared:
             # views on the trainer's GPU buffer, released with this request (torch counts the references)
-            tensors, config, _buffer = ipc.receive(body, engine.device)
+            tensors, config, _buffer = ipc.receive(body, engine.weights.device)
         else:
             tensors, config = decode_push(body)
     except ValueError as exc:
         return _error(400, f"ValueError: {exc}")
     version = None if raw is None else int(raw)
-    new = await _swap(
-        lambda: engine.push(
-            tensors, adapter=adapter, adapter_config=config, policy_version=version, alias=alias
-        )
+    push = functools.partial(
+        engine.push, tensors, adapter=adapter, adapter_config=config, policy_version=version, alias=alias
     )
-    if not isinstance(new, int):
-        return new
-    return {
-        "ok": True,
-        "policy_version": new,
-        "adapter": adapter,
-        "alias": alias,
-        "bytes": len(body),
-        "versions": engine.versions(),
-    }
+    return await _swap(engine, push, adapter=adapter, alias=alias, bytes=len(body))
 
 
 def create_app(
@@ -359,41 +324,37 @@ def create_app(
     # most admit_timeout_s, then gets a 429 (without this it queued for a thread with no limit).
     threads: list[Any] = []
     roots = _roots(engine, reload_roots)
+    bound, wait_s = engine.batching.max_pending, engine.batching.admit_timeout_s
 
     def chat_threads() -> tuple[Any, Any]:
         if not threads:  # made in the event loop: older anyio versions need one
-            threads.extend([anyio.CapacityLimiter(engine.max_pending), anyio.Semaphore(engine.max_pending)])
+            threads.extend([anyio.CapacityLimiter(bound), anyio.Semaphore(bound)])
         return threads[0], threads[1]
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "version": engine.version, "versions": engine.versions()}
+        return {"status": "ok", "version": engine.policy_version, "versions": engine.versions()}
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        versions, data = engine.versions(), []
-        for name, slot in engine.served().items():
-            entry = {"id": name, "object": "model", "created": 0, "owned_by": "tracerl"}
-            entry["policy_version"] = versions[slot]
-            if slot != name:  # an alias: the adapter that serves it
-                entry["served_by"] = slot
-            data.append(entry)
-        return {"object": "list", "data": data}
+        return model_list(engine.served(), engine.versions())
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(request: Request) -> Any:
         body = await _json_object(request)
         if body is None:
             return _error(400, "request body is not a JSON object")
-        if not isinstance(body.get("messages"), list) or not body["messages"]:
-            return _error(400, "'messages' must be a non-empty list")
+        try:
+            chat_request(body)  # checked before admission: a bad body is a 400 at once, never a 429
+        except (ValueError, TypeError) as exc:
+            return _error(400, f"{type(exc).__name__}: {exc}")
         admitted = False
         limiter, admission = chat_threads()
-        with anyio.move_on_after(engine.admit_timeout_s):
+        with anyio.move_on_after(wait_s):
             await admission.acquire()
             admitted = True
         if not admitted:  # back-pressure: the client retries later
-            return _busy(f"the server is at its limit of concurrent requests for {engine.admit_timeout_s} s")
+            return _busy(f"the server is at its limit of concurrent requests for {wait_s} s")
         try:
             resp = await anyio.to_thread.run_sync(engine.chat, body, limiter=limiter)
         except ModelNotFound as exc:
@@ -427,6 +388,16 @@ def create_app(
     return app
 
 
+def _on_engine(method: Callable[..., int]) -> Callable[..., int]:
+    """An :class:`Engine` method as a :class:`LocalPolicyServer` one, called on the server's engine."""
+
+    @functools.wraps(method)
+    def call(self: LocalPolicyServer, *args: Any, **kwargs: Any) -> int:
+        return method(self.engine, *args, **kwargs)
+
+    return call
+
+
 class LocalPolicyServer:
     """Serve a model over HTTP from a background thread (uvicorn), for in-process RL loops and tests.
 
@@ -446,8 +417,8 @@ class LocalPolicyServer:
         admin_token: the credential the HTTP admin routes need; ``None`` (default) turns them off (this
             object's own :meth:`reload` and :meth:`push` need none).
         reload_roots: directories ``/admin/reload`` may load from, beside the model's and the adapters'.
-        max_pending, admit_timeout_s: the engine's admission bound (``Engine``): past it a request waits at
-            most ``admit_timeout_s`` for a place, then gets a 429.
+        batching: the engine's admission bound and batch sizes (:class:`~trainers.serve.scheduler.Batching`):
+            past ``max_pending`` a request waits at most ``admit_timeout_s`` for a place, then gets a 429.
 
     Example:
         >>> with LocalPolicyServer("path/to/model") as srv:  # doctest: +SKIP
@@ -468,8 +439,7 @@ class LocalPolicyServer:
         dtype: str = "float32",
         admin_token: str | None = None,
         reload_roots: Iterable[str | Path] = (),
-        max_pending: int | None = None,
-        admit_timeout_s: float = 600.0,
+        batching: Batching | None = None,
     ) -> None:
         self.engine = Engine(
             model,
@@ -479,8 +449,7 @@ class LocalPolicyServer:
             policy_version=policy_version,
             device=serving_device(device),
             dtype=dtype,
-            max_pending=max_pending,
-            admit_timeout_s=admit_timeout_s,
+            batching=batching,
         )
         self.host, self.port = host, port
         self.app = create_app(self.engine, admin_token=admin_token, reload_roots=reload_roots)
@@ -515,58 +484,22 @@ class LocalPolicyServer:
         return self
 
     def stop(self) -> None:
-        """Stop the server and join its thread."""
+        """Stop the server and join its thread (and the engine's paged pool, if it has one)."""
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self.engine.close()
 
     @property
     def policy_version(self) -> int:
         """Version of the base weights being served (see ``Engine.policy_version``)."""
         return self.engine.policy_version
 
-    def reload(
-        self,
-        model: str | Path | PreTrainedModel,
-        tokenizer: PreTrainedTokenizerBase | None = None,
-        *,
-        policy_version: int | None = None,
-    ) -> int:
-        """Swap in new base weights (see ``Engine.reload``); returns their version."""
-        return self.engine.reload(model, tokenizer, policy_version=policy_version)
-
-    def reload_adapter(self, name: str, checkpoint: str | Path, *, policy_version: int | None = None) -> int:
-        """Load or replace one LoRA adapter while the rest keep serving (see ``Engine.reload_adapter``).
-
-        Example:
-            >>> srv.reload_adapter("router", "runs/router/step-20", policy_version=2)  # doctest: +SKIP
-            2
-        """
-        return self.engine.reload_adapter(name, checkpoint, policy_version=policy_version)
-
-    def push(
-        self,
-        tensors: Mapping[str, Any],
-        *,
-        adapter: str | None = None,
-        adapter_config: Mapping[str, Any] | None = None,
-        policy_version: int | None = None,
-        alias: str | None = None,
-    ) -> int:
-        """Swap in weights sent as tensors, no checkpoint written (see ``Engine.push``); returns the version.
-
-        Example:
-            >>> srv.push(resident.weights()[0], policy_version=1)  # doctest: +SKIP
-            1
-        """
-        return self.engine.push(
-            tensors,
-            adapter=adapter,
-            adapter_config=adapter_config,
-            policy_version=policy_version,
-            alias=alias,
-        )
+    # Changes of the served weights, made by the engine: each has Engine's signature and documentation.
+    reload = _on_engine(Engine.reload)
+    reload_adapter = _on_engine(Engine.reload_adapter)
+    push = _on_engine(Engine.push)
 
     def __enter__(self) -> LocalPolicyServer:
         return self.start()
@@ -677,8 +610,10 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, 
             p.error(
                 f"--adapter {name}: the base weights are served as {base!r}; give the adapter another name"
             )
-        if _VERSION_SUFFIX.search(name):
-            p.error(f"--adapter {name}: a name must not end in @v<N> (that suffix names a version)")
+        try:
+            check_name(name)
+        except ValueError as exc:
+            p.error(f"--adapter {name}: {exc}")
         if not (Path(path) / "adapter_config.json").exists():
             p.error(f"--adapter {name}={path}: not a LoRA adapter directory (no adapter_config.json)")
     for root in a.reload_root:
@@ -786,6 +721,6 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    print(f"serving {', '.join(engine.model_names)} on http://{a.host}:{a.port}/v1", flush=True)
+    print(f"serving {', '.join(engine.served())} on http://{a.host}:{a.port}/v1", flush=True)
     app = create_app(engine, admin_token=a.admin_token, reload_roots=a.reload_root)
     uvicorn.run(app, host=a.host, port=a.port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)

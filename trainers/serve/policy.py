@@ -57,6 +57,7 @@ from typing import Any, Protocol, runtime_checkable
 from sdk import _env
 from trainers.errors import UserError
 from trainers.serve.pidfile import free_port, terminate, wait_healthy
+from trainers.serve.versions import StaleVersion, next_version
 
 __all__ = [
     "ENV_ADMIN_TOKEN",
@@ -150,8 +151,12 @@ def _post(
         return 0, f"the policy server did not answer: {exc}"
 
 
-def _next_version(current: int, policy_version: int | None) -> int:
-    return current + 1 if policy_version is None else int(policy_version)
+def _next_version(name: str, current: int, requested: int | None) -> int:
+    """The version a handle publishes next where it counts them itself (:func:`next_version`'s rule)."""
+    try:
+        return next_version(name, current, requested)
+    except StaleVersion as exc:
+        raise UserError(f"policy {exc}") from None
 
 
 def _vllm_load(v1: str, name: str, path: str) -> None:
@@ -310,18 +315,34 @@ class LocalPolicy:
 
         ``adapter`` is not needed: it is merged. Requests already generating finish on the old weights.
         """
-        version = _next_version(self.policy_version, policy_version)
-        if self._server is not None:
-            try:
-                self._server.reload(str(checkpoint), policy_version=version)
-            except ValueError as exc:
-                raise UserError(f"policy reload failed: {exc}") from None
-        elif self._proc is not None:
-            body = {"path": str(checkpoint), "policy_version": version}
-            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body, token=self._admin_token)
-            if status != 200:
-                raise UserError(f"policy reload failed ({status}): {text[:500]}")
+        if self._server is None and self._proc is None:  # start() serves it as this version
+            version = _next_version(self.model_name, self.policy_version, policy_version)
+        else:
+            body = {"checkpoint": str(checkpoint), "policy_version": policy_version}
+            version = self._reload(body, "policy reload failed")
         self.model, self.policy_version = str(checkpoint), version
+
+    def _reload(self, body: dict[str, Any], failed: str) -> int:
+        """Reload what ``body`` (``/admin/reload``'s fields) names: a call here, else that route."""
+        if self._server is None:
+            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body, token=self._admin_token)
+            return self._version_of(status, text, failed)
+        path, version = body["checkpoint"], body["policy_version"]
+        try:
+            if "adapter" in body:
+                return self._server.reload_adapter(body["adapter"], path, policy_version=version)
+            return self._server.reload(path, policy_version=version)
+        except (ValueError, OSError) as exc:
+            raise UserError(f"{failed}: {exc}") from None
+
+    def _version_of(self, status: int, text: str, failed: str) -> int:
+        """The version the server process's admin answer names (``UserError``: it names none, and why)."""
+        code = self._proc.poll() if status == 0 and self._proc is not None else None
+        if code is not None:
+            raise UserError(f"the policy server exited (code {code})")
+        if status != 200:
+            raise UserError(f"{failed} ({status}): {text[:500]}" if status else text)
+        return int(json.loads(text)["policy_version"])
 
     def push(
         self,
@@ -375,14 +396,7 @@ class LocalPolicy:
                 query["policy_version"] = str(int(policy_version))
             url = f"http://127.0.0.1:{self._port}/admin/weights?{urllib.parse.urlencode(query)}"
             status, text, moved = self._post_weights(url, tensors, adapter_config)
-            code = self._proc.poll() if status == 0 else None
-            if code is not None:
-                raise UserError(f"the policy server exited (code {code})")
-            if status == 0:
-                raise UserError(text)
-            if status != 200:
-                raise UserError(f"the policy server refused the weights ({status}): {text[:500]}")
-            version = int(json.loads(text)["policy_version"])
+            version = self._version_of(status, text, "the policy server refused the weights")
         else:
             raise UserError("the policy server is not running: start() it before pushing weights")
         if policy:
@@ -422,21 +436,11 @@ class LocalPolicy:
             >>> p.update_adapter("router", "runs/router/step-20")  # doctest: +SKIP
             1
         """
-        if self._server is not None:
-            try:
-                version = self._server.reload_adapter(name, checkpoint, policy_version=policy_version)
-            except (ValueError, OSError) as exc:
-                raise UserError(f"adapter reload failed: {exc}") from None
-        elif self._proc is not None:
-            body: dict[str, Any] = {"adapter": name, "checkpoint": str(checkpoint)}
-            if policy_version is not None:
-                body["policy_version"] = int(policy_version)
-            status, text = _post(f"http://127.0.0.1:{self._port}/admin/reload", body, token=self._admin_token)
-            if status != 200:
-                raise UserError(f"adapter reload failed ({status}): {text[:500]}")
-            version = int(json.loads(text)["policy_version"])
-        else:
+        if self._server is None and self._proc is None:  # start() loads it
             version = 0 if policy_version is None else int(policy_version)
+        else:
+            body = {"adapter": name, "checkpoint": str(checkpoint), "policy_version": policy_version}
+            version = self._reload(body, "adapter reload failed")
         self.adapters[name] = str(checkpoint)
         return version
 
@@ -636,7 +640,7 @@ class VLLMPolicy:
         Example:
             >>> policy.update("runs/round-1/merged", adapter="runs/round-1/final")  # doctest: +SKIP
         """
-        version = _next_version(self.policy_version, policy_version)
+        version = _next_version(self.name, self.policy_version, policy_version)
         name = f"{self.name}@v{version}"
         if self.lora and adapter is not None and _trained_on(adapter, self.base_model):
             previous = self._served if self.adapter is not None else None
@@ -677,7 +681,7 @@ class VLLMPolicy:
             raise UserError("VLLMPolicy.push needs weight_transfer=True and full weights (adapters: update)")
         from trainers.serve.vllm_weights import VLLMWeightTransfer
 
-        version = _next_version(self.policy_version, policy_version)
+        version = _next_version(self.name, self.policy_version, policy_version)
         url, sender, where = f"http://127.0.0.1:{self.server_port}", self.weight_sender, self.master_address
         self._transfer = self._transfer or VLLMWeightTransfer(url, sender, master_address=where)
         stats = self._transfer.push(tensors, version=version)
@@ -786,7 +790,7 @@ class ExternalPolicy:
         sends ``model_name`` to it and the previous one is unloaded, as :class:`VLLMPolicy` does;
         ``none`` only counts the version. ``model_name`` never changes.
         """
-        version = _next_version(self.policy_version, policy_version)
+        version = _next_version(self.name, self.policy_version, policy_version)
         root = self.server_url[: -len("/v1")] if self.server_url.endswith("/v1") else self.server_url
         if self.reload == "admin":
             body: dict[str, Any] = {"path": str(checkpoint)}

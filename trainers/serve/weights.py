@@ -63,6 +63,18 @@ def _base_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
+def _check_fit(tensors: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor], served: str) -> None:
+    """Every pushed name is one of ``target``'s, with its shape (``served`` names ``target`` in errors)."""
+    unknown = sorted(set(tensors) - set(target))
+    if unknown:
+        raise ValueError(f"the {served} has no tensor {unknown[0]!r} ({len(unknown)} unknown names)")
+    for name, tensor in tensors.items():
+        if tuple(tensor.shape) != tuple(target[name].shape):
+            raise ValueError(
+                f"{name!r} has shape {tuple(tensor.shape)}, the {served}'s {tuple(target[name].shape)}"
+            )
+
+
 def check_values(tensors: Mapping[str, torch.Tensor], targets: Mapping[str, torch.Tensor]) -> None:
     """Refuse pushed ``tensors`` that are not finite floating-point values the served ``targets`` can hold.
 
@@ -108,14 +120,7 @@ def check_full_weights(model: torch.nn.Module, tensors: Mapping[str, torch.Tenso
         ValueError: the pushed weights lack 'bias' (1 of 2 tensors missing)
     """
     target = _base_state(model)
-    unknown = sorted(set(tensors) - set(target))
-    if unknown:
-        raise ValueError(f"the served model has no tensor {unknown[0]!r} ({len(unknown)} unknown names)")
-    for name, tensor in tensors.items():
-        if tuple(tensor.shape) != tuple(target[name].shape):
-            raise ValueError(
-                f"{name!r} has shape {tuple(tensor.shape)}, the served model's {tuple(target[name].shape)}"
-            )
+    _check_fit(tensors, target, "served model")
     sent = {target[name].data_ptr() for name in tensors}
     missing = [name for name, t in target.items() if name not in tensors and t.data_ptr() not in sent]
     if missing:
@@ -134,7 +139,7 @@ def copy_full_weights(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor
         >>> layer = torch.nn.Linear(2, 2)
         >>> copy_full_weights(layer, {"weight": torch.ones(2, 2), "bias": torch.zeros(2)})
         24
-        >>> float(layer.weight.sum())
+        >>> float(layer.weight.detach().sum())
         4.0
     """
     check_full_weights(model, tensors)
@@ -174,18 +179,10 @@ def copy_adapter_weights(model: Any, adapter_id: str, tensors: Mapping[str, torc
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
     current = get_peft_model_state_dict(model, adapter_name=adapter_id)
-    unknown = sorted(set(tensors) - set(current))
-    if unknown:
-        raise ValueError(f"the adapter has no tensor {unknown[0]!r} ({len(unknown)} unknown names)")
+    _check_fit(tensors, current, "served adapter")
     missing = sorted(set(current) - set(tensors))
     if missing:
         raise ValueError(f"the pushed adapter lacks {missing[0]!r} ({len(missing)} tensors missing)")
-    for name, tensor in tensors.items():
-        if tuple(tensor.shape) != tuple(current[name].shape):
-            raise ValueError(
-                f"adapter tensor {name!r} has shape {tuple(tensor.shape)}, the served adapter's "
-                f"{tuple(current[name].shape)}"
-            )
     check_values(tensors, current)
     set_peft_model_state_dict(model, dict(tensors), adapter_name=adapter_id)
     return sum(t.numel() * t.element_size() for t in tensors.values())

@@ -1,6 +1,7 @@
-"""A chat request's sampling parameters, checked the way OpenAI checks them (a bad one is a ``ValueError``).
+"""What a chat request asks: its sampling parameters, checked the way OpenAI checks them, and its prompt ids.
 
-The engine turns the ``ValueError`` into an OpenAI-style 400 (``trainers.serve.app``) and keeps serving.
+A bad field is a ``ValueError`` naming it; the engine's callers answer it as an OpenAI-style 400
+(``trainers.serve.app``) and keep serving.
 
 Example:
     >>> p = sampling_params({"temperature": 0.5, "max_tokens": 8, "n": 2, "seed": 3})
@@ -14,10 +15,23 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["MAX_N", "MAX_TOP_LOGPROBS", "SamplingParams", "sampling_params", "stop_cut"]
+from sdk.messages import render_ids, template_messages
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = [
+    "MAX_N",
+    "MAX_TOP_LOGPROBS",
+    "ChatRequest",
+    "SamplingParams",
+    "chat_request",
+    "render_prompt_ids",
+    "sampling_params",
+]
 
 #: Most choices per request (each is one sampled completion).
 MAX_N = 64
@@ -87,19 +101,67 @@ def sampling_params(body: dict[str, Any]) -> SamplingParams:
     )
 
 
-def stop_cut(decode: Any, token_ids: list[int], stops: tuple[str, ...]) -> tuple[int, str] | None:
-    """Where the first stop string appears: ``(tokens to keep, text before it)``, or None.
-
-    The kept tokens end with the one that completed the stop string (as vLLM returns them); the text stops
-    before the string.
+@dataclass(frozen=True)
+class ChatRequest:
+    """A ``/v1/chat/completions`` body, checked: what to render, how to sample, what the response carries.
 
     Example:
-        >>> stop_cut(lambda ids: "".join(chr(i) for i in ids), [97, 98, 99, 100], ("bc",))
-        (3, 'a')
+        >>> chat_request({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}).logprobs
+        True
     """
-    for k in range(1, len(token_ids) + 1):
-        text = decode(token_ids[:k])
-        hits = [text.find(s) for s in stops if s in text]
-        if hits:
-            return k, text[: min(hits)]
-    return None
+
+    messages: list[dict[str, Any]]
+    params: SamplingParams
+    model: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    logprobs: bool = False
+    token_ids: bool = False  # vLLM's return_token_ids
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def chat_request(body: dict[str, Any]) -> ChatRequest:
+    """Check a ``/v1/chat/completions`` body (``ValueError`` naming a bad field).
+
+    Extra (non-OpenAI) fields: ``return_token_ids`` (vLLM), ``chat_template_kwargs``.
+
+    Example:
+        >>> chat_request({"messages": []})
+        Traceback (most recent call last):
+        ValueError: 'messages' must be a non-empty list
+    """
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("'messages' must be a non-empty list")
+    return ChatRequest(
+        messages=messages,
+        params=sampling_params(body),
+        model=body.get("model"),
+        tools=body.get("tools") or None,
+        logprobs=bool(body.get("logprobs")),
+        token_ids=bool(body.get("return_token_ids")),
+        template_kwargs=dict(body.get("chat_template_kwargs") or {}),
+    )
+
+
+def render_prompt_ids(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+    **template_kwargs: Any,
+) -> list[int]:
+    """Token ids of OpenAI ``messages`` rendered with the tokenizer's chat template (the server's prompt).
+
+    Messages go through ``sdk.messages.template_messages`` and ``render_ids``, the same steps the trainer
+    takes on the exported episode, so the ids returned as ``prompt_token_ids`` are the ids it re-renders.
+
+    Example:
+        >>> ids = render_prompt_ids(tok, [{"role": "user", "content": "hi"}])  # doctest: +SKIP
+    """
+    return render_ids(
+        tokenizer,
+        template_messages(messages),
+        tools=tools,
+        add_generation_prompt=add_generation_prompt,
+        **template_kwargs,
+    )

@@ -18,10 +18,11 @@ episode (its own named reward, else the session's).
 
 Validation (:func:`validate_episode`): role order, a tool result without its call, a tool call never
 answered, invalid JSON arguments, a missing or non-finite reward, an empty episode, duplicate ids, negative
-token ids, an unknown schema version, ``previous_response_id`` calls. Invalid episodes are skipped and
-written with their reason to a rejects file (``--strict``: stop at the first); episodes built = written +
-rejected, and store problems (torn or corrupt lines) are listed by reason. Options (reward functions,
-selection, thread splitting, ``require_reward``) are one record, :class:`EpisodeOptions`;
+token ids, an unknown schema version, ``previous_response_id`` calls; what rejects an episode is the
+caller's :class:`ValidationPolicy` (the export's, training's, a remote upload's). Invalid episodes are
+skipped and written with their reason to a rejects file (``--strict``: stop at the first); episodes built =
+written + rejected, and store problems (torn or corrupt lines) are listed by reason. Options (reward
+functions, selection, thread splitting, ``require_reward``) are one record, :class:`EpisodeOptions`;
 :func:`open_episodes` reads any source (a Parquet file or directory, a store, a store URI, episodes in
 memory). The Parquet schema (version 2, zstd; ``messages`` in TRL's conversational format) is defined
 once in ``sdk.episodes._schema`` and printed by ``tracerl inspect --schema``.
@@ -65,7 +66,7 @@ from sdk.episodes._rewards import RewardError, llm_judge_reward, resolve_reward_
 from sdk.episodes._schema import READ_SCHEMA_VERSIONS, SCHEMA_VERSION
 from sdk.episodes._source import parquet_files, peek, source_kind
 from sdk.episodes._summary import ExportSummary
-from sdk.episodes._validate import PROBLEM_CODES, EpisodeError, Problem, validate_episode
+from sdk.episodes._validate import PROBLEM_CODES, EpisodeError, Problem, ValidationPolicy, validate_episode
 from sdk.store import StoredSession, StoreReader
 from sdk.store._remote import is_store_uri
 
@@ -87,6 +88,7 @@ __all__ = [
     "role_reward",
     "token_faithful",
     "untrained_messages",
+    "ValidationPolicy",
     "validate_episode",
     "write_parquet",
 ]

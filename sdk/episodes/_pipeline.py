@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -12,7 +13,7 @@ from sdk.episodes._options import EpisodeOptions
 from sdk.episodes._rewards import apply_group_reward, apply_reward_fns, resolve_reward_fns
 from sdk.episodes._source import open_store
 from sdk.episodes._summary import ExportSummary
-from sdk.episodes._validate import EpisodeError, Problem, validate_episode
+from sdk.episodes._validate import EpisodeError, Problem, ValidationPolicy, validate_episode
 
 __all__ = ["Pipeline", "gc_paced", "validate_only", "validated"]
 
@@ -150,8 +151,9 @@ def validated(
     seen: set[int] | None,
 ) -> Iterator[Pair]:
     """Validate and count ``(episode, problems)`` pairs; in strict mode raise at the first error."""
+    policy = dataclasses.replace(ValidationPolicy.EXPORT, require_reward=require_reward)
     for ep, problems in pairs:
-        problems += validate_episode(ep, require_reward=require_reward, seen_ids=seen)
+        problems += validate_episode(ep, policy=policy, seen_ids=seen)
         error = next((p for p in problems if p.is_error), None) if problems else None
         if error is not None:
             if strict:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from sdk._json import JSONError, loads
 from sdk.episodes._schema import READ_SCHEMA_VERSIONS
 
-__all__ = ["PROBLEM_CODES", "EpisodeError", "Problem", "validate_episode"]
+__all__ = ["PROBLEM_CODES", "EpisodeError", "Problem", "ValidationPolicy", "validate_episode"]
 
 PROBLEM_CODES: dict[str, str] = {
     "unknown_schema_version": "schema_version is not one this tracerl reads",
@@ -79,6 +79,47 @@ class Problem:
     def to_dict(self) -> dict[str, Any]:
         """The problem as a JSON-ready dict (the rejects file format)."""
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationPolicy:
+    """What rejects an episode for one caller; the callers' policies are these three, defined here only.
+
+    Every caller validates with :func:`validate_episode` and its policy:
+
+    - ``EXPORT`` (the export, ``build_episodes``, ``read_episodes``, ``write_parquet``): every check; with
+      ``require_reward`` off (``EpisodeOptions``, for SFT data) a missing reward is no problem. An invalid
+      episode is skipped and counted by its first error (``strict``: raised).
+    - ``TRAINING`` (``trainers.data.convert_episodes``): a missing reward and a thread without an assistant
+      message are the data report's own counts (``no_reward``, ``no_assistant``), and the schema version is
+      checked once per source (``load_episodes``: rows built in memory may carry none). An invalid episode is
+      left out and counted under each of its codes.
+    - ``UPLOAD`` (the remote backends, before anything is sent): every check, a reward required, but the
+      schema version is checked once per source (``load_episodes``) as for training. One invalid episode
+      refuses the upload, with every code, its count and example ids (``trainers.data.refuse_invalid``).
+
+    Attributes:
+        require_reward: An episode without a reward is invalid (``missing_reward``).
+        counted_elsewhere: Error codes the caller counts under names of its own: not reported.
+
+    Example:
+        >>> ValidationPolicy.TRAINING.require_reward, sorted(ValidationPolicy.TRAINING.counted_elsewhere)
+        (False, ['empty_episode', 'unknown_schema_version'])
+    """
+
+    require_reward: bool = True
+    counted_elsewhere: frozenset[str] = frozenset()
+
+    EXPORT: ClassVar[ValidationPolicy]
+    TRAINING: ClassVar[ValidationPolicy]
+    UPLOAD: ClassVar[ValidationPolicy]
+
+
+ValidationPolicy.EXPORT = ValidationPolicy()
+ValidationPolicy.TRAINING = ValidationPolicy(
+    require_reward=False, counted_elsewhere=frozenset({"unknown_schema_version", "empty_episode"})
+)
+ValidationPolicy.UPLOAD = ValidationPolicy(counted_elsewhere=frozenset({"unknown_schema_version"}))
 
 
 class EpisodeError(ValueError):
@@ -299,13 +340,16 @@ def _check_messages(messages: list[Any], out: list[Problem]) -> list[int]:
 
 
 def validate_episode(
-    ep: dict[str, Any], *, require_reward: bool = True, seen_ids: set[int] | None = None
+    ep: dict[str, Any],
+    *,
+    policy: ValidationPolicy = ValidationPolicy.EXPORT,
+    seen_ids: set[int] | None = None,
 ) -> list[Problem]:
     """Check one episode; return its problems (empty when it is valid).
 
     Args:
         ep: An episode dict as built by ``build_episodes`` or read by ``read_episodes``.
-        require_reward: Report ``missing_reward`` when the episode has no reward (off for SFT data).
+        policy: The caller's :class:`ValidationPolicy` (a missing reward, codes it counts itself).
         seen_ids: Pass the same set across calls to detect duplicate episode ids (hashes are kept).
 
     Returns:
@@ -352,7 +396,9 @@ def validate_episode(
                     )
                 )
             _check_token_ids(turns, out)
-    _check_rewards(ep, require_reward, out)
+    _check_rewards(ep, policy.require_reward, out)
+    if policy.counted_elsewhere:
+        out = [p for p in out if p.code not in policy.counted_elsewhere]
     return out
 
 

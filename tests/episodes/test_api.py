@@ -25,6 +25,7 @@ def test_public_surface_is_pinned_and_documented() -> None:
             "role_reward",
             "token_faithful",  # one definition for the exporter, inspect, the viewer and the trainer
             "untrained_messages",
+            "ValidationPolicy",  # one per caller: the export, training, the remote backends' upload
             "validate_episode",
             "write_parquet",
         ]

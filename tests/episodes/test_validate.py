@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sdk.episodes import PROBLEM_CODES, Problem, validate_episode
+from sdk.episodes import PROBLEM_CODES, Problem, ValidationPolicy, validate_episode
 from tests.support.sessions import assistant, system, tool, tool_call, user
 
 
@@ -162,7 +162,24 @@ def test_missing_or_non_finite_reward(reward: Any, rewards: list, expected: list
 
 
 def test_missing_reward_is_allowed_for_sft() -> None:
-    assert validate_episode(ep(GOOD, reward=None, rewards=[]), require_reward=False) == []
+    assert (
+        validate_episode(ep(GOOD, reward=None, rewards=[]), policy=ValidationPolicy(require_reward=False))
+        == []
+    )
+
+
+def test_each_caller_has_its_policy() -> None:
+    bad = ep([], reward=None, rewards=[], schema_version=99)
+
+    def codes(policy: ValidationPolicy) -> list[str]:
+        return sorted(p.code for p in validate_episode(bad, policy=policy))
+
+    assert codes(ValidationPolicy.EXPORT) == ["empty_episode", "missing_reward", "unknown_schema_version"]
+    assert codes(ValidationPolicy.UPLOAD) == [
+        "empty_episode",
+        "missing_reward",
+    ]  # the version: once per source
+    assert codes(ValidationPolicy.TRAINING) == []  # the trainer counts these under its own names
 
 
 def test_empty_episode() -> None:

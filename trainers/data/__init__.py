@@ -2,9 +2,10 @@
 
 :class:`TrainingSequence` is the one record every backend (TRL, Tinker, Ray, OpenAI fine-tuning) consumes:
 prompt and completion ids, ``loss_mask`` (1 = a model token, trained), behaviour logprobs, reward and the
-group advantage. Modules: ``_load`` (reading episodes), ``_convert`` (one episode → sequences), ``_screen``
-(many episodes, screened and counted), ``_groups`` (GRPO groups), ``_prepare`` (:func:`prepare_data`, all of
-it for a backend, and the target tokenizer), ``_report`` (:class:`DataReport`), ``_sequence`` (the records).
+group advantage. Modules: ``_load`` (reading episodes, by task), ``_convert`` (one episode → sequences),
+``_screen`` (many episodes, screened and counted or refused), ``_groups`` (GRPO groups), ``_prepare``
+(:func:`prepare_data`, all of it for a backend, and the target tokenizer), ``_report`` (:class:`DataReport`),
+``_sequence`` (the records).
 
 The input is the episode Parquet contract (one row per agent thread, OpenAI chat messages, stored rewards,
 per-assistant-turn token ids and logprobs). The output is :class:`TrainingSequence` objects rendered with the
@@ -12,8 +13,9 @@ per-assistant-turn token ids and logprobs). The output is :class:`TrainingSequen
 session, e.g. of an agent that truncated its context, are one member sharing one advantage).
 
 Reading: Parquet through ``sdk.episodes.read_episodes``, a store through ``sdk.episodes.build_episodes``;
-each episode is checked with ``sdk.episodes.validate_episode`` before conversion (invalid ones are counted
-and left out).
+each episode is checked with ``sdk.episodes.validate_episode`` and ``ValidationPolicy.TRAINING`` before
+conversion (invalid ones are counted and left out); :func:`refuse_invalid` refuses a whole batch with reasons
+instead (the remote backends, before they send anything).
 
 Conversion:
 
@@ -74,10 +76,16 @@ what is not trained is counted):
 
 from trainers.data._convert import PerTurn, Truncation, convert_episode, parse_tools
 from trainers.data._groups import build_groups
-from trainers.data._load import REQUIRED_COLUMNS, check_task_sizes, load_episodes, recorded_group_size
+from trainers.data._load import (
+    REQUIRED_COLUMNS,
+    check_task_sizes,
+    episodes_by_task,
+    load_episodes,
+    recorded_group_size,
+)
 from trainers.data._prepare import PreparedData, load_tokenizer, prepare_data
 from trainers.data._report import DataReport
-from trainers.data._screen import convert_episodes
+from trainers.data._screen import convert_episodes, refuse_invalid
 from trainers.data._sequence import ConvertedEpisode, Group, TrainingSequence
 
 __all__ = [
@@ -93,9 +101,11 @@ __all__ = [
     "check_task_sizes",
     "convert_episode",
     "convert_episodes",
+    "episodes_by_task",
     "load_episodes",
     "load_tokenizer",
     "parse_tools",
     "prepare_data",
     "recorded_group_size",
+    "refuse_invalid",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ from sdk.store._remote import is_store_uri
 from trainers.data._report import DataReport
 from trainers.errors import UserError
 
-__all__ = ["REQUIRED_COLUMNS", "check_task_sizes", "load_episodes", "recorded_group_size"]
+__all__ = ["REQUIRED_COLUMNS", "check_task_sizes", "episodes_by_task", "load_episodes", "recorded_group_size"]
 
 
 #: Columns without which an episode cannot be trained on.
@@ -142,6 +142,20 @@ def _validate(rows: list[dict[str, Any]]) -> None:
         )
 
 
+def episodes_by_task(episodes: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """The episodes with a task id and a reward, by task id (in the order they come).
+
+    Example:
+        >>> sorted(episodes_by_task([{"task_id": "a", "reward": 1.0}, {"task_id": "b", "reward": None}]))
+        ['a']
+    """
+    out: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for ep in episodes:
+        if ep.get("task_id") is not None and ep.get("reward") is not None:
+            out[str(ep["task_id"])].append(ep)
+    return dict(out)
+
+
 def check_task_sizes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """Count rewarded episodes per task and fail unless some task has at least two.
 
@@ -158,10 +172,7 @@ def check_task_sizes(episodes: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         >>> check_task_sizes([{"task_id": "a", "reward": 1.0}, {"task_id": "a", "reward": 0.0}])
         {'a': 2}
     """
-    counts: dict[str, int] = defaultdict(int)
-    for ep in episodes:
-        if ep.get("task_id") is not None and ep.get("reward") is not None:
-            counts[str(ep["task_id"])] += 1
+    counts = {task: len(eps) for task, eps in episodes_by_task(episodes).items()}
     if not any(n >= 2 for n in counts.values()):
         if counts:
             shown = ", ".join(f"{t} ({n})" for t, n in sorted(counts.items())[:10])

@@ -1,22 +1,20 @@
-"""Many episodes → converted episodes: screened (reward, task, validity, length, unicode) and counted."""
+"""Many episodes, screened: converted (reward, task, validity, length, unicode) and counted, or refused."""
 
 from __future__ import annotations
 
 import json
 import math
 import weakref
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sdk.episodes import (
-    validate_episode,
-)
+from sdk.episodes import ValidationPolicy, validate_episode
 from trainers.data._convert import LOGPROBS_LENGTH_MISMATCH, PerTurn, Truncation, convert_episode
 from trainers.data._report import DataReport
 from trainers.data._sequence import ConvertedEpisode
+from trainers.errors import InvalidDataError
 
-__all__ = ["convert_episodes"]
+__all__ = ["convert_episodes", "refuse_invalid"]
 
 
 def _text_chars(messages: Any) -> int:
@@ -112,15 +110,43 @@ def _without_surrogates(value: Any) -> Any:
     return value
 
 
-# Checked elsewhere: the schema version once for all rows (load_episodes, where rows built in memory may
-# carry none) and "no assistant message", counted as no_assistant by the conversion itself.
-_NOT_PER_EPISODE = frozenset({"unknown_schema_version", "empty_episode"})
+def _errors(episode: Mapping[str, Any], policy: ValidationPolicy, seen: set[int]) -> list[str]:
+    """The error codes that make the episode invalid for a caller with ``policy`` (each code once)."""
+    problems = validate_episode(dict(episode), policy=policy, seen_ids=seen)
+    return list(dict.fromkeys(p.code for p in problems if p.is_error))
 
 
-def _problems(episode: Mapping[str, Any]) -> Counter[str]:
-    """Error codes of ``sdk.episodes.validate_episode`` that make an episode unfit for training."""
-    problems = validate_episode(dict(episode), require_reward=False)
-    return Counter(p.code for p in problems if p.is_error and p.code not in _NOT_PER_EPISODE)
+def refuse_invalid(episodes: list[dict[str, Any]], policy: ValidationPolicy) -> list[dict[str, Any]]:
+    """Refuse the episodes when any is invalid under ``policy``, with one reason per problem code.
+
+    The remote backends check with ``ValidationPolicy.UPLOAD`` before anything is sent.
+
+    Returns:
+        ``episodes`` unchanged.
+
+    Raises:
+        InvalidDataError: One reason per problem code, with a count and example episode ids.
+
+    Example:
+        >>> refuse_invalid([{"schema_version": 1, "episode_id": "e", "messages": [], "reward": 1.0}],
+        ...                ValidationPolicy.UPLOAD)
+        Traceback (most recent call last):
+        ...
+        trainers.errors.InvalidDataError: 1 of 1 episodes are invalid: empty_episode: 1 (e.g. e)
+    """
+    by_code: dict[str, list[str]] = {}
+    bad = 0
+    seen: set[int] = set()
+    for ep in episodes:
+        codes = _errors(ep, policy, seen)
+        bad += bool(codes)
+        for code in codes:
+            by_code.setdefault(code, []).append(str(ep.get("episode_id")))
+    if bad:
+        ranked = sorted(by_code.items(), key=lambda item: -len(item[1]))
+        reasons = [f"{code}: {len(ids)} (e.g. {', '.join(ids[:3])})" for code, ids in ranked]
+        raise InvalidDataError(f"{bad} of {len(episodes)} episodes are invalid", reasons)
+    return episodes
 
 
 def convert_episodes(
@@ -136,8 +162,9 @@ def convert_episodes(
     """Convert many episodes, counting drops, truncations and unfaithful episodes in a :class:`DataReport`.
 
     Episodes without a reward or task id are counted and left out (they cannot form a GRPO group), and so
-    are episodes that ``sdk.episodes.validate_episode`` rejects (the exporter's own checks: message order,
-    unanswered tool calls, turns that do not point at assistant messages, non-finite rewards, ...).
+    are episodes that ``sdk.episodes.validate_episode`` rejects with ``ValidationPolicy.TRAINING`` (the
+    exporter's own checks: message order, unanswered tool calls, turns that do not point at assistant
+    messages, non-finite rewards, ...).
 
     Example:
         >>> from trainers._tiny import build_tiny_tokenizer
@@ -148,7 +175,7 @@ def convert_episodes(
     rep = report or DataReport()
     rep.episodes += len(episodes)
     out: list[ConvertedEpisode] = []
-    seen: set[Any] = set()
+    seen: set[int] = set()
     for ep in episodes:
         if ep.get("reward") is None or (isinstance(ep["reward"], float) and math.isnan(ep["reward"])):
             rep.no_reward += 1
@@ -156,11 +183,7 @@ def convert_episodes(
         if ep.get("task_id") is None:
             rep.no_task += 1
             continue
-        problems = _problems(ep)
-        eid = ep.get("episode_id")
-        if eid in seen:
-            problems["duplicate_id"] += 1
-        seen.add(eid)
+        problems = _errors(ep, ValidationPolicy.TRAINING, seen)
         if problems:
             rep.invalid += 1
             for code in problems:

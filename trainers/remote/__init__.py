@@ -21,11 +21,10 @@ from trainers.remote.base import (
     RemoteConfig,
     RemoteJob,
     RemoteTrainer,
+    episodes_to_send,
     find_job,
-    group_by_task,
     progress,
     reattach,
-    validate_episodes,
     with_retries,
 )
 
@@ -35,10 +34,9 @@ __all__ = [
     "RemoteConfig",
     "RemoteJob",
     "RemoteTrainer",
+    "episodes_to_send",
     "find_job",
-    "group_by_task",
     "progress",
     "reattach",
-    "validate_episodes",
     "with_retries",
 ]

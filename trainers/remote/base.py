@@ -3,9 +3,10 @@
 A remote backend sends episodes somewhere that trains and follows the job there. :class:`RemoteTrainer` runs
 the lifecycle the same way for every backend; a backend fills in its steps (see the class):
 
-- **submit**: episodes are validated locally first; invalid data is rejected *before* upload, with reasons
-  (:class:`~trainers.errors.InvalidDataError`); the job id and everything needed to find the job again is
-  written to ``OUTPUT_DIR/job.json`` (:class:`RemoteJob`) as soon as the service accepts it;
+- **submit**: episodes are validated locally first (:func:`episodes_to_send`); invalid data is rejected
+  *before* upload, with reasons (:class:`~trainers.errors.InvalidDataError`); the job id and everything
+  needed to find the job again is written to ``OUTPUT_DIR/job.json`` (:class:`RemoteJob`) as soon as the
+  service accepts it;
 - **poll** with progress lines on stderr; rate limits and transient failures are retried with exponential
   backoff and a progress message (:func:`with_retries`); authentication failures stop with one clear line
   (:class:`~trainers.errors.AuthError`);
@@ -13,7 +14,7 @@ the lifecycle the same way for every backend; a backend fills in its steps (see 
 - **cancel**: ``python -m sdk.train --resume OUTPUT_DIR --cancel`` (:func:`reattach` with ``cancel=True``);
 - **result**: the backend's :class:`~trainers.base.TrainResult`, from ``job.json`` and the downloaded files.
 
-This module imports only the standard library and ``trainers.base``.
+This module imports only the standard library, ``sdk.episodes``, ``trainers.base`` and ``trainers.data``.
 
 Example:
     >>> job = RemoteJob(backend="ray", job_id="job-1", status="running")
@@ -30,15 +31,15 @@ import random
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from sdk.episodes import ValidationPolicy
 from trainers.base import TrainerConfig, TrainResult
-from trainers.data import PreparedData
-from trainers.errors import InvalidDataError, RateLimitError, RemoteError, TransientError, UserError
+from trainers.data import PreparedData, check_task_sizes, load_episodes, refuse_invalid
+from trainers.errors import RateLimitError, RemoteError, TransientError, UserError
 
 __all__ = [
     "JOB_FILE",
@@ -46,11 +47,10 @@ __all__ = [
     "RemoteConfig",
     "RemoteJob",
     "RemoteTrainer",
+    "episodes_to_send",
     "find_job",
-    "group_by_task",
     "progress",
     "reattach",
-    "validate_episodes",
     "with_retries",
 ]
 
@@ -522,68 +522,19 @@ def reattach(output_dir: str | os.PathLike[str], *, cancel: bool = False) -> Tra
     return trainer.attach(output_dir)
 
 
-def validate_episodes(
-    episodes: list[dict[str, Any]], *, require_reward: bool = True, require_groups: bool = True
-) -> list[dict[str, Any]]:
-    """Check episodes before upload; raise with reasons when any is invalid.
-
-    Uses the episode validator of :mod:`sdk.episodes` (message order, tool calls, rewards, ...) and, with
-    ``require_groups``, that some task has at least two rewarded episodes.
-
-    Args:
-        episodes: Episode dicts (``trainers.data.load_episodes``).
-        require_reward: Episodes must carry a finite reward.
-        require_groups: Some task must have ≥ 2 rewarded episodes (GRPO, best/worst pairs).
-
-    Returns:
-        ``episodes`` unchanged.
+def episodes_to_send(data: Any) -> list[dict[str, Any]]:
+    """The episodes of ``data``, checked before anything is sent: all valid, and some task with two.
 
     Raises:
-        InvalidDataError: One reason per problem code with a count and example episode ids.
+        InvalidDataError: Invalid episodes (``ValidationPolicy.UPLOAD``), with one reason per problem code.
+        UserError: No task has two rewarded episodes.
 
     Example:
-        >>> validate_episodes([{"schema_version": 1, "episode_id": "e", "messages": [], "reward": 1.0}],
-        ...                   require_groups=False)
+        >>> episodes_to_send([{"episode_id": "e", "task_id": "t", "messages": [], "reward": 1.0}])
         Traceback (most recent call last):
         ...
         trainers.errors.InvalidDataError: 1 of 1 episodes are invalid: empty_episode: 1 (e.g. e)
     """
-    from sdk.episodes import validate_episode
-
-    by_code: Counter[str] = Counter()
-    examples: dict[str, list[str]] = {}
-    bad = 0
-    seen: set[int] = set()
-    for ep in episodes:
-        problems = [p for p in validate_episode(dict(ep), require_reward=require_reward, seen_ids=seen)]
-        errors = [p for p in problems if p.is_error]
-        if errors:
-            bad += 1
-        for p in errors:
-            by_code[p.code] += 1
-            examples.setdefault(p.code, [])
-            if len(examples[p.code]) < 3:
-                examples[p.code].append(str(ep.get("episode_id")))
-    if bad:
-        reasons = [f"{code}: {n} (e.g. {', '.join(examples[code])})" for code, n in by_code.most_common()]
-        raise InvalidDataError(f"{bad} of {len(episodes)} episodes are invalid", reasons)
-    if require_groups:
-        from trainers.data import check_task_sizes
-
-        check_task_sizes(episodes)
+    episodes = refuse_invalid(load_episodes(data), ValidationPolicy.UPLOAD)
+    check_task_sizes(episodes)
     return episodes
-
-
-def group_by_task(episodes: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """Episodes with a task id and a reward, grouped by task id (insertion order kept).
-
-    Example:
-        >>> sorted(group_by_task([{"task_id": "a", "reward": 1.0}, {"task_id": "b", "reward": None}]))
-        ['a']
-    """
-    out: dict[str, list[Mapping[str, Any]]] = {}
-    for ep in episodes:
-        if ep.get("task_id") is None or ep.get("reward") is None:
-            continue
-        out.setdefault(str(ep["task_id"]), []).append(ep)
-    return out

@@ -37,7 +37,15 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from trainers.base import TrainerConfig, TrainResult
-from trainers.data import ConvertedEpisode, DataReport, Group, PreparedData, parse_tools
+from trainers.data import (
+    ConvertedEpisode,
+    DataReport,
+    Group,
+    PreparedData,
+    episodes_by_task,
+    load_episodes,
+    parse_tools,
+)
 from trainers.errors import (
     AuthError,
     InvalidDataError,
@@ -50,9 +58,8 @@ from trainers.remote import (
     RemoteConfig,
     RemoteJob,
     RemoteTrainer,
-    group_by_task,
+    episodes_to_send,
     progress,
-    validate_episodes,
     with_retries,
 )
 
@@ -204,7 +211,7 @@ def build_sft_examples(
     """
     examples: list[dict[str, Any]] = []
     below = 0
-    for group in group_by_task(episodes).values():
+    for group in episodes_by_task(episodes).values():
         ranked = sorted(group, key=lambda e: -float(e["reward"]))
         for ep in ranked[:top_k]:
             if min_reward is not None and float(ep["reward"]) < min_reward:
@@ -255,7 +262,7 @@ def build_dpo_pairs(
     """
     pairs: list[dict[str, Any]] = []
     no_margin = no_divergence = 0
-    for group in group_by_task(episodes).values():
+    for group in episodes_by_task(episodes).values():
         ranked = sorted(group, key=lambda e: -float(e["reward"]))
         best, worst = ranked[0], ranked[-1]
         if float(best["reward"]) - float(worst["reward"]) <= min_reward_margin:
@@ -312,9 +319,7 @@ class OpenAIFineTuneTrainer(RemoteTrainer):
         Example:
             >>> lines, notes = OpenAIFineTuneTrainer().build_examples("e.parquet", cfg)  # doctest: +SKIP
         """
-        from trainers.data import load_episodes
-
-        episodes = validate_episodes(load_episodes(data))
+        episodes = episodes_to_send(data)
         if config.method == "dpo":
             examples, notes = build_dpo_pairs(episodes, min_reward_margin=config.min_reward_margin)
         else:
@@ -335,15 +340,13 @@ class OpenAIFineTuneTrainer(RemoteTrainer):
             ['SFT: 12 examples (top 1 per task group)']
         """
         cfg = self.check_config(config)
-        from trainers.data import load_episodes
-
         episodes = load_episodes(data)
         examples, notes = self.build_examples(episodes, cfg)
         groups = [
             Group(
                 task, task, [ConvertedEpisode(str(e.get("episode_id")), task, e.get("reward")) for e in eps]
             )
-            for task, eps in group_by_task(episodes).items()
+            for task, eps in episodes_by_task(episodes).items()
         ]
         report = DataReport(episodes=len(episodes), tasks=len(groups), groups=len(groups), notes=notes)
         return PreparedData(groups=groups, eval_groups=[], report=report)

@@ -74,8 +74,8 @@ from trainers.remote.base import (
     RemoteConfig,
     RemoteJob,
     RemoteTrainer,
+    episodes_to_send,
     progress,
-    validate_episodes,
     with_retries,
 )
 from trainers.trl import TRLGRPOConfig
@@ -265,9 +265,7 @@ class RayTrainer(RemoteTrainer):
         Example:
             >>> RayTrainer().prepare("episodes.parquet", RayConfig(model="./tiny"))  # doctest: +SKIP
         """
-        from trainers.data import load_episodes
-
-        validate_episodes(load_episodes(data))
+        episodes_to_send(data)
         return prepare_data(data, config)
 
     # ------------------------------------------------------------------------------ lifecycle steps
@@ -364,13 +362,11 @@ class RayTrainer(RemoteTrainer):
 
     def _data(self, data: Any, config: RayConfig) -> tuple[str, list[dict[str, Any]] | None]:
         """``(--data for the job, episodes to upload or None)``; local data is validated here."""
-        from trainers.data import load_episodes
-
         if isinstance(data, (str, os.PathLike)) and (is_store_uri(str(data)) or not config.upload_data):
             if is_store_uri(str(data)):
-                validate_episodes(load_episodes(data))  # readable from here too: checked before submitting
+                episodes_to_send(data)  # readable from here too: checked before submitting
             return str(data), None
-        return "", validate_episodes(load_episodes(data))
+        return "", episodes_to_send(data)
 
     def _runtime_env(self, stage: Path, config: RayConfig) -> dict[str, Any]:
         import sdk

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from trainers.data import DataReport, PreparedData
-from trainers.errors import UserError
+from trainers.settings import check_settings, context_default, setting
 
 __all__ = ["TrainResult", "Trainer", "TrainerConfig"]
 
@@ -43,7 +43,10 @@ class TrainerConfig:
 
     Parameters that control evaluation and curriculum:
         eval_fraction / eval_data / eval_steps: held-out groups and how often they are evaluated.
-        curriculum, curriculum_start, curriculum_expand_every, curriculum_expand_by: easy-first ordering.
+        curriculum, curriculum_start, curriculum_expand_every, curriculum_expand_by: easy-first ordering
+        (the loop's keys of the same names count rounds; these count optimizer steps).
+
+    Each field's help, check and default are its :func:`~trainers.settings.setting`'s.
 
     Example:
         >>> cfg = TrainerConfig(model="./tiny", group_size=4, max_length=1024)
@@ -51,134 +54,99 @@ class TrainerConfig:
         'truncate'
     """
 
-    model: str = field(default="", metadata={"help": "Policy model: a local directory or a hub id."})
-    tokenizer: str | None = field(
-        default=None, metadata={"help": "Tokenizer location when it differs from --model."}
+    model: str = setting("", help="Policy model: a local directory or a hub id.")
+    tokenizer: str | None = setting(None, help="Tokenizer location when it differs from --model.")
+    chat_template: str | None = setting(
+        None, help="Jinja chat template FILE, for tokenizers without one (or to override it)."
     )
-    chat_template: str | None = field(
-        default=None,
-        metadata={"help": "Jinja chat template FILE, for tokenizers without one (or to override it)."},
+    output_dir: str = setting(
+        "runs/tracerl",
+        help="Output directory: checkpoints, final model, metrics.jsonl, plots, config.yaml.",
+        aliases=("--output",),
     )
-    output_dir: str = field(
-        default="runs/tracerl",
-        metadata={"help": "Output directory: checkpoints, final model, metrics.jsonl, plots, config.yaml."},
+    resume: str | None = setting(
+        None,
+        help="Resume training: 'latest' checkpoint in the output directory, or a checkpoint path.",
+        flag={"nargs": "?", "const": "latest", "metavar": "CHECKPOINT"},
     )
-    resume: str | None = field(
-        default=None,
-        metadata={
-            "help": "Resume training: 'latest' checkpoint in the output directory, or a checkpoint path."
-        },
+    seed: int = setting(context_default("seed", "trainer"), help="Seed for grouping choices and training.")
+    group_size: int = setting(
+        context_default("group_size", "trainer"),
+        help="GRPO group size G: episodes of one task compared with each other (default: the size the "
+        "episodes were collected with, else 4).",
+        check=lambda v: v >= 2,
+        rule=">= 2",
     )
-    seed: int = field(default=42, metadata={"help": "Seed for grouping choices and training."})
-    group_size: int = field(
-        default=4, metadata={"help": "GRPO group size G: episodes of one task compared with each other."}
+    max_length: int | None = setting(
+        4096, help="Maximum prompt + completion tokens per sequence (0 or null: no limit)."
     )
-    max_length: int | None = field(
-        default=4096,
-        metadata={"help": "Maximum prompt + completion tokens per sequence (0 or null: no limit)."},
+    truncation: Literal["truncate", "skip"] = setting(
+        "truncate", help="Sequences longer than max_length: 'truncate' the completion or 'skip' the episode."
     )
-    truncation: Literal["truncate", "skip"] = field(
-        default="truncate",
-        metadata={
-            "help": "Sequences longer than max_length: 'truncate' the completion or 'skip' the episode."
-        },
+    per_turn: Literal["auto", "always", "never"] = setting(
+        "auto",
+        help="One masked sequence per episode ('never' skips episodes that are not append-only), one "
+        "sequence per assistant turn ('always'), or per turn only where needed ('auto').",
     )
-    per_turn: Literal["auto", "always", "never"] = field(
-        default="auto",
-        metadata={
-            "help": "One masked sequence per episode ('never' skips episodes that are not append-only), one "
-            "sequence per assistant turn ('always'), or per turn only where needed ('auto')."
-        },
+    group_overflow: Literal["split", "trim"] = setting(
+        "split", help="Tasks with more than G episodes: 'split' into several groups, or 'trim' to G."
     )
-    group_overflow: Literal["split", "trim"] = field(
-        default="split",
-        metadata={"help": "Tasks with more than G episodes: 'split' into several groups, or 'trim' to G."},
+    group_underflow: Literal["resample", "drop", "smaller"] = setting(
+        context_default("group_underflow", "trainer"),
+        help="Groups with 2..G-1 episodes: 'resample' with replacement up to G, 'drop', or train them as a "
+        "'smaller' group (advantages over its own episodes, no episode twice; the loop's default).",
     )
-    group_underflow: Literal["resample", "drop", "smaller"] = field(
-        default="resample",
-        metadata={
-            "help": "Groups with 2..G-1 episodes: 'resample' with replacement up to G, 'drop', or train them "
-            "as a 'smaller' group (advantages over its own episodes, no episode twice; the loop's default)."
-        },
+    filter_zero_std: bool = setting(
+        True, help="Drop groups whose rewards are all equal (they have zero advantage)."
     )
-    filter_zero_std: bool = field(
-        default=True, metadata={"help": "Drop groups whose rewards are all equal (they have zero advantage)."}
+    strict: bool = setting(
+        False,
+        help="Refuse a store with any problem (corrupt or torn lines, damaged threads, ...) or an invalid "
+        "episode, instead of counting and skipping them.",
     )
-    strict: bool = field(
-        default=False,
-        metadata={
-            "help": "Refuse a store with any problem (corrupt or torn lines, damaged threads, ...) or an "
-            "invalid episode, instead of counting and skipping them."
-        },
+    eval_fraction: float = setting(
+        0.0,
+        help="Fraction of tasks held out for evaluation (0 disables).",
+        check=lambda v: 0.0 <= v < 1.0,
+        rule="in [0, 1)",
     )
-    eval_fraction: float = field(
-        default=0.0, metadata={"help": "Fraction of tasks held out for evaluation (0 disables)."}
+    eval_data: str | None = setting(
+        None, help="Separate held-out episodes (Parquet file or store directory)."
     )
-    eval_data: str | None = field(
-        default=None, metadata={"help": "Separate held-out episodes (Parquet file or store directory)."}
+    eval_steps: int = setting(
+        50, help="Evaluate the held-out groups every N optimizer steps (and at start/end)."
     )
-    eval_steps: int = field(
-        default=50,
-        metadata={"help": "Evaluate the held-out groups every N optimizer steps (and at start/end)."},
+    plots: bool = setting(
+        True,
+        help="Draw the training metrics as PNG files in output_dir (the loops draw their own and turn this "
+        "off).",
     )
-    plots: bool = field(
-        default=True,
-        metadata={
-            "help": "Draw the training metrics as PNG files in output_dir (the loops draw their own and "
-            "turn this off)."
-        },
+    curriculum: bool = setting(
+        False, help="Train on easy groups (high mean reward) first, then widen the share."
     )
-    curriculum: bool = field(
-        default=False, metadata={"help": "Train on easy groups (high mean reward) first, then expand."}
+    curriculum_start: float = setting(
+        context_default("curriculum_start", "trainer"),
+        help="Share of the groups (easiest first) available at the start.",
+        check=lambda v: 0.0 < v <= 1.0,
+        rule="in (0, 1]",
     )
-    curriculum_start: float = field(
-        default=0.25, metadata={"help": "Fraction of groups (easiest first) available at the start."}
+    curriculum_expand_every: int = setting(
+        context_default("curriculum_expand_every", "trainer"),
+        help="Widen the share every N optimizer steps.",
+        check=lambda v: v >= 1,
+        rule=">= 1",
     )
-    curriculum_expand_every: int = field(
-        default=10, metadata={"help": "Add more groups every N optimizer steps."}
-    )
-    curriculum_expand_by: float = field(
-        default=0.25, metadata={"help": "Fraction of all groups added at each expansion."}
+    curriculum_expand_by: float = setting(
+        0.25,
+        help="Share of all groups added at each widening.",
+        check=lambda v: 0.0 < v <= 1.0,
+        rule="in (0, 1]",
     )
 
     def __post_init__(self) -> None:
+        check_settings(self)
         if self.max_length is not None and self.max_length <= 0:
             self.max_length = None  # 0 means "no limit" (convenient on the command line)
-        checks = [
-            (self.group_size >= 2, f"group_size must be at least 2, got {self.group_size}"),
-            (0.0 <= self.eval_fraction < 1.0, f"eval_fraction must be in [0, 1), got {self.eval_fraction}"),
-            (
-                0.0 < self.curriculum_start <= 1.0,
-                f"curriculum_start must be in (0, 1], got {self.curriculum_start}",
-            ),
-            (
-                0.0 < self.curriculum_expand_by <= 1.0,
-                f"curriculum_expand_by must be in (0, 1], got {self.curriculum_expand_by}",
-            ),
-            (
-                self.curriculum_expand_every >= 1,
-                f"curriculum_expand_every must be at least 1, got {self.curriculum_expand_every}",
-            ),
-            (
-                self.truncation in ("truncate", "skip"),
-                f"truncation must be truncate or skip, got {self.truncation!r}",
-            ),
-            (
-                self.per_turn in ("auto", "always", "never"),
-                f"per_turn must be auto/always/never, got {self.per_turn!r}",
-            ),
-            (
-                self.group_overflow in ("split", "trim"),
-                f"group_overflow must be split or trim, got {self.group_overflow!r}",
-            ),
-            (
-                self.group_underflow in ("resample", "drop", "smaller"),
-                f"group_underflow must be resample, drop or smaller, got {self.group_underflow!r}",
-            ),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UserError(message)
 
 
 @dataclass

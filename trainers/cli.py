@@ -45,32 +45,16 @@ import argparse
 import dataclasses
 import sys
 import typing
-from pathlib import Path
 from typing import Any
 
 from sdk._cli import command_parser
 from trainers import get_trainer, resolve_backend
 from trainers.errors import UserError
 from trainers.remote import find_job, reattach
-from trainers.settings import make_config
+from trainers.settings import add_flags, field_types, make_config, read_yaml, yaml_loader
+from trainers.trl.config import GRPOShortcuts
 
 __all__ = ["main"]
-
-# Frequently used GRPOConfig fields that get their own flags (they land in the config's `grpo` mapping).
-_GRPO_SHORTCUTS: dict[str, tuple[type, str]] = {
-    "max_steps": (int, "Total optimizer steps (overrides --num-train-epochs)."),
-    "num_train_epochs": (float, "Passes over the training groups."),
-    "learning_rate": (float, "Learning rate (TRL's default is 1e-6)."),
-    "per_device_train_batch_size": (int, "Sequences per device per step (a multiple of group_size)."),
-    "gradient_accumulation_steps": (int, "Micro-batches per optimizer step."),
-    "loss_type": (str, "grpo, dr_grpo, dapo (TRL default), bnpo, cispo, sapo, luspo, vespo."),
-    "beta": (float, "KL coefficient (0 loads no reference model)."),
-    "num_iterations": (int, "Policy updates per replayed batch (μ); >1 uses behaviour-logprob clipping."),
-    "epsilon": (float, "Clipping range ε."),
-    "temperature": (float, "Sampling temperature of the stored episodes (divides logits)."),
-    "save_steps": (int, "Save a resumable checkpoint every N steps."),
-    "logging_steps": (int, "Log metrics every N steps."),
-}
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -93,49 +77,12 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     "objective (GRPOConfig; --grpo KEY=VALUE sets any of its fields)": (
         "grpo", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps", "loss_type",
         "beta", "num_iterations", "epsilon", "temperature", "behaviour_logprobs", "tis_cap", "min_advantage",
-        "save_steps", "logging_steps",
+        "save_steps", "logging_steps", "report_to",
     ),
     "memory and speed (GPU)": ("micro_batch_size", "micro_batch_tokens", "padding_free", "bf16_weights"),
     "LoRA (with --lora)": ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"),
     "runs": ("backend", "plots", "per_agent", "roles", "cancel"),
 }  # fmt: skip
-
-
-def _metavar(typ: Any) -> str | None:
-    return {int: "N", float: "X"}.get(typ)
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _yaml_loader() -> Any:
-    """A safe YAML loader where only true/false are booleans.
-
-    YAML 1.1 also reads yes/no/on/off as booleans, which turns ``save_strategy: no`` (a TRL value) into
-    ``False``; and it reads ``1e-3`` as a string. Both are fixed here.
-    """
-    import re
-
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.yaml_implicit_resolvers = {
-        k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
-        for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-    )
-    # YAML 1.1 floats need a dot: without this, 1e-3 (a learning rate) would stay a string.
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float",
-        re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
-        list("-+0123456789."),
-    )
-    return Loader
 
 
 def _grpo_pairs(pairs: list[str]) -> dict[str, Any]:
@@ -147,9 +94,7 @@ def _grpo_pairs(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise UserError(f"--grpo expects KEY=VALUE, got {pair!r}")
         try:
-            out[key.strip().replace("-", "_")] = (
-                yaml.load(raw, Loader=_yaml_loader()) if raw.strip() else None
-            )
+            out[key.strip().replace("-", "_")] = yaml.load(raw, Loader=yaml_loader()) if raw.strip() else None
         except yaml.YAMLError:
             out[key.strip().replace("-", "_")] = raw
     return out
@@ -206,63 +151,22 @@ def _build_parser(config_cls: type | None) -> _ArgumentParser:
         p.add_argument("--resume", nargs="?", const="latest")
         p.add_argument("--output", "--output-dir", dest="output_dir")
         return p
-    hints = typing.get_type_hints(config_cls)
-    for f in dataclasses.fields(config_cls):
-        help_text = f.metadata.get("help", "")
-        hint = hints[f.name]
-        names = [_flag(f.name)]
-        if f.name == "output_dir":
-            names.insert(0, "--output")
-        if f.name == "grpo":
-            group("grpo").add_argument("--grpo", action="append", metavar="KEY=VALUE", help=help_text)
-            for key, (typ, text) in _GRPO_SHORTCUTS.items():
-                group(key).add_argument(
-                    _flag(key),
-                    dest=f"grpo.{key}",
-                    metavar=_metavar(typ) or key.upper(),
-                    type=typ,
-                    help=f"{text} (GRPOConfig.{key})",
-                )
-            continue
-        g = group(f.name)
-        if f.name == "resume":
-            g.add_argument(
-                *names, dest=f.name, nargs="?", const="latest", metavar="CHECKPOINT", help=help_text
-            )
-            continue
-        args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-        base = args[0]
-        if base is bool:
-            g.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, help=help_text)
-        elif typing.get_origin(base) is typing.Literal or typing.get_origin(hint) is typing.Literal:
-            lit = base if typing.get_origin(base) is typing.Literal else hint
-            g.add_argument(*names, dest=f.name, choices=typing.get_args(lit), help=help_text)
-        elif base in (int, float):
-            g.add_argument(*names, dest=f.name, type=base, metavar=_metavar(base), help=help_text)
-        else:
-            g.add_argument(*names, dest=f.name, metavar=f.name.upper().rsplit("_", 1)[-1], help=help_text)
+    if "grpo" in field_types(config_cls):
+        group("grpo").add_argument(
+            "--grpo",
+            action="append",
+            metavar="KEY=VALUE",
+            help=config_cls.__dataclass_fields__["grpo"].metadata["help"],
+        )
+        add_flags(group, GRPOShortcuts, dest="grpo.{}")
+    add_flags(group, config_cls)
     return p
-
-
-def _load_yaml(path: str) -> dict[str, Any]:
-    import yaml
-
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise UserError(f"config file not found: {p}")
-    try:
-        data = yaml.load(p.read_text(), Loader=_yaml_loader()) or {}
-    except yaml.YAMLError as exc:
-        raise UserError(f"cannot parse {p}: {str(exc).splitlines()[0]}") from exc
-    if not isinstance(data, dict):
-        raise UserError(f"{p} must contain a mapping of settings")
-    return data
 
 
 def _resolve(argv: list[str] | None) -> tuple[Any, Any, Any, bool, str]:
     """Parse flags and YAML into (trainer, config, data, dry_run, backend)."""
     pre, _ = _build_parser(None).parse_known_args(argv)
-    file_cfg = _load_yaml(pre.config) if getattr(pre, "config", None) else {}
+    file_cfg = read_yaml(pre.config) if getattr(pre, "config", None) else {}
     backend = getattr(pre, "backend", None) or file_cfg.pop("backend", None) or "trl"
     file_cfg.pop("backend", None)
     backend_name, backend_overrides = resolve_backend(str(backend))  # http://head:8265 -> ("ray", {address})

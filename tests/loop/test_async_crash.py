@@ -233,12 +233,13 @@ def _collect_everything(cfg: dict, monkeypatch) -> None:
     from trainers.loop.collect import _Collector, _Gate, _Version, write_policy_env
     from trainers.loop.pools import load_pools
     from trainers.serve.policy import ENV_BASE_URL, ENV_MODEL, export_env, make_policy
+    from trainers.settings import PolicySpec
 
     c = LoopConfig.from_mapping(cfg)
     out = Path(c.out)
     (out / "rollouts").mkdir(parents=True)
     pool, _ = load_pools(c)
-    policy = make_policy({"subprocess": True, "threads": 1}, c.model, log_dir=str(out))
+    policy = make_policy(PolicySpec(subprocess=True, threads=1), c.model, log_dir=str(out))
     policy.start()
     for key in (ENV_BASE_URL, ENV_MODEL):
         monkeypatch.delenv(key, raising=False)  # export_env sets them here: undone after the test

@@ -79,7 +79,7 @@ def test_async_settings_are_checked_before_anything_loads():
         {"sync_every": 0},
         {"reward_wait_s": -1},
         {"mode": "later"},
-        {"curriculum": {"start": 0.5}},
+        {"curriculum": True},
         {"tis_cap": 0},
     ):
         with pytest.raises(UserError):

@@ -70,15 +70,16 @@ def test_the_loop_trains_a_short_group_as_it_is_instead_of_resampling_it():
 
 def test_select_tasks_curriculum_ranks_by_earlier_rewards():
     pool = [{"id": str(i)} for i in range(8)]
-    cur = {"start": 0.5, "widen_every": 2, "widen_by": 0.25}
+    cfg = LoopConfig(
+        agent="a:f", tasks="t", model="m", curriculum=True, curriculum_start=0.5, curriculum_expand_every=2
+    )
     history = {"0": [0.0], "1": [1.0, 1.0], "2": [0.5], "3": [0.0]}
     uses = {"1": 1, "2": 1}
-    chosen, share = select_tasks(pool, 1, 2, history=history, uses=uses, curriculum=cur)
+    chosen, share = select_tasks(pool, 1, 2, history=history, uses=uses, share=cfg.curriculum_share(1))
     assert share == 0.5
     # easiest first: 1 (1.0), then 2 (0.5) and the untried ones at the average (0.375) in file order
     assert [t["id"] for t in chosen] == ["4", "5"]  # least used among the available half
-    assert select_tasks(pool, 3, 2, history=history, uses=uses, curriculum=cur)[1] == 0.75
-    assert select_tasks(pool, 9, 2, history=history, uses=uses, curriculum=cur)[1] == 1.0
+    assert [cfg.curriculum_share(r) for r in (3, 9)] == [0.75, 1.0]
 
 
 def test_bad_config_is_one_error_line(tmp_path, capsys):
@@ -102,8 +103,8 @@ def test_bad_config_is_one_error_line(tmp_path, capsys):
         assert main([str(path), "--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and msg in err, err
-    with pytest.raises(UserError, match="curriculum"):
-        LoopConfig(agent="a:f", tasks="t", model="m", curriculum={"start": 0})
+    with pytest.raises(UserError, match="curriculum_start must be in"):
+        LoopConfig(agent="a:f", tasks="t", model="m", curriculum=True, curriculum_start=0)
 
 
 def test_the_old_samples_key_is_refused():
@@ -121,7 +122,7 @@ def test_a_round_where_every_sample_failed_stops_and_a_rerun_retries_it(
     tmp_path, tiny_model_dir, capsys, monkeypatch
 ):
     cfg = {**_config(tmp_path, str(tiny_model_dir)), "agent": "loop_agents:broken_until_fixed", "rounds": 1}
-    cfg.pop("curriculum")
+    cfg["curriculum"] = False
     path = tmp_path / "loop.yaml"
     path.write_text(json.dumps(cfg))
     monkeypatch.delenv("LOOP_AGENT_FIXED", raising=False)
@@ -179,7 +180,7 @@ def test_kill_9_mid_round_then_the_same_command_ends_with_the_weights_of_a_run_n
     def config(name: str) -> Path:
         cfg = {**_config(tmp_path / name, str(tiny_model_dir)), "agent": "loop_agents:solve_seeded"}
         cfg.update(reward_fn="loop_agents:even_length", eval_tasks=None, plot=False)
-        cfg.pop("curriculum")
+        cfg["curriculum"] = False
         cfg["train"]["lora"] = False
         cfg["train"]["grpo"]["max_steps"] = 6  # long enough a round that the kill lands inside it
         path = tmp_path / name / "loop.yaml"
@@ -238,7 +239,7 @@ def test_malformed_tool_calls_are_counted_in_the_table_and_the_penalty_gives_rl_
         "reward_fn": "loop_agents:zero",
         "eval_tasks": None,
         "rounds": 1,
-        "curriculum": None,
+        "curriculum": False,
         "plot": False,
         "malformed_tool_call_penalty": 0.5,
     }

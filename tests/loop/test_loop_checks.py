@@ -13,6 +13,7 @@ from sdk.eval import compare, summarize
 from trainers.loop import LoopConfig, main
 from trainers.loop.lockstep import _Run
 from trainers.loop.table import HEADER, print_row, validation_change
+from trainers.settings import PolicySpec
 
 pytest.importorskip("trl")
 
@@ -34,15 +35,19 @@ CASES = [
     ("", ("--model", "./no-such-model"), "model path not found: ./no-such-model"),
     ("", ("--model", "no-such-hub-model"), "neither a directory nor a model in the local Hugging Face cache"),
     ("", ("--rounds", "-1"), "rounds must be >= 0"),
-    ("train: {grpo: {learnig_rate: 1.0e-5}}\n", (), "unknown GRPOConfig field 'learnig_rate'"),
+    ("train: {grpo: {learnig_rate: 1.0e-5}}\n", (), "unknown GRPOConfig field(s): learnig_rate (did you mean"),
+    ("train: {grpo: {learning_rate: fast}}\n", (), "grpo.learning_rate must be a float, got 'fast'"),
     ("train: {grpo: {num_generations: 3}}\n", (), "set group_size at the top level"),
     ("train: {lora_rank: 4}\n", (), "unknown setting(s) in the loop's train section: lora_rank"),
-    ("train: {max_length: lots}\n", (), "max_length must be a int"),
+    ("train: {max_length: lots}\n", (), "max_length must be an integer or null, got 'lots'"),
     ("concurrency: 0\n", (), "concurrency must be >= 1"),
     ("timeout: -1\n", (), "timeout must be > 0"),
     ("agent: no_such_module_here:solve\n", (), "no_such_module_here"),
     ("reward_fn: loop_agents:no_such_function\n", (), "no_such_function"),
-    ("policy: {kind: local, thread: 2}\n", (), "invalid policy settings"),
+    ("policy: {kind: local, thread: 2}\n", (), "unknown policy setting(s): thread (did you mean threads?)"),
+    ("policy: {kind: local, port: 8000}\n", (), "policy.port is a setting of kind vllm, not local"),
+    ("policy: {threads: many}\n", (), "policy.threads must be an integer or null, got 'many'"),
+    ("seed: 1e-5\n", (), "seed must be an integer, got 1e-05"),
     ("agent: loop_agents:below_skill\n", (), "the agent cannot be called as loop_agents:below_skill(task)"),
     ("reward_fn: loop_agents:skill\n", (), "reward_fn cannot be called as loop_agents:skill(task, answer)"),
     ("group_sise: 4\n", (), "unknown loop setting(s): group_sise (did you mean group_size?)"),
@@ -132,8 +137,13 @@ def test_loop_help_lists_every_key_with_its_default(capsys: pytest.CaptureFixtur
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     keys = out.split("loop keys (YAML)", 1)[1].split("\nreference: ", 1)[0]  # the epilog's last line
-    listed = {line.split()[0] for line in keys.splitlines()[1:] if line.strip()}
-    assert listed == {f.name for f in dataclasses.fields(LoopConfig)}
+    loop, policy = keys.split("\npolicy keys", 1)
+
+    def listed(text: str) -> set[str]:
+        return {line.split()[0] for line in text.splitlines()[1:] if line.strip()}
+
+    assert listed(loop) == {f.name for f in dataclasses.fields(LoopConfig)}
+    assert listed(policy) == {f.name for f in dataclasses.fields(PolicySpec)}
     assert any(
         line.split()[:2] == ["group_size", "8"] and "GRPO group size" in line for line in out.splitlines()
     )

@@ -25,6 +25,7 @@ from trainers.serve.policy import (
     export_env,
     make_policy,
 )
+from trainers.settings import PolicySpec
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +140,7 @@ def test_vllm_missing_executable_is_a_clear_error(tmp_path):
 
 def test_external_policy_reloads(tmp_path, vllm_log):
     with _fake_server() as url:
-        make_policy({"kind": "external", "base_url": url}, "ignored").update("/ckpt/round-1")
+        make_policy(PolicySpec(kind="external", base_url=url), "ignored").update("/ckpt/round-1")
         lora = ExternalPolicy(url, "policy", reload="vllm-lora")
         lora.update("/ckpt/round-1", adapter="/ckpt/round-1/final")
         ExternalPolicy(url, reload="none").update("/x")
@@ -152,8 +153,8 @@ def test_external_policy_reloads(tmp_path, vllm_log):
         assert lora.model_name == "policy" and lora.base_url == url  # not started: no proxy
         with pytest.raises(UserError, match="needs LoRA"):
             lora.update("/ckpt/round-2")
-    with pytest.raises(UserError, match="kind must be"):
-        make_policy({"kind": "sglang"}, "m")
+    with pytest.raises(UserError, match="policy.kind must be local, vllm or external, got 'sglang'"):
+        PolicySpec.from_mapping({"kind": "sglang"})
 
 
 @pytest.mark.slow

@@ -291,6 +291,7 @@ def test_an_external_policy_reloads_with_the_credential_its_server_was_started_w
 ) -> None:
     from trainers.errors import UserError
     from trainers.serve.policy import ExternalPolicy, make_policy
+    from trainers.settings import PolicySpec
 
     monkeypatch.delenv("TRACERL_ADMIN_TOKEN", raising=False)
     version = httpx.get(f"{server}/health").json()["version"]
@@ -300,9 +301,9 @@ def test_an_external_policy_reloads_with_the_credential_its_server_was_started_w
         )  # no credential: the route is refused
     (tmp_path / "token").write_text(f"{ADMIN_TOKEN}\n")
     spec = {"kind": "external", "base_url": f"{server}/v1", "admin_token_file": str(tmp_path / "token")}
-    make_policy(spec, "ignored").update(weights["base"])
+    make_policy(PolicySpec.from_mapping(spec), "ignored").update(weights["base"])
     with pytest.raises(UserError, match="use admin_token_file"):  # never the token itself in a saved config
-        make_policy({**spec, "admin_token": ADMIN_TOKEN}, "ignored")
+        PolicySpec.from_mapping({**spec, "admin_token": ADMIN_TOKEN})
     monkeypatch.setenv("TRACERL_ADMIN_TOKEN", ADMIN_TOKEN)
     ExternalPolicy(f"{server}/v1", "policy").update(weights["base"])
     assert httpx.get(f"{server}/health").json()["version"] == version + 2

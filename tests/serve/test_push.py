@@ -147,10 +147,11 @@ def test_a_device_this_machine_lacks_is_one_error_before_anything_starts(models,
     import sys
 
     from trainers.serve.policy import make_policy
+    from trainers.settings import PolicySpec
 
     for device, says in (("cuda:99", "device 'cuda:99': this machine has"), ("tpu", "device must be 'cpu'")):
         with pytest.raises(UserError, match=f"policy {says}"):
-            make_policy({"device": device}, models[0])
+            make_policy(PolicySpec(device=device), models[0])
         argv = [sys.executable, "-m", "sdk.serve", "--model", models[0], "--device", device]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         lines = out.stderr.strip().splitlines()

@@ -29,7 +29,10 @@ def loop_config(tmp_path: Path, model: str) -> dict:
         "tasks_per_round": 2,
         "group_size": 4,
         "concurrency": 8,
-        "curriculum": {"start": 0.5, "widen_every": 1, "widen_by": 0.5},
+        "curriculum": True,
+        "curriculum_start": 0.5,
+        "curriculum_expand_every": 1,
+        "curriculum_expand_by": 0.5,
         "train": {
             "lora": True,
             "lora_r": 4,
@@ -62,8 +65,9 @@ def async_config(tmp_path: Path, model: str, **over) -> dict:
     """The lock-step loop test's config, run asynchronously for 3 versions of one optimizer step each, a
     checkpoint after every version (the default is every 10)."""
     cfg = loop_config(tmp_path, model)
-    for key in ("rounds", "tasks_per_round", "curriculum"):
+    for key in ("rounds", "tasks_per_round"):
         del cfg[key]
+    cfg["curriculum"] = False
     cfg["train"]["grpo"]["learning_rate"] = 1.0e-2
     cfg.update(
         {

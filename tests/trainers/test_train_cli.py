@@ -234,7 +234,8 @@ def test_a_mistyped_local_model_fails_at_once(tmp_path, parquet, tiny_model_dir,
 
 def test_yaml_values_keep_trl_strings_and_read_exponent_floats(tmp_path) -> None:
     """YAML 1.1 would read ``save_strategy: no`` as False and ``1e-3`` as a string."""
-    from trainers.cli import _grpo_pairs, _load_yaml
+    from trainers.cli import _grpo_pairs
+    from trainers.settings import read_yaml
 
     assert _grpo_pairs(["save_strategy=no", "bf16=false", "learning_rate=1e-3"]) == {
         "save_strategy": "no",
@@ -243,7 +244,7 @@ def test_yaml_values_keep_trl_strings_and_read_exponent_floats(tmp_path) -> None
     }
     cfg = tmp_path / "c.yaml"
     cfg.write_text("grpo:\n  save_strategy: no\n  learning_rate: 5e-4\n")
-    assert _load_yaml(str(cfg))["grpo"] == {"save_strategy": "no", "learning_rate": 0.0005}
+    assert read_yaml(str(cfg))["grpo"] == {"save_strategy": "no", "learning_rate": 0.0005}
 
 
 def test_sdk_train_is_a_shim_that_imports_trainers_only_when_run() -> None:

@@ -73,13 +73,13 @@ def _loop_config(data: dict) -> None:
 
 def test_every_yaml_example_in_the_readme_parses_as_what_it_is() -> None:
     from trainers.loop.config import LoopConfig
-    from trainers.settings import make_config
+    from trainers.settings import make_config, yaml_loader
 
     blocks = _blocks("yaml")
     assert blocks, "the README shows a loop config"
     loop_keys = set(LoopConfig.__dataclass_fields__)
     for body in blocks:
-        data = yaml.safe_load(body)
+        data = yaml.load(body, Loader=yaml_loader())  # as tracerl reads its files
         assert isinstance(data, dict), f"a README YAML example is not a mapping:\n{body}"
         if "agent" in data or set(data) <= loop_keys:
             assert "agent" in data, f"a README loop config without its agent:\n{body}"

@@ -5,7 +5,8 @@ task file. Each round:
 
 1. the policy server serves the current weights (:mod:`trainers.serve.policy`; agents read its address from
    ``TRACERL_POLICY_BASE_URL`` / ``TRACERL_POLICY_MODEL``);
-2. ``sdk.rollout`` runs the agent ``samples`` times on this round's training tasks (split ``round-N``);
+2. ``sdk.rollout`` runs the agent ``group_size`` times on each of this round's training tasks (split
+   ``round-N``);
 3. ``sdk.episodes.export`` turns the round's sessions into Parquet;
 4. one training round on the loop's resident trainer (:mod:`trainers.loop.training`: built at the first
    round and kept, so the model, optimizer, schedule and RNG carry over; ``train:`` holds the keys of
@@ -18,9 +19,10 @@ task file. Each round:
 ``mode: async`` (or ``--mode async``) runs :mod:`trainers.loop.continuous` instead: collection and training
 overlap, groups at most ``max_staleness`` versions old, truncated importance sampling on the stored tokens.
 
-Curriculum (``curriculum: {start, widen_every, widen_by}``): a round draws its tasks from the easiest
-``start`` share of the training tasks, ranked by their mean reward in earlier rounds (tasks not tried yet
-rank with the average), and the share widens by ``widen_by`` every ``widen_every`` rounds.
+Curriculum (``curriculum: true``, the keys ``tracerl train`` has, counted in rounds here): a round draws its
+tasks from the easiest ``curriculum_start`` share of the training tasks, ranked by their mean reward in
+earlier rounds (tasks not tried yet rank with the average), and the share widens by
+``curriculum_expand_by`` every ``curriculum_expand_every`` rounds.
 
 Malformed tool calls (a call whose answer opens a ``<tool_call>`` the policy server could not parse: the
 agent's framework takes the text as its answer; ``sdk.messages.malformed_tool_call``) are counted: the
@@ -34,7 +36,7 @@ Outputs in ``out``: ``metrics.jsonl`` (one line per round, appended as it finish
 checkpoint: re-running the same command continues after it), ``store/``, ``rollouts/`` (the runner's
 results files), ``episodes/`` and ``train/`` (the trainer's log, ``checkpoint-<step>/``, ``final/``).
 
-Config keys: see :class:`LoopConfig`. Example ``loop.yaml``::
+Config keys: see :class:`LoopConfig` (``tracerl train --loop --help`` lists them). Example ``loop.yaml``::
 
     agent: my_agent:solve
     tasks: data/train.jsonl
@@ -45,7 +47,8 @@ Config keys: see :class:`LoopConfig`. Example ``loop.yaml``::
     rounds: 6
     tasks_per_round: 32
     group_size: 8
-    train: {learning_rate: 1.0e-5, lora: true, beta: 0}
+    curriculum: true
+    train: {lora: true, grpo: {learning_rate: 1e-5, beta: 0}}
 
 Example:
     >>> from trainers.loop import run_loop

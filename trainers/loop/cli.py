@@ -10,8 +10,12 @@ from trainers.errors import UserError
 from trainers.loop.config import LoopConfig, loop_keys, read_yaml
 from trainers.loop.lockstep import run_loop
 from trainers.loop.table import checkpoints_line, validation_change
+from trainers.settings import add_flags
 
 __all__ = ["main"]
+
+# The keys with a flag (a run's usual overrides); every key is listed in the help's epilog.
+_OVERRIDES = ("rounds", "out", "model", "mode", "seed")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,12 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         description="rollout → export → train → reload → validate rounds",
         epilog=loop_keys(),
         formatter_class=argparse.RawDescriptionHelpFormatter,  # one key a line, as written
+        argument_default=argparse.SUPPRESS,  # a flag not given leaves the file's key
     )
     p.add_argument("config", help="loop YAML file")
-    p.add_argument("--rounds", type=int, default=None, help="override rounds")
-    p.add_argument("--out", default=None, help="override out")
-    p.add_argument("--model", default=None, help="override model")
-    p.add_argument("--mode", choices=["sync", "async"], default=None, help="override mode")
+    keys = p.add_argument_group("the file's keys these flags override")
+    add_flags(lambda name: keys, LoopConfig, only=_OVERRIDES)
     p.add_argument(
         "--check",
         nargs="?",
@@ -54,8 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = read_yaml(args.config)
         # Overrides join the file's settings before validation: --rounds -1 is refused like rounds: -1.
-        overrides = ("rounds", "out", "model", "mode")
-        data.update({k: getattr(args, k) for k in overrides if getattr(args, k) is not None})
+        data.update({k: v for k, v in vars(args).items() if k in _OVERRIDES})
         if args.check is not None:
             from trainers.loop.check import check_loop
 

@@ -9,136 +9,172 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib.util
 import math
 import os
-import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from trainers.errors import UserError
-from trainers.loop.checks import check_field_types, check_loop_model
+from trainers.loop.checks import check_loop_model
+from trainers.settings import (
+    PolicySpec,
+    check_settings,
+    context_default,
+    from_mapping,
+    setting,
+    settings_table,
+)
+from trainers.settings import read_yaml as _read_yaml
 
 __all__ = ["LoopConfig", "check_before_loading", "loop_keys", "planned_steps", "read_yaml", "train_settings"]
 
 
+def _at_least(n: int) -> dict[str, Any]:
+    return {"check": lambda v: v >= n, "rule": f">= {n}"}
+
+
 @dataclasses.dataclass
 class LoopConfig:
-    """Settings of :func:`run_loop` (the keys of the YAML file).
-
-    Attributes:
-        agent: Agent entry point ``module:function`` (takes a task dict; see ``sdk.rollout``).
-        tasks: Training task file (JSONL, Parquet, a saved ``datasets`` directory, ``hf:NAME[:SPLIT]``).
-        model: Starting checkpoint (full weights: a directory with model + tokenizer).
-        out: Output directory.
-        eval_tasks: Validation task file (optional).
-        reward_fn: ``module:function(task, answer) -> float | dict`` (optional if the agent calls
-            ``sdk.reward``).
-        rounds: Training rounds.
-        tasks_per_round: Training tasks per round.
-        group_size: Samples per task (the GRPO group size G).
-        concurrency: Samples at once.
-        timeout: Seconds per sample.
-        success_threshold: Reward counted as a success.
-        malformed_tool_call_penalty: Subtracted from the reward of a training sample whose calls include a
-            malformed tool call (the model opened a ``<tool_call>`` the server could not parse, so the agent
-            took it as its answer): RL then learns the call format as well as the decision. 0 (the
-            default) leaves rewards as the reward function gives them; e.g. 0.5 with 0/1 rewards. Success
-            and validation are not shaped; the sample's stored rewards show the penalty by name.
-        eval_every: Validate every N rounds (and before the first round).
-        eval_samples: Samples per validation task.
-        eval_subset: Validate on this many held-out tasks during the run (a fixed subset, drawn once with
-            ``seed``), the first and the last validation on all of them; the table marks the subset's
-            rows. Null: every validation on all of them.
-        curriculum: ``{start, widen_every, widen_by}`` or null.
-        policy: ``policy:`` section for :func:`trainers.serve.policy.make_policy`.
-        train: ``python -m sdk.train`` settings (the keys of its ``--config`` file; ``data``, ``model``
-            and ``output_dir`` are set by the loop). ``micro_batch_size`` defaults to 2 here (1 for an odd
-            ``group_size``; unset with ``grpo.generation_batch_size``): the same gradient in passes of 2
-            sequences, a fraction of the memory.
-        seed: Seed for training.
-        id_field: Task id field.
-        plot: Write ``progress.png``.
-        mode: ``sync`` (rounds, :mod:`trainers.loop.lockstep`) or ``async`` (:mod:`trainers.loop.continuous`:
-            collection and training overlap; ``eval_every`` then counts versions).
-        max_staleness: async: largest ``current version - oldest turn version`` of a trained group.
-        sync_every: async: batches of groups per published version (``num_train_epochs`` passes each).
-        reward_wait_s: async: seconds a finished sample may wait for a late reward.
-        max_versions: async: stop after this many versions (default: ``rounds``).
-        max_steps: async: stop after this many optimizer steps.
-        max_samples: async: the collector's sample budget (training samples); the run ends when they
-            are all trained or dropped.
-        tis_cap: async: truncated importance sampling cap (``train.tis_cap`` overrides it).
-        checkpoint_every: Write a recovery checkpoint (weights, optimizer, scheduler, RNG; async: the
-            stream's cursor) every N rounds (default 1) or async versions (default 10), and at the end.
-            Between checkpoints weights reach the policy server as tensors, not through the disk.
+    """Settings of :func:`run_loop` (the keys of the YAML file): each field's help is its metadata's.
 
     Example:
         >>> LoopConfig(agent="a:f", tasks="t.jsonl", model="m").group_size
         8
     """
 
-    agent: str
-    tasks: str
-    model: str
-    out: str = "runs/loop"
-    eval_tasks: str | None = None
-    reward_fn: str | None = None
-    rounds: int = 4
-    tasks_per_round: int = 32
-    group_size: int = 8
-    concurrency: int = 16
-    timeout: float | None = None
-    success_threshold: float = 1.0
-    malformed_tool_call_penalty: float = 0.0
-    eval_every: int = 1
-    eval_samples: int = 1
-    eval_subset: int | None = None
-    curriculum: dict[str, Any] | None = None
-    policy: dict[str, Any] = dataclasses.field(default_factory=dict)
-    train: dict[str, Any] = dataclasses.field(default_factory=dict)
-    seed: int = 0
-    id_field: str = "id"
-    plot: bool = True
-    mode: str = "sync"
-    max_staleness: int = 2
-    sync_every: int = 1
-    reward_wait_s: float = 0.0
-    max_versions: int | None = None
-    max_steps: int | None = None
-    max_samples: int | None = None
-    tis_cap: float = 2.0
-    checkpoint_every: int | None = None
+    agent: str = setting(help="Agent entry point module:function (takes a task dict; see sdk.rollout).")
+    tasks: str = setting(
+        help="Training task file (JSONL, Parquet, a saved datasets directory, hf:NAME[:SPLIT])."
+    )
+    model: str = setting(help="Starting checkpoint (full weights: a directory with model + tokenizer).")
+    out: str = setting("runs/loop", help="Output directory.")
+    eval_tasks: str | None = setting(None, help="Validation task file (optional).")
+    reward_fn: str | None = setting(
+        None, help="module:function(task, answer) -> float | dict (optional if the agent calls sdk.reward)."
+    )
+    rounds: int = setting(4, help="Training rounds.", **_at_least(0))
+    tasks_per_round: int = setting(32, help="Training tasks per round.", **_at_least(1))
+    group_size: int = setting(
+        context_default("group_size", "loop"),
+        help="Samples per task (the GRPO group size G).",
+        check=lambda v: v >= 2,
+        rule=">= 2 (a GRPO group compares samples of one task)",
+    )
+    concurrency: int = setting(
+        context_default("concurrency", "loop"), help="Samples at once.", **_at_least(1)
+    )
+    timeout: float | None = setting(
+        None, help="Seconds per sample (null: no limit).", check=lambda v: v > 0, rule="> 0 seconds"
+    )
+    success_threshold: float = setting(
+        1.0, help="Reward counted as a success.", check=math.isfinite, rule="a finite number"
+    )
+    malformed_tool_call_penalty: float = setting(
+        0.0,
+        help="Subtracted from the reward of a training sample whose calls include a malformed tool call (the "
+        "model opened a <tool_call> the server could not parse, so the agent took it as its answer): RL then "
+        "learns the call format as well as the decision. 0 leaves rewards as the reward function gives "
+        "them; e.g. 0.5 with 0/1 rewards. Success and validation are not shaped; the sample's stored rewards "
+        "show the penalty by name.",
+        check=lambda v: math.isfinite(v) and v >= 0,
+        rule="a finite number >= 0 (0: rewards as given)",
+    )
+    eval_every: int = setting(
+        1, help="Validate every N rounds (and before the first round; async: versions).", **_at_least(1)
+    )
+    eval_samples: int = setting(1, help="Samples per validation task.", **_at_least(1))
+    eval_subset: int | None = setting(
+        None,
+        help="Validate on this many held-out tasks during the run (a fixed subset, drawn once with seed), "
+        "the first and the last validation on all of them; the table marks the subset's rows. Null: every "
+        "validation on all of them.",
+        check=lambda v: v >= 1,
+        rule=">= 1 (or null: all)",
+    )
+    curriculum: bool = setting(
+        False,
+        help="Draw each round's tasks from the easiest share of the training tasks, ranked by their mean "
+        "reward in earlier rounds (tasks not tried yet rank with the average), then widen it.",
+    )
+    curriculum_start: float = setting(
+        context_default("curriculum_start", "loop"),
+        help="Share of the training tasks (easiest first) a round draws from at the start.",
+        check=lambda v: 0 < v <= 1,
+        rule="in (0, 1]",
+    )
+    curriculum_expand_every: int = setting(
+        context_default("curriculum_expand_every", "loop"),
+        help="Widen the share every N rounds.",
+        **_at_least(1),
+    )
+    curriculum_expand_by: float = setting(
+        0.25, help="Share of all tasks added at each widening.", check=lambda v: 0 < v <= 1, rule="in (0, 1]"
+    )
+    policy: PolicySpec = setting(
+        factory=PolicySpec,
+        help="The policy server agents call (its keys are listed below; trainers.serve.policy.make_policy).",
+    )
+    train: dict[str, Any] = setting(
+        factory=dict,
+        help="tracerl train settings (the keys of its --config file; data, model and output_dir are set by "
+        "the loop). micro_batch_size defaults to 2 here (1 for an odd group_size; unset with "
+        "grpo.generation_batch_size): the same gradient in passes of 2 sequences, a fraction of the memory.",
+    )
+    seed: int = setting(context_default("seed", "loop"), help="Seed for task draws and training.")
+    id_field: str = setting("id", help="Task id field.")
+    plot: bool = setting(True, help="Write progress.png.")
+    mode: Literal["sync", "async"] = setting(
+        "sync",
+        help="sync (rounds, trainers.loop.lockstep) or async (trainers.loop.continuous: collection and "
+        "training overlap; eval_every then counts versions).",
+    )
+    max_staleness: int = setting(
+        2,
+        help="async: largest current version - oldest turn version of a trained group.",
+        **_at_least(0),
+    )
+    sync_every: int = setting(
+        1,
+        help="async: batches of groups per published version (num_train_epochs passes each).",
+        **_at_least(1),
+    )
+    reward_wait_s: float = setting(
+        0.0, help="async: seconds a finished sample may wait for a late reward.", **_at_least(0)
+    )
+    max_versions: int | None = setting(
+        None, help="async: stop after this many versions (default: rounds).", **_at_least(1)
+    )
+    max_steps: int | None = setting(None, help="async: stop after this many optimizer steps.", **_at_least(1))
+    max_samples: int | None = setting(
+        None,
+        help="async: the collector's sample budget (training samples); the run ends when they are all "
+        "trained or dropped.",
+        **_at_least(1),
+    )
+    tis_cap: float = setting(
+        context_default("tis_cap", "loop"),
+        help="async: truncated importance sampling cap (train.tis_cap overrides it).",
+        check=lambda v: v > 0,
+        rule="> 0",
+    )
+    checkpoint_every: int | None = setting(
+        None,
+        help="Write a recovery checkpoint (weights, optimizer, scheduler, RNG; async: the stream's cursor) "
+        "every N rounds (default 1) or async versions (default 10), and at the end. Between checkpoints "
+        "weights reach the policy server as tensors, not through the disk.",
+        **_at_least(1),
+    )
 
     def __post_init__(self) -> None:
-        check_field_types(self)
-        checks = [
-            (self.rounds >= 0, "rounds must be >= 0"),
-            (self.concurrency >= 1, "concurrency must be >= 1"),
-            (self.timeout is None or self.timeout > 0, "timeout must be > 0 seconds (or null: no limit)"),
-            (math.isfinite(self.success_threshold), "success_threshold must be a finite number"),
-            (
-                math.isfinite(self.malformed_tool_call_penalty) and self.malformed_tool_call_penalty >= 0,
-                "malformed_tool_call_penalty must be a finite number >= 0 (0: rewards as given)",
-            ),
-            (self.tasks_per_round >= 1, "tasks_per_round must be >= 1"),
-            (self.group_size >= 2, "group_size must be >= 2 (a GRPO group compares samples of one task)"),
-            (self.eval_every >= 1, "eval_every must be >= 1"),
-            (self.eval_samples >= 1, "eval_samples must be >= 1"),
-            (self.eval_subset is None or self.eval_subset >= 1, "eval_subset must be >= 1 (or null: all)"),
-            (isinstance(self.train, dict), "train must be a mapping of sdk.train settings"),
-            (isinstance(self.policy, dict), "policy must be a mapping"),
-            (self.mode in ("sync", "async"), f"mode must be 'sync' or 'async', got {self.mode!r}"),
-            *_async_checks(self),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UserError(message)
+        check_settings(self)
         for key in ("data", "model", "output_dir", "output"):
             if key in self.train:
                 raise UserError(f"train.{key} is set by the loop; remove it from the train section")
-        if self.train.get("group_underflow", "smaller") not in ("smaller", "drop"):
+        if self.train.get("group_underflow", context_default("group_underflow", "loop")) not in (
+            "smaller",
+            "drop",
+        ):
             raise UserError(
                 "train.group_underflow must be smaller (the default) or drop in the loop: a group short of "
                 "samples is trained as it is or dropped and counted, never filled with one sample twice"
@@ -150,16 +186,24 @@ class LoopConfig:
                 f"train.backend {backend!r} leaves no weights on this machine to serve; the loop trains with "
                 "'trl' or 'ray' (download: final)"
             )
-        if self.curriculum is not None:
-            c = {"start": 0.5, "widen_every": 1, "widen_by": 0.25, **self.curriculum}
-            unknown = set(c) - {"start", "widen_every", "widen_by"}
-            if unknown:
-                raise UserError(f"unknown curriculum key(s): {', '.join(sorted(unknown))}")
-            if not (
-                0 < float(c["start"]) <= 1 and 0 < float(c["widen_by"]) <= 1 and int(c["widen_every"]) >= 1
-            ):
-                raise UserError("curriculum needs 0 < start <= 1, 0 < widen_by <= 1, widen_every >= 1")
-            self.curriculum = c
+        if self.mode == "async" and self.curriculum:
+            raise UserError("curriculum is not supported with mode: async")
+        if self.mode == "async" and backend != "trl":
+            raise UserError(
+                "mode: async trains with the resident trl trainer: leave train.backend unset (trl)"
+            )
+
+    def curriculum_share(self, round_no: int) -> float | None:
+        """The share of the training tasks round ``round_no`` draws from (``None``: no curriculum).
+
+        Example:
+            >>> LoopConfig(agent="a:f", tasks="t", model="m", curriculum=True).curriculum_share(3)
+            1.0
+        """
+        if not self.curriculum:
+            return None
+        widenings = (round_no - 1) // self.curriculum_expand_every
+        return min(1.0, self.curriculum_start + self.curriculum_expand_by * widenings)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> LoopConfig:
@@ -169,26 +213,12 @@ class LoopConfig:
             >>> LoopConfig.from_mapping({"agent": "a:f", "tasks": "t", "model": "m"}).rounds
             4
         """
-        data = dict(data)
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            hints = [
-                f"{key} (did you mean {close[0]}?)"
-                if (close := difflib.get_close_matches(key, names, 1))
-                else key
-                for key in unknown
-            ]
-            raise UserError(
-                f"unknown loop setting(s): {', '.join(hints)} (tracerl train --loop --help lists them)"
-            )
         missing = [k for k in ("agent", "tasks", "model") if not data.get(k)]
-        if missing:
+        if missing and not set(data) - {f.name for f in dataclasses.fields(cls)}:
             raise UserError(f"the loop config needs {', '.join(missing)}")
-        try:
-            return cls(**data)
-        except TypeError as exc:
-            raise UserError(f"invalid loop settings: {exc}") from None
+        return from_mapping(
+            cls, data, unknown="loop setting(s)", tail=" (tracerl train --loop --help lists them)"
+        )
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike[str]) -> LoopConfig:
@@ -208,18 +238,7 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         >>> read_yaml("examples/arithmetic/loop.yaml")["agent"]  # doctest: +SKIP
         'examples.arithmetic.agent:solve'
     """
-    import yaml
-
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"config file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise UserError(f"cannot parse {p}: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{p} must hold a mapping of loop settings")
-    return data
+    return _read_yaml(path, "loop settings")
 
 
 def check_before_loading(cfg: LoopConfig) -> None:
@@ -263,31 +282,6 @@ def check_before_loading(cfg: LoopConfig) -> None:
         check_grpo_keys(config)  # type: ignore[arg-type]
 
 
-def _async_checks(cfg: LoopConfig) -> list[tuple[bool, str]]:
-    """The settings of ``mode: async`` (checked in every mode: a typo fails before anything loads)."""
-    return [
-        (
-            isinstance(cfg.max_staleness, int) and cfg.max_staleness >= 0,
-            "max_staleness must be an integer >= 0",
-        ),
-        (isinstance(cfg.sync_every, int) and cfg.sync_every >= 1, "sync_every must be an integer >= 1"),
-        (
-            isinstance(cfg.reward_wait_s, (int, float)) and cfg.reward_wait_s >= 0,
-            "reward_wait_s must be >= 0",
-        ),
-        (cfg.max_versions is None or cfg.max_versions >= 1, "max_versions must be >= 1"),
-        (cfg.max_steps is None or cfg.max_steps >= 1, "max_steps must be >= 1"),
-        (cfg.max_samples is None or cfg.max_samples >= 1, "max_samples must be >= 1"),
-        (cfg.checkpoint_every is None or cfg.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
-        (isinstance(cfg.tis_cap, (int, float)) and cfg.tis_cap > 0, "tis_cap must be > 0"),
-        (cfg.mode != "async" or cfg.curriculum is None, "curriculum is not supported with mode: async"),
-        (
-            cfg.mode != "async" or str(cfg.train.get("backend") or "trl") == "trl",
-            "mode: async trains with the resident trl trainer: leave train.backend unset (trl)",
-        ),
-    ]
-
-
 def train_settings(cfg: LoopConfig, model: str, out: Path) -> dict[str, Any]:
     """The trainer settings of the loop: the ``train`` section plus what the loop sets.
 
@@ -298,8 +292,7 @@ def train_settings(cfg: LoopConfig, model: str, out: Path) -> dict[str, Any]:
     settings = dict(cfg.train)
     settings.setdefault("group_size", cfg.group_size)
     settings.setdefault("seed", cfg.seed)
-    # A group that lost a sample (no reward, killed) trains as it is: never a sample twice to fill it.
-    settings.setdefault("group_underflow", "smaller")
+    settings.setdefault("group_underflow", context_default("group_underflow", "loop"))
     if cfg.mode == "async":
         settings.setdefault("tis_cap", cfg.tis_cap)
         settings.setdefault("plots", False)  # the loop draws progress.png itself
@@ -339,30 +332,15 @@ def planned_steps(cfg: LoopConfig) -> int:
 
 
 def loop_keys() -> str:
-    """Every key of the loop's YAML file with its default and meaning, from :class:`LoopConfig`.
+    """Every key of the loop's YAML file with its default and meaning, from the fields' help.
 
     Example:
         >>> print(loop_keys().splitlines()[9][:57])
           group_size                     8  Samples per task (the
     """
-    meaning: dict[str, str] = {}
-    name = None
-    doc = LoopConfig.__doc__ or ""
-    for line in doc.split("Attributes:", 1)[1].split("Example:", 1)[0].splitlines():
-        head, sep, text = line.strip().partition(": ")
-        if line.startswith(" " * 8) and not line.startswith(" " * 12) and sep:
-            name = head
-            meaning[name] = text.strip()
-        elif name and line.strip():
-            meaning[name] += " " + line.strip()
-    rows = ["loop keys (YAML), with their defaults:"]
-    for f in dataclasses.fields(LoopConfig):
-        if f.default is not dataclasses.MISSING:
-            default = repr(f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            default = repr(f.default_factory())
-        else:
-            default = "(required)"
-        text = re.sub(r":\w+:`~?([^`]+)`", r"\1", meaning.get(f.name, "")).replace("``", "")
-        rows.append(f"  {f.name:<20}  {default:>10}  {text}")
-    return "\n".join(rows)
+    return "\n".join(
+        (
+            settings_table(LoopConfig, "loop keys (YAML), with their defaults:"),
+            settings_table(PolicySpec, "policy keys (the policy: section):", where="  "),
+        )
+    )

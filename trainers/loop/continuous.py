@@ -470,7 +470,7 @@ def run_async(
     from trainers.loop.pools import load_pools
     from trainers.quiet import quiet_libraries
 
-    if cfg.curriculum is not None:  # also when --mode async overrides a lock-step config
+    if cfg.curriculum:  # also when --mode async overrides a lock-step config
         raise UserError("curriculum is not supported with mode: async")
     run = _AsyncRun(cfg, quiet)
     run.out.mkdir(parents=True, exist_ok=True)

@@ -37,25 +37,23 @@ def select_tasks(
     *,
     history: dict[str, list[float]],
     uses: dict[str, int],
-    curriculum: dict[str, Any] | None,
+    share: float | None,
 ) -> tuple[list[dict[str, Any]], float]:
     """The training tasks of round ``round_no`` (1-based) and the share of the pool available.
 
-    Without curriculum the pool is walked in order, ``n`` fresh tasks per round (wrapping around). With
-    it, tasks are ranked easiest first by their mean reward in ``history`` (untried tasks rank with the
-    average of the tried ones, keeping file order) and the round takes the ``n`` least-used tasks of the
-    available share.
+    Without a curriculum (``share`` None) the pool is walked in order, ``n`` fresh tasks per round (wrapping
+    around). With one (``share``: :meth:`LoopConfig.curriculum_share`), tasks are ranked easiest first by
+    their mean reward in ``history`` (untried tasks rank with the average of the tried ones, keeping file
+    order) and the round takes the ``n`` least-used tasks of that share of the pool.
 
     Example:
         >>> pool = [{"id": str(i)} for i in range(4)]
-        >>> [t["id"] for t in select_tasks(pool, 2, 2, history={}, uses={}, curriculum=None)[0]]
+        >>> [t["id"] for t in select_tasks(pool, 2, 2, history={}, uses={}, share=None)[0]]
         ['2', '3']
     """
-    if curriculum is None:
+    if share is None:
         k = (round_no - 1) * n
         return [pool[(k + j) % len(pool)] for j in range(min(n, len(pool)))], 1.0
-    steps = (round_no - 1) // int(curriculum["widen_every"])
-    share = min(1.0, float(curriculum["start"]) + float(curriculum["widen_by"]) * steps)
     means = {tid: statistics.fmean(v) for tid, v in history.items() if v}
     prior = statistics.fmean(means.values()) if means else 0.0
     order = sorted(range(len(pool)), key=lambda i: (-means.get(pool[i]["id"], prior), i))
@@ -277,7 +275,12 @@ class _Run:
         cfg = self.cfg
         t0 = time.time()
         tasks, share = select_tasks(
-            pool, rnd, cfg.tasks_per_round, history=self.history, uses=self.uses, curriculum=cfg.curriculum
+            pool,
+            rnd,
+            cfg.tasks_per_round,
+            history=self.history,
+            uses=self.uses,
+            share=cfg.curriculum_share(rnd),
         )
         split = f"round-{rnd}"
         got = self.rollout(tasks, split, cfg.group_size, train=True)

@@ -34,7 +34,7 @@ it and takes ``$TRACERL_ADMIN_TOKEN`` out of this process's environment, which a
 
 Example:
     >>> from trainers.serve.policy import make_policy
-    >>> policy = make_policy({"kind": "local"}, "runs/sft")  # doctest: +SKIP
+    >>> policy = make_policy(PolicySpec(kind="local"), "runs/sft")  # doctest: +SKIP
     >>> policy.start(); policy.update("runs/train/round-1/final"); policy.stop()  # doctest: +SKIP
 """
 
@@ -58,6 +58,7 @@ from sdk import _env
 from trainers.errors import UserError
 from trainers.serve.pidfile import free_port, terminate, wait_healthy
 from trainers.serve.versions import StaleVersion, next_version
+from trainers.settings import PolicySpec
 
 __all__ = [
     "ENV_ADMIN_TOKEN",
@@ -822,37 +823,24 @@ class ExternalPolicy:
         return self._proxy.exit_code() if self._proxy is not None else None
 
 
-def make_policy(spec: dict[str, Any] | None, checkpoint: str, *, log_dir: str | None = None) -> PolicyServer:
-    """Build the policy server a loop config's ``policy:`` section describes.
+def make_policy(spec: PolicySpec, checkpoint: str, *, log_dir: str | None = None) -> PolicyServer:
+    """Build the policy server a loop config's ``policy:`` section describes (starts nothing).
 
-    Keys: ``kind`` (``local`` default, ``vllm``, ``external``), ``model_name`` (``policy``); local:
-    ``subprocess``, ``threads``, ``adapters``, ``device``, ``dtype``, ``reload_roots`` (with ``log_dir``
-    too); vllm: ``lora``, ``max_lora_rank``,
-    ``max_loras``, ``port``, ``tool_call_parser``, ``extra_args``, ``executable``, ``startup_timeout``,
-    ``weight_transfer``, ``weight_sender``, ``master_address``; external: ``base_url``, ``reload``,
-    ``admin_token_file`` (else ``$TRACERL_ADMIN_TOKEN``).
+    Args:
+        spec: The section (:class:`trainers.settings.PolicySpec`: each key with its type, default and help).
+        checkpoint: The weights it serves first.
+        log_dir: The run's directory: the server's log and pid file go there, and it may reload from it.
 
     Example:
-        >>> make_policy({"kind": "external", "base_url": "http://127.0.0.1:8000/v1"}, "m").model_name
+        >>> make_policy(PolicySpec(kind="external", base_url="http://127.0.0.1:8000/v1"), "m").model_name
         'policy'
     """
-    spec = dict(spec or {})
-    kind = spec.pop("kind", "local")
-    name = spec.pop("model_name", "policy")
+    kw = spec.kwargs()
     log = str(Path(log_dir) / "policy-server.log") if log_dir else None
-    try:
-        if kind == "local":
-            pid_file = str(Path(log_dir) / "policy-server.pid") if log_dir else None
-            roots = [*spec.pop("reload_roots", []), *([log_dir] if log_dir else [])]  # the run's checkpoints
-            return LocalPolicy(checkpoint, name, log=log, pid_file=pid_file, reload_roots=roots, **spec)
-        if kind == "vllm":
-            return VLLMPolicy(checkpoint, name, log=log, **spec)
-        if kind == "external":
-            if "base_url" not in spec:
-                raise UserError("policy kind external needs base_url")
-            if "admin_token" in spec:  # the loop saves its config in the run directory, which agents may read
-                raise UserError(f"policy admin_token: use admin_token_file or ${ENV_ADMIN_TOKEN}")
-            return ExternalPolicy(spec.pop("base_url"), name, **spec)
-    except TypeError as exc:
-        raise UserError(f"invalid policy settings: {exc}") from None
-    raise UserError(f"policy kind must be local, vllm or external, got {kind!r}")
+    if spec.kind == "local":
+        pid_file = str(Path(log_dir) / "policy-server.pid") if log_dir else None
+        kw["reload_roots"] = [*spec.reload_roots, *([log_dir] if log_dir else [])]  # the run's checkpoints
+        return LocalPolicy(checkpoint, log=log, pid_file=pid_file, **kw)
+    if spec.kind == "vllm":
+        return VLLMPolicy(checkpoint, log=log, **kw)
+    return ExternalPolicy(kw.pop("base_url"), **kw)

@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import re
 from typing import Any
 
 from trainers.data import PreparedData
 from trainers.errors import UserError
-from trainers.trl.config import _OWNED, TRLGRPOConfig
+from trainers.settings import coerce, field_types, unknown_settings
+from trainers.trl.config import _OWNED, GRPOShortcuts, TRLGRPOConfig
 
 __all__ = ["check_grpo_keys", "resolve_grpo_kwargs"]
-
-
-def _coerce(value: Any, type_str: str) -> Any:
-    # YAML 1.1 reads "1e-5" as a string; numeric GRPOConfig fields get numbers.
-    if isinstance(value, str) and re.search(r"\b(float|int)\b", type_str) and "str" not in type_str:
-        try:
-            return int(value) if re.fullmatch(r"[+-]?\d+", value.strip()) else float(value)
-        except ValueError:
-            return value
-    return value
 
 
 def check_grpo_keys(config: TRLGRPOConfig) -> dict[str, Any]:
@@ -30,7 +19,8 @@ def check_grpo_keys(config: TRLGRPOConfig) -> dict[str, Any]:
     Loads no model: the loop calls it before its first rollout, so a typo costs no round.
 
     Raises:
-        UserError: Unknown keys (with suggestions) or keys that conflict with top-level fields.
+        UserError: Unknown keys (with suggestions), values of the wrong type, or keys that conflict with
+            top-level fields.
 
     Example:
         >>> check_grpo_keys(TRLGRPOConfig(grpo={"learning_rate": "1e-5"}))
@@ -38,14 +28,11 @@ def check_grpo_keys(config: TRLGRPOConfig) -> dict[str, Any]:
     """
     from trl import GRPOConfig
 
-    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    types = field_types(GRPOConfig)
     user = dict(config.grpo or {})
-    for key in list(user):
-        if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=3)
-            hint = f" (did you mean: {', '.join(close)}?)" if close else ""
-            raise UserError(f"unknown GRPOConfig field {key!r}{hint}")
-        user[key] = _coerce(user[key], str(fields[key].type))
+    if set(user) - set(types):
+        raise unknown_settings(set(user) - set(types), types, "GRPOConfig field(s)")
+    user = {key: coerce(f"grpo.{key}", value, types[key]) for key, value in user.items()}
     for key, attr in _OWNED.items():
         if key in user and user[key] != getattr(config, attr):
             raise UserError(
@@ -57,10 +44,11 @@ def check_grpo_keys(config: TRLGRPOConfig) -> dict[str, Any]:
 def resolve_grpo_kwargs(config: TRLGRPOConfig, prepared: PreparedData) -> dict[str, Any]:
     """Resolve the ``GRPOConfig`` keyword arguments: the user's ``grpo`` mapping over tracerl's defaults.
 
-    Defaults set only when the user did not: ``per_device_train_batch_size`` = G × up to 8/G groups,
-    ``logging_steps=1``, ``report_to="none"``, ``bf16`` when CUDA supports it, gradient checkpointing only on
-    GPU, ``use_cpu`` without CUDA, and ``max_completion_length`` = the longest completion (only the
-    ``dr_grpo`` normaliser reads it; replayed completions are cut when building sequences).
+    Defaults set only when the user did not: those of :class:`~trainers.trl.config.GRPOShortcuts`,
+    ``per_device_train_batch_size`` = G × up to 8/G groups, ``bf16`` when CUDA supports it, gradient
+    checkpointing only on GPU, ``use_cpu`` without CUDA, and ``max_completion_length`` = the longest
+    completion (only the ``dr_grpo`` normaliser reads it; replayed completions are cut when building
+    sequences).
 
     Raises:
         UserError: Unknown ``grpo`` keys (with suggestions) or conflicts with top-level fields.
@@ -68,7 +56,7 @@ def resolve_grpo_kwargs(config: TRLGRPOConfig, prepared: PreparedData) -> dict[s
     Example:
         >>> resolve_grpo_kwargs(TRLGRPOConfig(grpo={"lr": 1}), prepared)  # doctest: +SKIP
         Traceback (most recent call last):
-        trainers.errors.UserError: unknown GRPOConfig field 'lr' (did you mean: learning_rate?)
+        trainers.errors.UserError: unknown GRPOConfig field(s): lr (did you mean learning_rate?)
     """
     import torch
 
@@ -77,19 +65,16 @@ def resolve_grpo_kwargs(config: TRLGRPOConfig, prepared: PreparedData) -> dict[s
     G = config.group_size
     n_units = max(1, len(prepared.groups))
     kw: dict[str, Any] = {
+        **{k: v for k, v in dataclasses.asdict(GRPOShortcuts()).items() if v is not None},
         "output_dir": config.output_dir,
         "seed": config.seed,
         "num_generations": G,
         "per_device_train_batch_size": G * max(1, min(max(1, 8 // G), n_units)),
-        "logging_steps": 1,
-        "report_to": "none",
         "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
         "use_cpu": not cuda,
         "max_completion_length": max(
             [len(s.completion_ids) for g in prepared.groups for s in g.sequences] or [1]
         ),
-        "save_strategy": "steps",
-        "save_steps": 50,
     }
     if "gradient_checkpointing" not in user and "activation_checkpointing" not in user:
         # transformers 5.23 renamed it; setting the new name avoids a deprecation warning on every run.

@@ -6,13 +6,51 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainers.base import TrainerConfig
+from trainers.settings import context_default, setting
 
-__all__ = ["TRLGRPOConfig"]
+__all__ = ["GRPOShortcuts", "TRLGRPOConfig"]
 
 
 # GRPOConfig fields tracerl owns at the top level of the config (GRPOConfig name: our name); in `grpo` they
 # must agree with it.
 _OWNED = {"output_dir": "output_dir", "seed": "seed", "num_generations": "group_size"}
+
+
+@dataclass
+class GRPOShortcuts:
+    """The ``trl.GRPOConfig`` fields with a flag of their own, and the defaults tracerl gives them.
+
+    They land in the config's ``grpo`` mapping (``--max-steps 10`` is ``grpo: {max_steps: 10}``); ``None``
+    leaves TRL's default. Every other GRPOConfig field: ``--grpo KEY=VALUE`` or the ``grpo:`` mapping.
+    The defaults that depend on the machine or the data (``bf16``, ``use_cpu``, the batch size, ...) are
+    :func:`trainers.trl.resolve_grpo_kwargs`'s.
+
+    Example:
+        >>> GRPOShortcuts().save_steps
+        50
+    """
+
+    max_steps: int | None = setting(None, help="Total optimizer steps (overrides --num-train-epochs).")
+    num_train_epochs: float | None = setting(None, help="Passes over the training groups.")
+    learning_rate: float | None = setting(None, help="Learning rate (TRL's default is 1e-6).")
+    per_device_train_batch_size: int | None = setting(
+        None, help="Sequences per device per step (a multiple of group_size; default G x up to 8/G groups)."
+    )
+    gradient_accumulation_steps: int | None = setting(None, help="Micro-batches per optimizer step.")
+    loss_type: str | None = setting(
+        None, help="grpo, dr_grpo, dapo (TRL default), bnpo, cispo, sapo, luspo, vespo."
+    )
+    beta: float | None = setting(None, help="KL coefficient (0 loads no reference model).")
+    num_iterations: int | None = setting(
+        None, help="Policy updates per replayed batch (μ); >1 uses behaviour-logprob clipping."
+    )
+    epsilon: float | None = setting(None, help="Clipping range ε.")
+    temperature: float | None = setting(
+        None, help="Sampling temperature of the stored episodes (divides logits)."
+    )
+    save_steps: int = setting(50, help="Save a resumable checkpoint every N steps.")
+    logging_steps: int = setting(1, help="Log metrics every N steps.")
+    report_to: str = setting("none", help="Where TRL reports metrics besides metrics.jsonl (e.g. wandb).")
 
 
 @dataclass
@@ -50,14 +88,14 @@ class TRLGRPOConfig(TrainerConfig):
             "(π_θ/π_behaviour); otherwise the ratio starts at 1 each update."
         },
     )
-    tis_cap: float | None = field(
-        default=None,
-        metadata={
-            "help": "Truncated importance sampling against the stored behaviour logprobs (the asynchronous "
-            "loop turns it on with 2.0): clip π_θ/π_prox, the policy at the start of each generation batch, "
-            "and weight each trained token's loss by min(π_prox/π_behaviour, tis_cap). None: clip "
-            "π_θ/π_behaviour directly (behaviour_logprobs)."
-        },
+    tis_cap: float | None = setting(
+        context_default("tis_cap", "trainer"),
+        help="Truncated importance sampling against the stored behaviour logprobs (the asynchronous loop "
+        "turns it on with 2.0): clip π_θ/π_prox, the policy at the start of each generation batch, and "
+        "weight each trained token's loss by min(π_prox/π_behaviour, tis_cap). None: clip π_θ/π_behaviour "
+        "directly (behaviour_logprobs).",
+        check=lambda v: v > 0,
+        rule="> 0",
     )
     min_advantage: float | None = field(
         default=None,

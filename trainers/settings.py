@@ -306,6 +306,8 @@ def coerce(name: str, value: Any, hint: Any) -> Any:
     elif base is list:
         if isinstance(value, (list, tuple)):
             return list(value)
+        if isinstance(value, str):  # a flag's "A,B" (a str-or-list keeps its str)
+            return [part.strip() for part in value.split(",") if part.strip()]
     else:
         return value
     raise UserError(f"{name} must be {_word(hint)}, got {value!r}")

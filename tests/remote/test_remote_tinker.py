@@ -106,7 +106,7 @@ def test_unknown_logprobs_are_nan_until_filled_and_cross_entropy_uses_weights():
 
 
 def test_config_and_key_errors(tmp_path, monkeypatch, prepared):
-    with pytest.raises(UserError, match="loss_fn must be importance_sampling or ppo"):
+    with pytest.raises(UserError, match="loss_fn must be one of importance_sampling, ppo"):
         TinkerConfig(model="m", loss_fn="sft")
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     _, cfg = prepared

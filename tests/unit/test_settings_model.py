@@ -122,6 +122,8 @@ def test_every_context_default_is_the_one_its_config_uses() -> None:
     for name, table in CONTEXT_DEFAULTS.items():
         for context, (default, reason) in table.items():
             assert reason, f"{name} in {context}: no reason given"
+            if context == "rollout" and context not in SPECS:
+                continue  # sdk.rollout has no RolloutSpec yet: nothing to compare
             if context in SPECS and name in _fields(SPECS[context]):
                 assert _default(_fields(SPECS[context])[name]) == default, (name, context)
             else:  # a trainer setting the loop sets for its trainer

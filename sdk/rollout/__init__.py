@@ -1,9 +1,10 @@
 """Run an agent over a task set: G samples per task, each in its own session, resumable.
 
-``python -m sdk.rollout AGENT TASKS`` (or :func:`run_rollout` in Python) calls the agent function
-``module:function`` once per (task, sample) inside ``sdk.session(task_id=..., sample=k, split=...)``, so
-whatever the agent's integration captures lands in the store grouped for GRPO. The agent takes the task
-dict and returns an answer (scored by ``--reward-fn module:function(task, answer)``) or calls
+``python -m sdk.rollout AGENT TASKS`` (or :func:`run_rollout` in Python, given a :class:`RolloutSpec`: the
+agent, reward function, group size, concurrency and timeout, the CLI's flags of those names) calls the
+agent function ``module:function`` once per (task, sample) inside ``sdk.session(task_id=..., sample=k,
+split=...)``, so whatever the agent's integration captures lands in the store grouped for GRPO. The agent
+takes the task dict and returns an answer (scored by ``--reward-fn module:function(task, answer)``) or calls
 ``sdk.reward`` itself. Sync and ``async def`` agents both work; sync ones run in a thread each.
 
 Every finished sample appends one line to the results file (JSON lines); re-running the same command skips
@@ -57,10 +58,9 @@ shows their share). Session metadata :data:`MALFORMED_TOOL_CALL_PENALTY` (a numb
 sample with such a call by that much (the loop's ``malformed_tool_call_penalty``).
 
 Example:
-    >>> from sdk.rollout import run_rollout
-    >>> tasks = [{"id": "t1", "x": 2}]
-    >>> summary = run_rollout(lambda t: t["x"] * 2, tasks, group_size=2,  # doctest: +SKIP
-    ...                       reward_fn=lambda t, a: float(a == 4), results="r.jsonl")
+    >>> from sdk.rollout import RolloutSpec, run_rollout
+    >>> spec = RolloutSpec(lambda t: t["x"] * 2, group_size=2, reward_fn=lambda t, a: float(a == 4))
+    >>> summary = run_rollout(spec, [{"id": "t1", "x": 2}], results="r.jsonl")  # doctest: +SKIP
     >>> summary.success_rate  # doctest: +SKIP
     1.0
 """
@@ -72,6 +72,7 @@ from sdk.rollout._cli import build_parser, main
 from sdk.rollout._continuous import run_continuous
 from sdk.rollout._run import run_rollout
 from sdk.rollout._sample import MALFORMED_TOOL_CALL_PENALTY, PolicyEndpoint, policy_endpoint
+from sdk.rollout._spec import RolloutSpec
 from sdk.rollout._summary import RolloutSummary, read_results, summarize
 from sdk.rollout._tasks import RolloutError, SampleTimeout, load_function, load_tasks
 
@@ -80,6 +81,7 @@ __all__ = [
     "PolicyEndpoint",
     "RolloutCheck",
     "RolloutError",
+    "RolloutSpec",
     "RolloutSummary",
     "SampleTimeout",
     "build_parser",

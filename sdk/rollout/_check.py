@@ -8,7 +8,7 @@ each group (a group whose samples all score the same teaches nothing), seconds p
 these settings will take, peak memory, and a verdict naming what to change.
 
 Example:
-    >>> report = check_rollout("my_agent:solve", "tasks.jsonl", group_size=4)  # doctest: +SKIP
+    >>> report = check_rollout(RolloutSpec("my_agent:solve", group_size=4), "tasks.jsonl")  # doctest: +SKIP
     >>> print(report.format())  # doctest: +SKIP
 """
 
@@ -24,9 +24,11 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from sdk.rollout._spec import RolloutSpec
 
 __all__ = ["RolloutCheck", "check_rollout"]
 
@@ -259,34 +261,23 @@ def took(seconds: float) -> str:
 
 
 def check_rollout(
-    agent: str | Callable[..., Any],
+    spec: RolloutSpec,
     tasks: str | os.PathLike[str] | Iterable[dict[str, Any]],
     *,
-    group_size: int = 4,
     check_tasks: int = 2,
-    concurrency: int = 8,
-    timeout: float | None = None,
-    reward_fn: str | Callable[..., Any] | None = None,
-    id_field: str = "id",
-    success_threshold: float = 1.0,
     workdir: str | os.PathLike[str] | None = None,
     projections: list[tuple[str, int, int]] | None = None,
 ) -> RolloutCheck:
-    """Run the first ``check_tasks`` tasks ``group_size`` times each and report what the samples show.
+    """Run the first ``check_tasks`` tasks ``spec.group_size`` times each and report what the samples show.
 
     The samples go to a store and results file of their own (``workdir``, default a temporary directory
     removed afterwards), so nothing of the check is exported or trained on.
 
     Args:
-        agent: As for :func:`sdk.rollout.run_rollout`.
+        spec: What runs, as for :func:`sdk.rollout.run_rollout` (its ``group_size``: the run's G); at most
+            ``spec.concurrency`` samples at once.
         tasks: The task set; only its first ``check_tasks`` tasks run.
-        group_size: Samples per task (the run's G).
         check_tasks: Tasks to run.
-        concurrency: Samples at once (at most the check's samples).
-        timeout: Seconds per sample.
-        reward_fn: As for :func:`sdk.rollout.run_rollout`.
-        id_field: Task id field.
-        success_threshold: A sample succeeds when its reward is at least this.
         workdir: Where the check's store and results go (kept); default: a temporary directory.
         projections: ``(what, samples, concurrency)`` runs to project at the check's pace.
 
@@ -297,7 +288,8 @@ def check_rollout(
         RolloutError: Bad agent, reward function, tasks or settings (as the runner raises them).
 
     Example:
-        >>> print(check_rollout("my_agent:solve", "tasks.jsonl", group_size=4).format())  # doctest: +SKIP
+        >>> spec = RolloutSpec("my_agent:solve", group_size=4)
+        >>> print(check_rollout(spec, "tasks.jsonl").format())  # doctest: +SKIP
     """
     import sdk
     from sdk.rollout._run import run_rollout
@@ -306,7 +298,7 @@ def check_rollout(
 
     if check_tasks < 1:
         raise RolloutError(f"check_tasks must be at least 1, got {check_tasks}")
-    chosen = load_tasks(tasks, id_field)[:check_tasks]
+    chosen = load_tasks(tasks, spec.id_field)[:check_tasks]
     if not chosen:
         raise RolloutError("no tasks to check")
     temp = tempfile.TemporaryDirectory(prefix="tracerl-check-") if workdir is None else None
@@ -319,25 +311,15 @@ def check_rollout(
     from sdk.rollout._resume import _store_location
 
     before = _store_location()  # configured again afterwards: the check's store is not the caller's
-    running = min(concurrency, len(chosen) * group_size)
+    # At most the check's samples at once; the chosen tasks carry their id under "id" now.
+    spec = dataclasses.replace(
+        spec, concurrency=min(spec.concurrency, len(chosen) * spec.group_size), id_field="id"
+    )
     try:
         t0 = time.monotonic()
-        summary = run_rollout(
-            agent,
-            chosen,
-            group_size=group_size,
-            concurrency=running,
-            timeout=timeout,
-            reward_fn=reward_fn,
-            split="check",
-            results=results,
-            store=store,
-            id_field="id",
-            success_threshold=success_threshold,
-        )
+        summary = run_rollout(spec, chosen, split="check", results=results, store=store)
         wall = time.monotonic() - t0
-        rows = read_results(results)
-        report = _report(rows, store, group_size, wall, running, timeout)
+        report = _report(read_results(results), store, spec, wall)
     finally:
         sdk.flush()
         sdk.configure(store=before)
@@ -348,14 +330,7 @@ def check_rollout(
     return report
 
 
-def _report(
-    rows: list[dict[str, Any]],
-    store: Path,
-    group_size: int,
-    wall: float,
-    concurrency: int,
-    timeout: float | None,
-) -> RolloutCheck:
+def _report(rows: list[dict[str, Any]], store: Path, spec: RolloutSpec, wall: float) -> RolloutCheck:
     from sdk.messages import malformed_tool_call
     from sdk.store import StoreReader
 
@@ -395,7 +370,7 @@ def _report(
     scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, kilobytes on Linux
     return RolloutCheck(
         samples=len(rows),
-        group_size=group_size,
+        group_size=spec.group_size,
         groups=groups,
         calls_per_sample=statistics.fmean(calls) if calls else None,
         tool_calls=tool_calls,
@@ -404,10 +379,10 @@ def _report(
         seconds_per_call=statistics.fmean(latencies) if latencies else None,
         seconds_per_sample=statistics.fmean(seconds) if seconds else None,
         wall_s=wall,
-        concurrency=concurrency,
+        concurrency=spec.concurrency,
         temperatures=sorted(temperatures, key=lambda t: (t is None, t or 0.0)),
         first_error=errors[0] if errors else None,
-        timeout=timeout,
+        timeout=spec.timeout,
         peak_rss_bytes=self_rss * scale,
         peak_child_rss_bytes=child_rss * scale,
     )

@@ -8,21 +8,27 @@ Example:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
 import sys
 import threading
+import typing
+from typing import Any
 
 from sdk._cli import OneLineParser, command_parser, new_directories, remove_empty
 from sdk.eval import parse_shard
 from sdk.rollout._continuous import run_continuous
 from sdk.rollout._resume import _current_store
 from sdk.rollout._run import run_rollout
+from sdk.rollout._spec import RolloutSpec
 from sdk.rollout._summary import RolloutSummary
 from sdk.rollout._tasks import RolloutError
 
 __all__ = ["build_parser", "main"]
+
+_SHORT = {"group_size": ("-G",), "concurrency": ("-c",)}  # the short flags of the spec's settings
 
 
 def build_parser() -> OneLineParser:
@@ -37,14 +43,15 @@ def build_parser() -> OneLineParser:
         "sdk.rollout",
         description="Run an agent over a task set (G samples per task, each in a session); resumable.",
     )
-    p.add_argument("agent", help="agent entry point module:function (takes the task dict)")
+    fields = {f.name: f for f in dataclasses.fields(RolloutSpec)}
+    p.add_argument("agent", help=fields.pop("agent").metadata["help"].rstrip("."))
     p.add_argument("tasks", help="tasks: .jsonl, .parquet, a saved datasets directory or hf:NAME[:SPLIT]")
-    p.add_argument(
-        "--group-size", "-G", type=int, default=1, help="samples per task, the GRPO group size G (default 1)"
-    )
-    p.add_argument("--concurrency", "-c", type=int, default=8, help="samples at once (default 8)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per sample (default: none)")
-    p.add_argument("--reward-fn", default=None, help="module:function(task, answer) -> float | dict")
+    hints = typing.get_type_hints(RolloutSpec)
+    for name, f in fields.items():  # the spec's settings: the flag, its type, default and help from the field
+        kind = next(t for t in (int, float, str) if hints[name] is t or t in typing.get_args(hints[name]))
+        default = "" if f.default is None else f" (default {f.default})"
+        flags = [f"--{name.replace('_', '-')}", *_SHORT.get(name, ())]
+        p.add_argument(*flags, type=kind, default=f.default, help=f.metadata["help"].rstrip(".") + default)
     p.add_argument(
         "--split", default="train", help="session metadata split (default train; eval: no training)"
     )
@@ -54,8 +61,6 @@ def build_parser() -> OneLineParser:
         default=None,
         help="results file (default <store>-rollout-<split>.jsonl next to the store)",
     )
-    p.add_argument("--id-field", default="id", help="task id field (default id, else task_id)")
-    p.add_argument("--success-threshold", type=float, default=1.0, help="reward counted as success")
     p.add_argument(
         "--ray",
         default=None,
@@ -119,9 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         results = args.results or str(
             store.parent / f"{store.name.lstrip('.') or 'store'}-rollout-{args.split}{shard}.jsonl"
         )
+        spec = RolloutSpec(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RolloutSpec)})
         if args.check is not None:
-            return _check(args)
-        summary = (_continuous if args.continuous else _batch)(args, results)
+            return _check(args, spec)
+        output = {"split": args.split, "results": results, "progress": not args.no_progress and not args.json}
+        summary = (_continuous if args.continuous else _batch)(args, spec, output)
     except (RolloutError, ValueError) as exc:
         remove_empty(made)
         print(f"error: {exc}", file=sys.stderr)
@@ -140,42 +147,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _check(args: argparse.Namespace) -> int:
+def _check(args: argparse.Namespace, spec: RolloutSpec) -> int:
     """``--check``: a handful of samples and what they say about the run; 0 after printing."""
     from sdk.rollout._check import check_rollout
     from sdk.rollout._tasks import load_tasks
 
-    everything = len(load_tasks(args.tasks, args.id_field)) * args.group_size
+    everything = len(load_tasks(args.tasks, spec.id_field)) * spec.group_size
     report = check_rollout(
-        args.agent, args.tasks, group_size=args.group_size, check_tasks=args.check,
-        concurrency=args.concurrency, timeout=args.timeout, reward_fn=args.reward_fn, id_field=args.id_field,
-        success_threshold=args.success_threshold,
-        projections=[("the whole rollout", everything, args.concurrency)],
+        spec, args.tasks, check_tasks=args.check,
+        projections=[("the whole rollout", everything, spec.concurrency)],
     )  # fmt: skip
     print(json.dumps(report.as_dict()) if args.json else report.format())
     return 0
 
 
-def _batch(args: argparse.Namespace, results: str) -> RolloutSummary:
-    return run_rollout(
-        args.agent,
-        args.tasks,
-        group_size=args.group_size,
-        concurrency=args.concurrency,
-        timeout=args.timeout,
-        reward_fn=args.reward_fn,
-        split=args.split,
-        results=results,
-        id_field=args.id_field,
-        success_threshold=args.success_threshold,
-        progress=not args.no_progress and not args.json,
-        ray=args.ray,
-        ray_runtime_env={"working_dir": args.ray_working_dir} if args.ray_working_dir else None,
-        shard=args.shard,
-    )
+def _batch(args: argparse.Namespace, spec: RolloutSpec, output: dict[str, Any]) -> RolloutSummary:
+    env = {"working_dir": args.ray_working_dir} if args.ray_working_dir else None
+    return run_rollout(spec, args.tasks, ray=args.ray, ray_runtime_env=env, shard=args.shard, **output)
 
 
-def _continuous(args: argparse.Namespace, results: str) -> RolloutSummary:
+def _continuous(args: argparse.Namespace, spec: RolloutSpec, output: dict[str, Any]) -> RolloutSummary:
     """``--continuous``: cycle over the tasks until SIGINT/SIGTERM, then finish the samples in flight."""
     if args.ray is not None or args.shard is not None:
         raise RolloutError("--continuous runs here over the whole task set: drop --ray and --shard")
@@ -191,20 +182,7 @@ def _continuous(args: argparse.Namespace, results: str) -> RolloutSummary:
     if threading.current_thread() is threading.main_thread():
         handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return run_continuous(
-            args.agent,
-            args.tasks,
-            results=results,
-            stop=stop,
-            concurrency=args.concurrency,
-            group_size=args.group_size,
-            split=args.split,
-            timeout=args.timeout,
-            reward_fn=args.reward_fn,
-            id_field=args.id_field,
-            success_threshold=args.success_threshold,
-            progress=not args.no_progress and not args.json,
-        )
+        return run_continuous(spec, args.tasks, stop=stop, **output)
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

@@ -1,7 +1,7 @@
 """Continuous collection: ``concurrency`` samples always in flight over a task set or stream, until stopped.
 
 The batch runner runs a fixed set of (task, sample) pairs and ends; :func:`run_continuous` keeps going, so a
-trainer can learn beside it (the loop's ``mode: async``). Samples are taken in blocks of ``group_size``
+trainer can learn beside it (the loop's ``mode: async``). Samples are taken in blocks of ``spec.group_size``
 (one GRPO group): block ``b`` of a task is samples ``b*G .. b*G+G-1``, and each time a task comes round
 (the task set cycled in order, or the next task of ``task_stream``) it gets its first block not yet done,
 so a task that comes back gets fresh sample indices. The results file, the store and resuming are the batch
@@ -12,8 +12,9 @@ task that may not come round again: a task stream held back by back-pressure, or
 
 Example:
     >>> import threading
-    >>> stop = threading.Event()
-    >>> run_continuous("my_agent:solve", "tasks.jsonl", results="r.jsonl", stop=stop)  # doctest: +SKIP
+    >>> from sdk.rollout import RolloutSpec
+    >>> spec, stop = RolloutSpec("my_agent:solve", group_size=8), threading.Event()
+    >>> run_continuous(spec, "tasks.jsonl", results="r.jsonl", stop=stop)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from sdk.rollout._run import _finish, _Plan, _prepare
 from sdk.rollout._sample import _one_sample, _Progress, _settle_loop
+from sdk.rollout._spec import RolloutSpec
 from sdk.rollout._summary import RolloutSummary, _append, read_results
 from sdk.rollout._tasks import RolloutError, load_tasks
 
@@ -50,49 +52,38 @@ class _AnyTask:
 
 
 def run_continuous(
-    agent: str | Callable[..., Any],
+    spec: RolloutSpec,
     tasks: str | os.PathLike[str] | Iterable[dict[str, Any]] = (),
     *,
     results: str | os.PathLike[str],
     stop: threading.Event,
-    concurrency: int = 8,
-    group_size: int = 1,
     task_stream: Iterable[dict[str, Any]] | None = None,
     cycle: bool = True,
     split: str = "train",
-    timeout: float | None = None,
     metadata: Metadata | None = None,
     on_sample: Callable[[dict[str, Any]], None] | None = None,
-    reward_fn: str | Callable[..., Any] | None = None,
     store: str | os.PathLike[str] | None = None,
-    id_field: str = "id",
-    success_threshold: float = 1.0,
     progress: bool = False,
 ) -> RolloutSummary:
-    """Keep ``concurrency`` samples of ``agent`` in flight until ``stop`` is set; resumable (as run_rollout).
+    """Keep ``spec.concurrency`` samples in flight until ``stop`` is set; resumable (as run_rollout).
 
     Args:
-        agent: As for :func:`sdk.rollout.run_rollout`.
+        spec: What runs, as for :func:`sdk.rollout.run_rollout`; ``group_size`` samples per task each
+            time it comes round (one GRPO group).
         tasks: The task set, taken ``group_size`` samples per task in order (again and again when
             ``cycle``, with fresh sample indices each round). With ``task_stream``, only where a killed
             run's part-done groups find their tasks (their missing samples run first).
         results: The results file (JSON lines, the batch runner's format); pairs already in it are skipped.
         stop: Set to stop: no sample starts after it, those in flight finish (or time out), then it returns.
-        concurrency: Samples in flight at once.
-        group_size: Samples per task each time it comes round (the GRPO group size G).
         task_stream: An iterable of task dicts, e.g. fed by a curriculum; each task it yields gets its next
             ``group_size`` samples. It may block; a task it yields after ``stop`` is not run.
         cycle: Cycle over ``tasks`` until stopped; False: one pass, then return.
         split: Session metadata ``split``.
-        timeout: Seconds per sample.
         metadata: Extra session metadata, or a callable ``(task, sample) -> dict`` called at each sample's
             start (the loop stamps ``policy_version`` this way).
         on_sample: Called with each results line once it is written (in the runner's thread); its errors are
             reported once and do not stop the run.
-        reward_fn: As for :func:`sdk.rollout.run_rollout`.
         store: Store directory or URI; default: the current configuration.
-        id_field: Task id field.
-        success_threshold: A sample succeeds when its reward is at least this.
         progress: Show a progress bar on stderr.
 
     Returns:
@@ -102,23 +93,22 @@ def run_continuous(
         RolloutError: Bad agent, reward function, tasks or settings.
 
     Example:
-        >>> run_continuous("my_agent:solve", "tasks.jsonl", results="r.jsonl", stop=stop)  # doctest: +SKIP
+        >>> run_continuous(spec, "tasks.jsonl", results="r.jsonl", stop=stop)  # doctest: +SKIP
     """
     plan = _prepare(
-        agent, tasks, group_size=group_size, concurrency=concurrency,
-        timeout=timeout, reward_fn=reward_fn, split=split, results=results, store=store, id_field=id_field,
-        threshold=success_threshold, metadata=None if callable(metadata) else metadata,
+        spec, tasks, split=split, results=results, store=store,
+        metadata=None if callable(metadata) else metadata,
         task_ids=_AnyTask() if task_stream is not None else None,
     )  # fmt: skip
     done = {(str(r["task_id"]), int(r["sample"])) for r in plan.rows}
     plan.rows = []
-    first = _part_done(plan.tasks, done, group_size)
+    first = _part_done(plan.tasks, done, spec.group_size)
     bar = _Progress(progress, None, len(done))  # no total: it runs until stopped
     done.update((t["id"], k) for t, k in first)  # scheduled now: not again when their task comes round
     tasks_in_order = itertools.cycle(plan.tasks) if cycle else iter(plan.tasks)
     source: Iterator[dict[str, Any]] = iter(task_stream) if task_stream is not None else tasks_in_order
-    run = _Continuous(plan, concurrency, stop, metadata if callable(metadata) else None, on_sample, bar)
-    pairs = itertools.chain(first, _pairs(source, group_size, done, id_field, bar))
+    run = _Continuous(plan, stop, metadata if callable(metadata) else None, on_sample, bar)
+    pairs = itertools.chain(first, _pairs(source, spec, done, bar))
     try:
         asyncio.run(run.loop(pairs, blocking=task_stream is not None))
     finally:
@@ -146,17 +136,14 @@ def _part_done(
 
 
 def _pairs(
-    source: Iterator[dict[str, Any]],
-    group_size: int,
-    done: set[tuple[str, int]],
-    id_field: str,
-    bar: _Progress,
+    source: Iterator[dict[str, Any]], spec: RolloutSpec, done: set[tuple[str, int]], bar: _Progress
 ) -> Iterator[tuple[dict[str, Any], int]]:
     """(task, sample) pairs: each task as it comes, its first block of ``group_size`` samples not yet done."""
     blocks: dict[str, int] = defaultdict(int)  # the next block to look at, per task id
+    group_size = spec.group_size
     for raw in source:
         try:
-            (task,) = load_tasks([raw], id_field)
+            (task,) = load_tasks([raw], spec.id_field)
         except RolloutError as exc:
             bar.say(f"warning: a streamed task was skipped: {exc}")
             continue
@@ -177,13 +164,12 @@ class _Continuous:
     def __init__(
         self,
         plan: _Plan,
-        concurrency: int,
         stop: threading.Event,
         metadata: Callable[[dict[str, Any], int], dict[str, Any]] | None,
         on_sample: Callable[[dict[str, Any]], None] | None,
         bar: _Progress,
     ) -> None:
-        self.plan, self.concurrency, self.stop = plan, concurrency, stop
+        self.plan, self.concurrency, self.stop = plan, plan.spec.concurrency, stop
         self.metadata, self.on_sample, self.bar = metadata, on_sample, bar
         self.ran = 0
         self.warned: set[str] = set()
@@ -232,9 +218,7 @@ class _Continuous:
                 md = {**self.metadata(task, k), **plan.metadata}
             except Exception as exc:
                 self.warn("metadata", f"the metadata function failed on task {task['id']!r} sample {k}", exc)
-        row = await _one_sample(
-            plan.fn, plan.score, task, k, plan.timeout, md, plan.threshold, self.warned, self.bar
-        )
+        row = await _one_sample(plan.fn, plan.score, task, k, plan.spec, md, self.warned, self.bar)
         _append(plan.results, row)
         self.ran += 1
         self.bar.update(bool(row["success"]))

@@ -1,8 +1,8 @@
-"""The batch runner: every task ``group_size`` times, at most ``concurrency`` at once, locally or on Ray.
+"""The batch runner: every task ``spec.group_size`` times, ``spec.concurrency`` at once, locally or on Ray.
 
 Example:
-    >>> from sdk.rollout import run_rollout
-    >>> run_rollout("my_agent:solve", "tasks.jsonl", results="out.jsonl")  # doctest: +SKIP
+    >>> from sdk.rollout import RolloutSpec, run_rollout
+    >>> run_rollout(RolloutSpec("my_agent:solve"), "tasks.jsonl", results="out.jsonl")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from sdk.eval import parse_shard
 from sdk.rollout._resume import _current_store, _resume, _run_key, _store_location
 from sdk.rollout._sample import TASK_SET as _TASK_SET
 from sdk.rollout._sample import _one_sample, _Progress, _settle_loop
+from sdk.rollout._spec import RolloutSpec
 from sdk.rollout._summary import RolloutSummary, _append, _write_metrics, summarize
 from sdk.rollout._tasks import RolloutError, _shard_tasks, check_call, load_function, load_tasks
 
@@ -29,46 +30,31 @@ __all__ = ["run_rollout"]
 
 
 def run_rollout(
-    agent: str | Callable[..., Any],
+    spec: RolloutSpec,
     tasks: str | os.PathLike[str] | Iterable[dict[str, Any]],
     *,
-    group_size: int = 1,
-    concurrency: int = 8,
-    timeout: float | None = None,
-    reward_fn: str | Callable[..., Any] | None = None,
     split: str = "train",
     results: str | os.PathLike[str] = "rollout-results.jsonl",
     store: str | os.PathLike[str] | None = None,
-    id_field: str = "id",
-    success_threshold: float = 1.0,
     progress: bool | str = False,
     metadata: dict[str, Any] | None = None,
     ray: str | None = None,
     ray_runtime_env: dict[str, Any] | None = None,
     shard: str | tuple[int, int] | None = None,
 ) -> RolloutSummary:
-    """Run ``agent`` ``group_size`` times on every task, each run in its own session; resumable.
+    """Run ``spec.agent`` ``spec.group_size`` times on every task, each run in its own session; resumable.
 
     Args:
-        agent: ``"module:function"`` or a callable (sync or async) taking the task dict and returning an
-            answer; it may call ``sdk.reward`` itself.
+        spec: What runs: the agent, its reward function, the group size, concurrency and timeout.
         tasks: Tasks (see :func:`load_tasks`).
-        group_size: Samples per task (the GRPO group size G).
-        concurrency: Samples running at once.
-        timeout: Seconds per sample; a sample past it ends its session with ``TimeoutError``. A sync
-            agent's thread cannot be stopped: it runs on in the background until it returns.
-        reward_fn: ``"module:function"`` or callable ``(task, answer) -> float | dict``; a dict gives
-            named rewards, its ``"reward"`` entry is the episode reward. Async functions work too.
         split: Recorded as session metadata ``split`` (``export(splits=[...])`` selects by it).
         results: The results file (JSON lines); pairs already in it are skipped.
         store: Store directory (``sdk.configure(store=...)``); default: the current configuration.
-        id_field: Task id field.
-        success_threshold: A sample succeeds when its reward is at least this.
         progress: Show a progress bar on stderr when it is a terminal (never in a log); a string labels
             the bar and clears it when the run ends.
         metadata: Extra session metadata.
         ray: Run the samples as tasks on the Ray cluster at this address (``ray.init(address=...)``);
-            ``concurrency`` bounds the tasks in flight. The store must be reachable from the workers (a
+            ``spec.concurrency`` bounds the tasks in flight. The store must be reachable from the workers (a
             shared directory or an object-store URI).
         ray_runtime_env: Ray runtime environment for the workers (e.g. ``{"working_dir": "."}``); the
             ``TRACERL_*`` environment variables of this process are added to its ``env_vars``.
@@ -85,19 +71,17 @@ def run_rollout(
             interrupted) and every finished one is in the results file.
 
     Example:
-        >>> run_rollout("my_agent:solve", "tasks.jsonl", group_size=4, results="out.jsonl")  # doctest: +SKIP
+        >>> spec = RolloutSpec("my_agent:solve", group_size=4)
+        >>> run_rollout(spec, "tasks.jsonl", results="out.jsonl")  # doctest: +SKIP
     """
-    plan = _prepare(
-        agent, tasks, group_size=group_size, concurrency=concurrency, timeout=timeout, reward_fn=reward_fn,
-        split=split, results=results, store=store, id_field=id_field, threshold=success_threshold,
-        metadata=metadata, shard=shard,
-    )  # fmt: skip
+    plan = _prepare(spec, tasks, split=split, results=results, store=store, metadata=metadata, shard=shard)
+    G = spec.group_size
     done = {(str(r["task_id"]), int(r["sample"])) for r in plan.rows}
-    jobs = [(t, k) for t in plan.tasks for k in range(group_size) if (t["id"], k) not in done]
-    total = len(plan.tasks) * group_size
+    jobs = [(t, k) for t in plan.tasks for k in range(G) if (t["id"], k) not in done]
+    total = len(plan.tasks) * G
     bar = _Progress(progress, total, total - len(jobs))
     new_rows: list[dict[str, Any]] = []
-    interrupted = _execute(plan, jobs, concurrency, bar, new_rows, ray, ray_runtime_env, (agent, reward_fn))
+    interrupted = _execute(plan, jobs, bar, new_rows, ray, ray_runtime_env)
     summary = _finish(plan, new_rows, total, interrupted)
     if interrupted:
         raise KeyboardInterrupt(summary)
@@ -108,6 +92,7 @@ def run_rollout(
 class _Plan:
     """A run's checked inputs: the functions, the tasks, the results file and what it already holds."""
 
+    spec: RolloutSpec
     fn: Callable[..., Any]
     score: Callable[..., Any] | None
     tasks: list[dict[str, Any]]
@@ -115,41 +100,29 @@ class _Plan:
     location: str | Path  # the store as other processes name it
     rows: list[dict[str, Any]]  # the results file's lines so far (samples recovered from the store included)
     metadata: dict[str, Any]  # every sample's session metadata, ``split`` and ``rollout`` (the run's key)
-    timeout: float | None
-    threshold: float
     started: float = dataclasses.field(default_factory=time.monotonic)
 
 
 def _prepare(
-    agent: str | Callable[..., Any],
+    spec: RolloutSpec,
     tasks: str | os.PathLike[str] | Iterable[dict[str, Any]],
     *,
-    group_size: int,
-    concurrency: int,
-    timeout: float | None,
-    reward_fn: str | Callable[..., Any] | None,
     split: str,
     results: str | os.PathLike[str],
     store: str | os.PathLike[str] | None,
-    id_field: str,
-    threshold: float,
     metadata: dict[str, Any] | None,
     shard: str | tuple[int, int] | None = None,
     task_ids: Container[str] | None = None,
 ) -> _Plan:
-    """Check the inputs, point the SDK at the store, resume the results file of the tasks (or task_ids)."""
+    """Load the functions, point the SDK at the store, resume the results file of the tasks (or task_ids)."""
     import sdk
 
-    if group_size < 1 or concurrency < 1:
-        raise RolloutError("group_size and concurrency must be at least 1")
-    if timeout is not None and timeout <= 0:
-        raise RolloutError(f"timeout must be positive, got {timeout}")
-    fn = load_function(agent, "agent")
-    score = load_function(reward_fn, "reward function") if reward_fn is not None else None
-    check_call(fn, 1, "agent", f"{_name(agent)}(task)")
+    fn = load_function(spec.agent, "agent")
+    score = load_function(spec.reward_fn, "reward function") if spec.reward_fn is not None else None
+    check_call(fn, 1, "agent", f"{_name(spec.agent)}(task)")
     if score is not None:
-        check_call(score, 2, "reward function", f"{_name(reward_fn)}(task, answer)")
-    task_list = load_tasks(tasks, id_field)
+        check_call(score, 2, "reward function", f"{_name(spec.reward_fn)}(task, answer)")
+    task_list = load_tasks(tasks, spec.id_field)
     if not task_list and task_ids is None:
         named = isinstance(tasks, (str, os.PathLike))
         raise RolloutError(f"no tasks in {os.fspath(tasks)}" if named else "no tasks given")
@@ -158,8 +131,8 @@ def _prepare(
     task_set: dict[str, Any] = {"tasks": len(task_list), "shard": None}
     if shard is not None:
         task_list = _shard_tasks(task_list, shard)
-        spec = shard if isinstance(shard, str) else "/".join(map(str, shard))
-        task_set["shard"] = "/".join(map(str, parse_shard(spec)))
+        text = shard if isinstance(shard, str) else "/".join(map(str, shard))
+        task_set["shard"] = "/".join(map(str, parse_shard(text)))
     results_path = Path(results)
     if store is not None and _current_store().resolve() != Path(store).resolve():
         sdk.configure(store=store)
@@ -170,37 +143,34 @@ def _prepare(
     key = _run_key(results_path)
     location = _store_location()
     ids = task_ids if task_ids is not None else {t["id"] for t in task_list}
-    rows = _resume(results_path, location, key, split, ids, threshold)
+    rows = _resume(results_path, location, key, split, ids, spec.success_threshold)
     # group_size: the trainer groups the episodes as they were collected (its dry run too).
     extra = {
         **(metadata or {}),
         "split": split,
         "rollout": key,
         _TASK_SET: task_set,
-        "group_size": group_size,
+        "group_size": spec.group_size,
     }
-    return _Plan(fn, score, task_list, results_path, location, rows, extra, timeout, threshold)
+    return _Plan(spec, fn, score, task_list, results_path, location, rows, extra)
 
 
 def _execute(
     plan: _Plan,
     jobs: list[tuple[dict[str, Any], int]],
-    concurrency: int,
     bar: _Progress,
     out: list[dict[str, Any]],
     ray: str | None,
     ray_runtime_env: dict[str, Any] | None,
-    specs: tuple[Any, Any],
 ) -> bool:
     """Run ``jobs`` locally or on Ray, appending each row to ``out``; True when interrupted (Ctrl-C)."""
     import sdk
 
     try:
         if ray is not None:
-            spec = (*specs, plan.timeout, plan.metadata, plan.threshold, plan.location)
-            _run_on_ray(ray, ray_runtime_env, spec, jobs, concurrency, plan.results, out, bar)
+            _run_on_ray(ray, ray_runtime_env, plan, jobs, out, bar)
         else:
-            asyncio.run(_run_all(plan, jobs, concurrency, out, bar))
+            asyncio.run(_run_all(plan, jobs, out, bar))
     except KeyboardInterrupt:
         return True
     finally:
@@ -217,7 +187,7 @@ def _finish(plan: _Plan, new_rows: list[dict[str, Any]], total: int, interrupted
         split=plan.metadata["split"],
         results_path=str(plan.results),
         total=total,
-        success_threshold=plan.threshold,
+        success_threshold=plan.spec.success_threshold,
     )
     summary.ran = len(new_rows)
     summary.seconds = time.monotonic() - plan.started
@@ -229,14 +199,12 @@ def _finish(plan: _Plan, new_rows: list[dict[str, Any]], total: int, interrupted
 def _run_on_ray(
     address: str,
     runtime_env: dict[str, Any] | None,
-    spec: tuple[Any, ...],
+    plan: _Plan,
     jobs: list[tuple[dict[str, Any], int]],
-    concurrency: int,
-    results: Path,
     out: list[dict[str, Any]],
     bar: _Progress,
 ) -> None:
-    """Run ``jobs`` as Ray tasks, at most ``concurrency`` in flight; append each row as its task ends."""
+    """Run ``jobs`` as Ray tasks, at most ``spec.concurrency`` in flight; append each row as its task ends."""
     try:
         import ray
     except ImportError as exc:
@@ -259,9 +227,9 @@ def _run_on_ray(
     todo = list(jobs)
     try:
         while todo or pending:
-            while todo and len(pending) < concurrency:
+            while todo and len(pending) < plan.spec.concurrency:
                 task, k = todo.pop(0)
-                pending[remote.remote(spec, task, k)] = (task["id"], k)
+                pending[remote.remote(plan.spec, plan.metadata, plan.location, task, k)] = (task["id"], k)
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
                 tid, k = pending.pop(ref)
@@ -275,7 +243,7 @@ def _run_on_ray(
                         file=sys.stderr,
                     )
                     continue
-                _append(results, row)
+                _append(plan.results, row)
                 out.append(row)
                 bar.update(bool(row["success"]))
     except KeyboardInterrupt:
@@ -288,21 +256,22 @@ def _run_on_ray(
             ray.shutdown()
 
 
-def _ray_sample(spec: tuple[Any, ...], task: dict[str, Any], k: int) -> dict[str, Any]:
+def _ray_sample(
+    spec: RolloutSpec, metadata: dict[str, Any], store: str | Path, task: dict[str, Any], k: int
+) -> dict[str, Any]:
     """One (task, sample) in a Ray worker: the same sample as locally, in this worker's store segments."""
     import sdk
     from sdk._tracer import tracer
 
-    agent, reward_fn, timeout, metadata, threshold, store = spec
     current = tracer.config.store_uri or Path(tracer.config.store).resolve()
     if str(current) != str(store):
         sdk.configure(store=str(store))
-    fn = load_function(agent, "agent")
-    score = load_function(reward_fn, "reward function") if reward_fn is not None else None
+    fn = load_function(spec.agent, "agent")
+    score = load_function(spec.reward_fn, "reward function") if spec.reward_fn is not None else None
     quiet = _Progress(False, 0, 0)  # warnings go to the worker log
 
     async def sample() -> dict[str, Any]:
-        got = await _one_sample(fn, score, task, k, timeout, metadata, threshold, set(), quiet)
+        got = await _one_sample(fn, score, task, k, spec, metadata, set(), quiet)
         await _settle_loop()
         return got
 
@@ -312,20 +281,14 @@ def _ray_sample(spec: tuple[Any, ...], task: dict[str, Any], k: int) -> dict[str
 
 
 async def _run_all(
-    plan: _Plan,
-    jobs: list[tuple[dict[str, Any], int]],
-    concurrency: int,
-    out: list[dict[str, Any]],
-    bar: _Progress,
+    plan: _Plan, jobs: list[tuple[dict[str, Any], int]], out: list[dict[str, Any]], bar: _Progress
 ) -> None:
-    sem = asyncio.Semaphore(concurrency)
+    sem = asyncio.Semaphore(plan.spec.concurrency)
     warned: set[str] = set()
 
     async def one(task: dict[str, Any], k: int) -> None:
         async with sem:
-            row = await _one_sample(
-                plan.fn, plan.score, task, k, plan.timeout, plan.metadata, plan.threshold, warned, bar
-            )
+            row = await _one_sample(plan.fn, plan.score, task, k, plan.spec, plan.metadata, warned, bar)
             # No await between the session's end and this line: a cancelled sample has no line.
             _append(plan.results, row)
             out.append(row)

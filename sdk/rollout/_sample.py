@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from sdk import _env
+from sdk.rollout._spec import RolloutSpec
 from sdk.rollout._tasks import SampleTimeout
 
 __all__ = ["MALFORMED_TOOL_CALL_PENALTY", "PolicyEndpoint", "policy_endpoint"]
@@ -151,9 +152,8 @@ async def _one_sample(
     score: Callable[..., Any] | None,
     task: dict[str, Any],
     k: int,
-    timeout: float | None,
+    spec: RolloutSpec,
     metadata: dict[str, Any],
-    threshold: float,
     warned: set[str],
     bar: _Progress,
 ) -> dict[str, Any]:
@@ -183,9 +183,9 @@ async def _one_sample(
             row["session_id"] = s.session_id
             session = s
             try:
-                answer = await asyncio.wait_for(_call(fn, task), timeout)
+                answer = await asyncio.wait_for(_call(fn, task), spec.timeout)
             except asyncio.TimeoutError:
-                raise SampleTimeout(f"sample took longer than {timeout} s") from None
+                raise SampleTimeout(f"sample took longer than {spec.timeout} s") from None
             row["answer"] = _json_safe(answer)
             if score is not None:
                 try:
@@ -232,7 +232,7 @@ async def _one_sample(
         row["malformed_tool_calls"] = session.num_malformed_tool_calls
     if unshaped is None:
         unshaped = row["reward"]
-    row["success"] = unshaped is not None and unshaped >= threshold
+    row["success"] = unshaped is not None and unshaped >= spec.success_threshold
     row["seconds"] = round(time.monotonic() - t0, 3)
     row["ts"] = time.time()
     return row

@@ -33,19 +33,20 @@ def bench_rollout(units: int, concurrency: int) -> dict:
     os.environ.setdefault("RAY_AUTH_TOKEN", os.urandom(16).hex())
     import ray
 
-    from sdk.rollout import run_rollout
+    from sdk.rollout import RolloutSpec, run_rollout
 
     tmp = Path(tempfile.mkdtemp())
     tasks = [{"id": f"t{i}"} for i in range(units)]
+    spec = RolloutSpec("builtins:len", concurrency=concurrency)
     t0 = time.perf_counter()
-    run_rollout("builtins:len", tasks, concurrency=concurrency, store=tmp / "s1", results=tmp / "r1.jsonl")
+    run_rollout(spec, tasks, store=tmp / "s1", results=tmp / "r1.jsonl")
     local = time.perf_counter() - t0
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     try:
-        kw = {"concurrency": concurrency, "store": tmp / "s2", "ray": "auto"}
-        run_rollout("builtins:len", tasks[:4], results=tmp / "warm.jsonl", **kw)  # workers started
+        kw = {"store": tmp / "s2", "ray": "auto"}
+        run_rollout(spec, tasks[:4], results=tmp / "warm.jsonl", **kw)  # workers started
         t0 = time.perf_counter()
-        run_rollout("builtins:len", tasks, results=tmp / "r2.jsonl", **kw)
+        run_rollout(spec, tasks, results=tmp / "r2.jsonl", **kw)
         on_ray = time.perf_counter() - t0
     finally:
         ray.shutdown()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sdk.eval import load_results, metrics_path, shard_of, summarize
-from sdk.rollout import main, run_rollout
+from sdk.rollout import RolloutSpec, main, run_rollout
 
 pytest.importorskip("openai")
 
@@ -34,10 +34,8 @@ def write_tasks(path: Path) -> str:
 
 def test_runner_summary_json_and_metrics_file_show_the_figures(policy_env, tmp_path, capsys):
     store, results = tmp_path / "store", tmp_path / "eval.jsonl"
-    s = run_rollout(
-        "eval_agents:solve", TASKS, group_size=4, reward_fn="eval_agents:score", split="eval", store=store,
-        results=results, concurrency=4,
-    )  # fmt: skip
+    spec = RolloutSpec("eval_agents:solve", group_size=4, reward_fn="eval_agents:score", concurrency=4)
+    s = run_rollout(spec, TASKS, split="eval", store=store, results=results)
     m = s.metrics
     assert m is not None and (m.tasks, m.samples) == (12, 48)
     # x % 3 == 0: every sample answers 0 (right); otherwise one sample in four does.
@@ -165,22 +163,17 @@ def test_compare_of_the_loops_validation_rounds_over_one_task_set_warns_of_nothi
     from sdk.eval._cli import main as eval_main
 
     store, files = tmp_path / "store", []
+    spec = RolloutSpec("eval_agents:solve", group_size=2, reward_fn="eval_agents:score", concurrency=4)
     for rnd in (0, 1):
         files.append(tmp_path / f"eval-round-{rnd}.jsonl")
-        run_rollout(
-            "eval_agents:solve", TASKS, group_size=2, reward_fn="eval_agents:score", split=f"eval-round-{rnd}",
-            store=store, results=files[-1], concurrency=4,
-        )  # fmt: skip
+        run_rollout(spec, TASKS, split=f"eval-round-{rnd}", store=store, results=files[-1])
     capsys.readouterr()  # the runs' own warnings (task-4's failing sample)
     assert eval_main(["compare", *map(str, files), "--resamples", "100"]) == 0
     err = capsys.readouterr().err
     assert "different splits" not in err and "warning" not in err, err
     # Other tasks under another split name: still said.
     other = tmp_path / "other.jsonl"
-    run_rollout(
-        "eval_agents:solve", TASKS[:6], group_size=2, reward_fn="eval_agents:score", split="test", store=store,
-        results=other, concurrency=4,
-    )  # fmt: skip
+    run_rollout(spec, TASKS[:6], split="test", store=store, results=other)
     capsys.readouterr()
     assert eval_main(["compare", str(files[0]), str(other), "--resamples", "100"]) == 0
     assert "the runs are of different splits: A 'eval-round-0', B 'test'" in capsys.readouterr().err

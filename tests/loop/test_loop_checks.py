@@ -35,7 +35,11 @@ CASES = [
     ("", ("--model", "./no-such-model"), "model path not found: ./no-such-model"),
     ("", ("--model", "no-such-hub-model"), "neither a directory nor a model in the local Hugging Face cache"),
     ("", ("--rounds", "-1"), "rounds must be >= 0"),
-    ("train: {grpo: {learnig_rate: 1.0e-5}}\n", (), "unknown GRPOConfig field(s): learnig_rate (did you mean"),
+    (
+        "train: {grpo: {learnig_rate: 1.0e-5}}\n",
+        (),
+        "unknown GRPOConfig field(s): learnig_rate (did you mean",
+    ),
     ("train: {grpo: {learning_rate: fast}}\n", (), "grpo.learning_rate must be a float, got 'fast'"),
     ("train: {grpo: {num_generations: 3}}\n", (), "set group_size at the top level"),
     ("train: {lora_rank: 4}\n", (), "unknown setting(s) in the loop's train section: lora_rank"),

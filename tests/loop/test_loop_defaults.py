@@ -73,17 +73,18 @@ def test_validation_during_the_run_uses_a_fixed_subset_and_the_table_says_so(
 
 
 def test_the_rollout_bar_draws_on_a_terminal_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sdk.rollout import run_rollout
+    from sdk.rollout import RolloutSpec, run_rollout
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
 
+    spec = RolloutSpec(lambda task: 1, group_size=2, reward_fn=lambda t, a: 1.0)
     for stream, drawn in ((io.StringIO(), False), (Terminal(), True)):
         monkeypatch.setattr(sys, "stderr", stream)
         run_rollout(
-            lambda task: 1, [{"id": "a"}, {"id": "b"}], group_size=2, reward_fn=lambda t, a: 1.0,
-            progress="collect round 1", results=tmp_path / f"r-{drawn}.jsonl", store=tmp_path / "store",
+            spec, [{"id": "a"}, {"id": "b"}], progress="collect round 1", results=tmp_path / f"r-{drawn}.jsonl",
+            store=tmp_path / "store",
         )  # fmt: skip
         text = stream.getvalue()
         monkeypatch.undo()

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from sdk.rollout import RolloutSpec
 from trainers import UserError
 from trainers.loop.collect import RolloutWorker, _Version
 from trainers.loop.validation import Validator
@@ -69,12 +70,12 @@ def test_the_worker_runs_jobs_one_after_another_and_a_failed_one_is_one_error(tm
     try:
         for n in (1, 2):
             results = tmp_path / f"eval-v{n}.jsonl"
-            worker.run(agent="json:dumps", tasks=tasks, results=results, split=f"eval-v{n}")
+            worker.run(spec=RolloutSpec("json:dumps"), tasks=tasks, results=results, split=f"eval-v{n}")
             rows = [json.loads(x) for x in results.read_text().splitlines()]
             assert sorted(r["task_id"] for r in rows) == ["t0", "t1", "t2"]
         with pytest.raises(UserError, match="^validation: .*no_such_module"):
-            worker.run(agent="no_such_module:f", tasks=tasks, results=tmp_path / "bad.jsonl")
-        worker.run(agent="json:dumps", tasks=tasks, results=tmp_path / "after.jsonl")  # it goes on
+            worker.run(spec=RolloutSpec("no_such_module:f"), tasks=tasks, results=tmp_path / "bad.jsonl")
+        worker.run(spec=RolloutSpec("json:dumps"), tasks=tasks, results=tmp_path / "after.jsonl")  # goes on
         pid = worker.proc.pid
     finally:
         worker.close()
@@ -86,5 +87,5 @@ def test_a_worker_that_died_is_one_error_that_says_how_to_go_on(tmp_path):
     worker.proc.kill()
     worker.proc.join()
     with pytest.raises(UserError, match="validation process exited.*re-run the same command"):
-        worker.run(agent="json:dumps", tasks=[{"id": "t"}], results=Path(tmp_path / "r.jsonl"))
+        worker.run(spec=RolloutSpec("json:dumps"), tasks=[{"id": "t"}], results=Path(tmp_path / "r.jsonl"))
     worker.close()

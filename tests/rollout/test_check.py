@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk.rollout import check_rollout, main
+from sdk.rollout import RolloutSpec, check_rollout, main
 from sdk.testing import ScriptedOpenAIServer
 
 pytest.importorskip("openai")
@@ -55,7 +55,9 @@ def test_the_check_reports_a_group_without_spread_and_the_malformed_share(policy
 
 def test_the_check_says_what_to_change_when_no_group_has_spread(policy_env):
     tasks = [{"id": f"flat-{i}", "question": "How far is the moon?"} for i in range(2)]
-    report = check_rollout("check_agents:solve", tasks, group_size=2, reward_fn="check_agents:score")
+    report = check_rollout(
+        RolloutSpec("check_agents:solve", group_size=2, reward_fn="check_agents:score"), tasks
+    )
     assert report.groups_with_spread == 0 and report.tools_offered and report.tool_calls == 0
     verdict = report.verdict()
     assert any("never called a tool" in v for v in verdict)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from sdk import _env
-from sdk.rollout import RolloutError, read_results, run_continuous
+from sdk.rollout import RolloutError, RolloutSpec, read_results, run_continuous
 from sdk.store import read_sessions
 from sdk.testing import ScriptedOpenAIServer
 
@@ -79,11 +79,11 @@ def gated(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ScriptedOpenAIServe
             gate.release(1000)  # nothing stays held when a test fails
 
 
-def start(**kwargs: Any) -> tuple[threading.Thread, threading.Event, dict[str, Any]]:
+def start(spec: RolloutSpec, **kwargs: Any) -> tuple[threading.Thread, threading.Event, dict[str, Any]]:
     stop, out = threading.Event(), {}
 
     def run() -> None:
-        out["summary"] = run_continuous(AGENT, stop=stop, **kwargs)
+        out["summary"] = run_continuous(spec, stop=stop, **kwargs)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -94,9 +94,8 @@ def test_keeps_exactly_concurrency_samples_in_flight_and_stops_cleanly(gated, tm
     server, gate = gated
     tasks = [{"id": "t-0"}, {"id": "t-1"}]
     res, store = tmp_path / "res.jsonl", tmp_path / "store"
-    thread, stop, out = start(
-        tasks=tasks, results=res, store=store, concurrency=3, group_size=2, reward_fn="rollout_agents:score"
-    )
+    spec = RolloutSpec(AGENT, concurrency=3, group_size=2, reward_fn="rollout_agents:score")
+    thread, stop, out = start(spec, tasks=tasks, results=res, store=store)
     wait_until(lambda: server.in_flight == 3, "3 samples never got in flight")
     for n in range(4, 12):  # steady state: each sample that ends is replaced at once
         gate.release()
@@ -124,8 +123,9 @@ def test_a_changed_policy_model_reaches_the_samples_started_after_it(gated, tmp_
     tasks = [{"id": f"t-{i}"} for i in range(3)]
     stamp = lambda task, k: {"policy_model": os.environ[_env.TRACERL_POLICY_MODEL]}  # noqa: E731
     thread, stop, _ = start(
-        tasks=tasks, results=tmp_path / "res.jsonl", store=tmp_path / "store", concurrency=2, metadata=stamp
-    )
+        RolloutSpec(AGENT, concurrency=2), tasks=tasks, results=tmp_path / "res.jsonl", store=tmp_path / "store",
+        metadata=stamp,
+    )  # fmt: skip
     wait_until(lambda: server.in_flight == 2, "2 samples never got in flight")
     monkeypatch.setenv(_env.TRACERL_POLICY_MODEL, "policy@v1")  # the loop switched the policy's version
     for n in range(3, 7):
@@ -147,18 +147,22 @@ def test_a_task_stream_gets_fresh_sample_indices_and_one_pass_ends(gated, tmp_pa
     stream = iter([{"id": "t-0"}, {"id": "t-1"}, {"id": "t-0"}, {"bad": 1}, {"id": "t-0"}])
     seen: list[dict] = []
     summary = run_continuous(
-        AGENT, results=tmp_path / "res.jsonl", store=tmp_path / "store", stop=threading.Event(),
-        concurrency=2, group_size=2, task_stream=stream, on_sample=seen.append,
+        RolloutSpec(AGENT, concurrency=2, group_size=2), results=tmp_path / "res.jsonl", store=tmp_path / "store",
+        stop=threading.Event(), task_stream=stream, on_sample=seen.append,
     )  # fmt: skip
     pairs = Counter((r["task_id"], r["sample"]) for r in read_results(tmp_path / "res.jsonl"))
     assert pairs == Counter({("t-0", k): 1 for k in range(6)} | {("t-1", 0): 1, ("t-1", 1): 1})
     assert summary.done == 8 and len(seen) == 8 and server.max_in_flight <= 2
     once = run_continuous(
-        AGENT, [{"id": "t-9"}], results=tmp_path / "once.jsonl", stop=threading.Event(), cycle=False
+        RolloutSpec(AGENT),
+        [{"id": "t-9"}],
+        results=tmp_path / "once.jsonl",
+        stop=threading.Event(),
+        cycle=False,
     )
     assert once.done == 1
     with pytest.raises(RolloutError, match="no tasks"):
-        run_continuous(AGENT, [], results=tmp_path / "none.jsonl", stop=threading.Event())
+        run_continuous(RolloutSpec(AGENT), [], results=tmp_path / "none.jsonl", stop=threading.Event())
 
 
 def test_a_task_stream_is_read_by_one_thread_no_further_than_the_free_slots(gated, tmp_path):
@@ -173,7 +177,9 @@ def test_a_task_stream_is_read_by_one_thread_no_further_than_the_free_slots(gate
             yield {"id": f"t-{i}"}
 
     res = tmp_path / "res.jsonl"
-    thread, stop, _ = start(task_stream=stream(), results=res, store=tmp_path / "store", concurrency=4)
+    thread, stop, _ = start(
+        RolloutSpec(AGENT, concurrency=4), task_stream=stream(), results=res, store=tmp_path / "store"
+    )
     try:
         wait_until(lambda: server.in_flight == 4, "4 samples never got in flight")
         assert len(readers) == 4  # no pair read ahead of a free slot
@@ -197,9 +203,8 @@ def test_a_task_stream_that_fails_stops_the_run_with_its_error(gated, tmp_path):
         raise OSError("the curriculum's source went away")
 
     with pytest.raises(OSError, match="source went away"):
-        run_continuous(
-            AGENT, task_stream=stream(), results=tmp_path / "r.jsonl", stop=threading.Event(), concurrency=2
-        )
+        spec = RolloutSpec(AGENT, concurrency=2)
+        run_continuous(spec, task_stream=stream(), results=tmp_path / "r.jsonl", stop=threading.Event())
 
 
 def child_env(base_url: str) -> dict[str, str]:
@@ -296,9 +301,8 @@ def test_after_kill_9_a_part_done_group_runs_first_even_while_the_stream_yields_
         yield
 
     gate.release(1000)
-    thread, stop, _ = start(
-        tasks=tasks, task_stream=held_back(), results=res, store=store, group_size=2, concurrency=1
-    )
+    spec = RolloutSpec(AGENT, group_size=2, concurrency=1)
+    thread, stop, _ = start(spec, tasks=tasks, task_stream=held_back(), results=res, store=store)
     try:
         wait_until(lambda: len(read_results(res)) == 4, "the part-done group was never finished")
     finally:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk.rollout import main, read_results, run_rollout
+from sdk.rollout import RolloutSpec, main, read_results, run_rollout
 
 
 def _tasks(path: Path) -> str:
@@ -18,7 +18,9 @@ def _tasks(path: Path) -> str:
 def test_group_size_sets_the_samples_per_task(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tasks = _tasks(tmp_path / "tasks.jsonl")
     store = tmp_path / "store"
-    s = run_rollout("builtins:len", tasks, group_size=2, store=store, results=tmp_path / "a.jsonl")
+    s = run_rollout(
+        RolloutSpec("builtins:len", group_size=2), tasks, store=store, results=tmp_path / "a.jsonl"
+    )
     assert s.total == 4
     argv = ["builtins:len", tasks, "--store", str(store), "--no-progress", "--json"]
     assert main([*argv, "--group-size", "3", "--results", str(tmp_path / "b.jsonl")]) == 0
@@ -31,7 +33,7 @@ def test_the_old_spellings_are_refused(tmp_path: Path, capsys: pytest.CaptureFix
     """``samples=`` / ``--samples`` were renamed before any release: no alias, a plain refusal."""
     tasks = _tasks(tmp_path / "tasks.jsonl")
     with pytest.raises(TypeError, match="samples"):
-        run_rollout("builtins:len", tasks, samples=3, store=tmp_path / "s", results=tmp_path / "a.jsonl")  # type: ignore[call-arg]
+        RolloutSpec("builtins:len", samples=3)  # type: ignore[call-arg]
     capsys.readouterr()
     assert main(["builtins:len", tasks, "--store", str(tmp_path / "s"), "--samples", "2"]) == 2
     out, err = capsys.readouterr()

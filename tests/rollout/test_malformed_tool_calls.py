@@ -15,7 +15,7 @@ import pytest
 
 from sdk.inspect import inspect_store
 from sdk.inspect import main as inspect_main
-from sdk.rollout import MALFORMED_TOOL_CALL_PENALTY, read_results, run_rollout
+from sdk.rollout import MALFORMED_TOOL_CALL_PENALTY, RolloutSpec, read_results, run_rollout
 from sdk.store import read_sessions
 from sdk.testing import ScriptedOpenAIServer, ScriptedResponse
 
@@ -39,10 +39,8 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **kwargs) -> tuple[obj
     with ScriptedOpenAIServer(policy=_reply) as server:
         monkeypatch.setenv("TRACERL_POLICY_BASE_URL", server.base_url)
         summary = run_rollout(
-            "rollout_agents:chat",
+            RolloutSpec("rollout_agents:chat", group_size=2, reward_fn=lambda task, answer: 1.0),
             tasks,
-            group_size=2,
-            reward_fn=lambda task, answer: 1.0,
             results=tmp_path / "results.jsonl",
             store=store,
             **kwargs,

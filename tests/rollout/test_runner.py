@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import sdk
-from sdk.rollout import RolloutError, load_tasks, main, read_results, run_rollout
+from sdk.rollout import RolloutError, RolloutSpec, load_tasks, main, read_results, run_rollout
 from sdk.store import read_sessions
 
 pytest.importorskip("openai")
@@ -52,10 +52,8 @@ def finished_pairs(store: Path) -> Counter:
 def test_each_sample_in_its_own_session_with_rewards(policy_env, tmp_path):
     store = tmp_path / "store"
     tasks = [{"id": f"t-{i}", "q": i} for i in range(3)]
-    summary = run_rollout(
-        "rollout_agents:chat", tasks, group_size=2, reward_fn="rollout_agents:score", store=store,
-        results=tmp_path / "res.jsonl", split="train", concurrency=4,
-    )  # fmt: skip
+    spec = RolloutSpec("rollout_agents:chat", group_size=2, reward_fn="rollout_agents:score", concurrency=4)
+    summary = run_rollout(spec, tasks, store=store, results=tmp_path / "res.jsonl", split="train")
     assert (summary.done, summary.ran, summary.total) == (6, 6, 6)
     assert summary.counts["ok"] == 6 and summary.success_rate == pytest.approx(4 / 6)
     assert (summary.tasks_always, summary.tasks_sometimes, summary.tasks_never) == (2, 0, 1)
@@ -71,19 +69,19 @@ def test_each_sample_in_its_own_session_with_rewards(policy_env, tmp_path):
 
 def test_agent_reward_and_named_rewards(policy_env, tmp_path):
     tasks = [{"task_id": "t-0"}]  # task_id works as the id field too
-    s = run_rollout("rollout_agents:self_rewarding", tasks, group_size=2, results=tmp_path / "a.jsonl")
+    s = run_rollout(
+        RolloutSpec("rollout_agents:self_rewarding", group_size=2), tasks, results=tmp_path / "a.jsonl"
+    )
     assert s.mean_reward == 0.25 and s.counts["ok"] == 2
     assert read_results(tmp_path / "a.jsonl")[0]["rewards"] == {"reward": 0.25, "format": 1.0}
     s = run_rollout(
-        "rollout_agents:chat",
+        RolloutSpec("rollout_agents:chat", reward_fn="rollout_agents:named"),
         tasks,
-        group_size=1,
-        reward_fn="rollout_agents:named",
         results=tmp_path / "b.jsonl",
     )
     assert read_results(tmp_path / "b.jsonl")[0]["rewards"]["length"] > 0
     # No reward function and the agent gives none: counted, not a failure.
-    s = run_rollout("rollout_agents:chat", tasks, group_size=1, results=tmp_path / "c.jsonl")
+    s = run_rollout(RolloutSpec("rollout_agents:chat"), tasks, results=tmp_path / "c.jsonl")
     assert s.counts["no_reward"] == 1 and s.mean_reward is None
 
 
@@ -92,10 +90,10 @@ def test_concurrency_is_bounded_and_used(policy_env, tmp_path):
 
     rollout_agents.peak = 0
     tasks = [{"id": f"t-{i}", "sleep": 0.2} for i in range(12)]
-    s = run_rollout("rollout_agents:chat", tasks, group_size=1, concurrency=4, results=tmp_path / "r.jsonl")
+    s = run_rollout(RolloutSpec("rollout_agents:chat", concurrency=4), tasks, results=tmp_path / "r.jsonl")
     assert s.done == 12 and rollout_agents.peak == 4  # four ran at once, never more
     # async agents run on the event loop, also bounded
-    s = run_rollout("rollout_agents:achat", tasks, group_size=1, concurrency=6, results=tmp_path / "a.jsonl")
+    s = run_rollout(RolloutSpec("rollout_agents:achat", concurrency=6), tasks, results=tmp_path / "a.jsonl")
     assert s.done == 12 and s.counts["no_reward"] == 12
 
 
@@ -103,10 +101,8 @@ def test_concurrency_is_bounded_and_used(policy_env, tmp_path):
 def test_timeouts_and_agent_errors_are_recorded_and_counted(policy_env, tmp_path, agent, capsys):
     store = tmp_path / "store"
     tasks = [{"id": "t-0"}, {"id": "t-2", "hang": True}, {"id": "t-4", "fail": agent.endswith(":chat")}]
-    s = run_rollout(
-        agent, tasks, group_size=2, timeout=3.0, reward_fn="rollout_agents:score", store=store,
-        results=tmp_path / "r.jsonl", concurrency=6,
-    )  # fmt: skip
+    spec = RolloutSpec(agent, group_size=2, timeout=3.0, reward_fn="rollout_agents:score", concurrency=6)
+    s = run_rollout(spec, tasks, store=store, results=tmp_path / "r.jsonl")
     failing = 2 if agent.endswith(":chat") else 0
     assert s.counts["timeout"] == 2 and s.counts["error"] == failing and s.done == 6
     assert s.counts["ok"] == 4 - failing
@@ -122,10 +118,8 @@ def test_timeouts_and_agent_errors_are_recorded_and_counted(policy_env, tmp_path
 def test_reward_function_failures_are_clear_and_counted(policy_env, tmp_path, capsys):
     tasks = [{"id": "t-0"}, {"id": "t-2", "bad_score": True}]
     s = run_rollout(
-        "rollout_agents:chat",
+        RolloutSpec("rollout_agents:chat", group_size=3, reward_fn="rollout_agents:score"),
         tasks,
-        group_size=3,
-        reward_fn="rollout_agents:score",
         results=tmp_path / "r.jsonl",
     )
     assert s.counts["reward_error"] == 3 and s.counts["ok"] == 3
@@ -135,10 +129,8 @@ def test_reward_function_failures_are_clear_and_counted(policy_env, tmp_path, ca
     rows = [r for r in read_results(tmp_path / "r.jsonl") if r["task_id"] == "t-2"]
     assert all(r["reward"] is None and "ValueError" in r["error"] for r in rows)
     s = run_rollout(
-        "rollout_agents:chat",
+        RolloutSpec("rollout_agents:chat", reward_fn="rollout_agents:bad_type"),
         tasks,
-        group_size=1,
-        reward_fn="rollout_agents:bad_type",
         results=tmp_path / "b.jsonl",
     )
     assert s.counts["reward_error"] == 2
@@ -148,9 +140,10 @@ def test_reward_function_failures_are_clear_and_counted(policy_env, tmp_path, ca
 def test_rerun_skips_finished_pairs(policy_env, tmp_path):
     tasks = [{"id": f"t-{i}"} for i in range(4)]
     res = tmp_path / "r.jsonl"
-    run_rollout("rollout_agents:chat", tasks[:2], group_size=2, results=res, reward_fn="rollout_agents:score")
+    spec = RolloutSpec("rollout_agents:chat", group_size=2, reward_fn="rollout_agents:score")
+    run_rollout(spec, tasks[:2], results=res)
     n_requests = len(policy_env.requests)
-    s = run_rollout("rollout_agents:chat", tasks, group_size=2, results=res, reward_fn="rollout_agents:score")
+    s = run_rollout(spec, tasks, results=res)
     assert (s.ran, s.done) == (4, 8) and len(policy_env.requests) == n_requests + 4
 
 
@@ -158,14 +151,13 @@ def test_results_lines_lost_after_the_session_ended_are_recovered_with_their_sta
     """A run killed between a session's end and its results line: the next run takes the line from the store."""
     tasks = [{"id": "t-0"}, {"id": "t-2", "hang": True}]
     res = tmp_path / "r.jsonl"
-    kw = dict(
-        group_size=1, timeout=1.0, reward_fn="rollout_agents:score", store=tmp_path / "store", results=res
-    )
-    first = run_rollout("rollout_agents:chat", tasks, **kw)
+    spec = RolloutSpec("rollout_agents:chat", timeout=1.0, reward_fn="rollout_agents:score")
+    kw = dict(store=tmp_path / "store", results=res)
+    first = run_rollout(spec, tasks, **kw)
     assert (first.counts["ok"], first.counts["timeout"], first.done) == (1, 1, 2)
     res.write_text("")  # both lines lost; both sessions ended in the store
     n_requests = len(policy_env.requests)
-    again = run_rollout("rollout_agents:chat", tasks, **kw)
+    again = run_rollout(spec, tasks, **kw)
     assert again.ran == 0 and len(policy_env.requests) == n_requests  # nothing ran again
     assert again.counts == first.counts
     rows = {r["task_id"]: r for r in read_results(res)}
@@ -303,11 +295,13 @@ def test_an_empty_task_file_is_one_error_line_and_exit_2(tmp_path):
     assert got.returncode == 2 and got.stdout == ""
     assert got.stderr == f"error: no tasks in {empty}\n"
     with pytest.raises(RolloutError, match="no tasks given"):
-        run_rollout("rollout_agents:chat", [], results=tmp_path / "r.jsonl")
+        run_rollout(RolloutSpec("rollout_agents:chat"), [], results=tmp_path / "r.jsonl")
 
 
 def test_agent_warning_names_the_root_cause_not_the_frameworks_note(tmp_path, capsys):
-    s = run_rollout("rollout_agents:unreachable", [{"id": "t-0"}], group_size=2, results=tmp_path / "r.jsonl")
+    s = run_rollout(
+        RolloutSpec("rollout_agents:unreachable", group_size=2), [{"id": "t-0"}], results=tmp_path / "r.jsonl"
+    )
     assert s.counts["error"] == 2
     err = capsys.readouterr().err
     line = next(x for x in err.splitlines() if "agent raised" in x)

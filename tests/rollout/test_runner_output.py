@@ -12,7 +12,7 @@ import pytest
 
 import sdk
 from sdk import inspect as inspect_cli
-from sdk.rollout import run_rollout
+from sdk.rollout import RolloutSpec, run_rollout
 
 pytest.importorskip("openai")
 
@@ -34,14 +34,22 @@ def test_a_llama_index_agent_built_per_call_leaves_no_event_loop_tracebacks(
         await asyncio.sleep(0.05)
 
     # The collector runs when it likes; here only where the user's run met it: inside a later event loop.
+    spec = RolloutSpec(
+        "framework_agents:llama_index_per_call",
+        group_size=2,
+        concurrency=6,
+        reward_fn="framework_agents:score",
+    )
     gc.disable()
     try:
         for rnd in range(2):  # the loop's rounds: one event loop after another in one process
             s = run_rollout(
-                "framework_agents:llama_index_per_call", tasks, group_size=2, concurrency=6,
-                reward_fn="framework_agents:score", split=f"round-{rnd}", store=tmp_path / "store",
+                spec,
+                tasks,
+                split=f"round-{rnd}",
+                store=tmp_path / "store",
                 results=tmp_path / f"round-{rnd}.jsonl",
-            )  # fmt: skip
+            )
             assert s.counts["ok"] == 6 and s.success_rate == 1.0
         asyncio.run(next_round())
     finally:
@@ -55,10 +63,9 @@ def test_a_llama_index_agent_built_per_call_leaves_no_event_loop_tracebacks(
 
 def test_inspect_says_what_late_records_of_timed_out_samples_mean(policy_env, tmp_path, capsys):
     store = tmp_path / "store"
-    s = run_rollout(  # each agent sleeps past the timeout, then calls the model: its session has ended
-        "rollout_agents:chat", [{"id": "slow", "sleep": 0.6}], group_size=2, timeout=0.3, store=store,
-        results=tmp_path / "r.jsonl",
-    )  # fmt: skip
+    # Each agent sleeps past the timeout, then calls the model: its session has ended.
+    spec = RolloutSpec("rollout_agents:chat", group_size=2, timeout=0.3)
+    s = run_rollout(spec, [{"id": "slow", "sleep": 0.6}], store=store, results=tmp_path / "r.jsonl")
     assert s.counts["timeout"] == 2
     deadline = time.monotonic() + 30  # the agents' calls come back after their sessions ended
     while time.monotonic() < deadline:

@@ -44,6 +44,7 @@ def check_loop(cfg: Any, *, tasks: int = 2) -> Any:
     import sdk
     from sdk.rollout import RolloutError, check_rollout
     from sdk.rollout._check import took
+    from trainers.loop.collect import rollout_spec
     from trainers.loop.config import check_before_loading
     from trainers.loop.pools import load_pools
     from trainers.loop.training import start_policy
@@ -68,10 +69,8 @@ def check_loop(cfg: Any, *, tasks: int = 2) -> Any:
         start_policy(policy, None)
         export_env(policy)
         report = check_rollout(
-            cfg.agent, pool, group_size=G, check_tasks=tasks, concurrency=C, timeout=cfg.timeout,
-            reward_fn=cfg.reward_fn, success_threshold=cfg.success_threshold, workdir=out / "check",
-            projections=projections,
-        )  # fmt: skip
+            rollout_spec(cfg), pool, check_tasks=tasks, workdir=out / "check", projections=projections
+        )
     except RolloutError as exc:
         raise UserError(str(exc)) from None
     finally:

@@ -13,6 +13,7 @@ See :mod:`trainers.loop.continuous`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import multiprocessing
@@ -21,14 +22,35 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainers.errors import UserError
+
+if TYPE_CHECKING:
+    from sdk.rollout import RolloutSpec
 
 __all__: list[str] = []
 
 _CTX = multiprocessing.get_context("spawn")  # the loop process has threads (server, validation): no fork
 _POLL_S = 0.05
+
+
+def rollout_spec(cfg: Any, group_size: int | None = None) -> RolloutSpec:
+    """The loop's samples as the runners take them: the spec's settings of ``cfg`` (a ``LoopConfig``).
+
+    ``group_size``: validations run ``eval_samples`` per task. The pools' tasks carry their id under ``id``
+    already (``load_pools`` read ``cfg.id_field``).
+
+    Example:
+        >>> from trainers.loop import LoopConfig
+        >>> rollout_spec(LoopConfig(agent="a:f", tasks="t.jsonl", model="m"), group_size=4).group_size
+        4
+    """
+    from sdk.rollout import RolloutSpec
+
+    same = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(RolloutSpec)}  # the loop's names
+    G = cfg.group_size if group_size is None else group_size
+    return RolloutSpec(**{**same, "id_field": "id", "group_size": G})
 
 
 # Shared values without locks: the loop writes them, the collector only reads, and a lock held by a
@@ -176,18 +198,13 @@ def _main(
     shaping = {MALFORMED_TOOL_CALL_PENALTY: penalty} if penalty else {}  # training samples only
     try:
         run_continuous(
-            cfg.agent,
+            rollout_spec(cfg),
             pool,
             stop=stop,
             task_stream=gate.feed(pool, stop, start=handed_out),
             results=results,
-            concurrency=cfg.concurrency,
-            group_size=cfg.group_size,
             split="train",
-            timeout=cfg.timeout,
             metadata=lambda task, sample: {"policy_version": env.follow(), **shaping},
-            reward_fn=cfg.reward_fn,
-            success_threshold=cfg.success_threshold,
         )
     except BaseException as exc:  # reported by the loop as one line
         (out / "collector-error.txt").write_text(f"{type(exc).__name__}: {exc}")
@@ -205,7 +222,7 @@ class RolloutWorker:
 
     Example:
         >>> worker = RolloutWorker(out, "validation")  # doctest: +SKIP
-        >>> worker.run(agent="pkg.mod:solve", tasks=tasks, results=out / "eval.jsonl")  # doctest: +SKIP
+        >>> worker.run(spec=rollout_spec(cfg, 4), tasks=tasks, results=out / "eval.jsonl")  # doctest: +SKIP
         >>> worker.close()  # doctest: +SKIP
     """
 

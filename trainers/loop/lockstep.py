@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.errors import UserError
+from trainers.loop.collect import rollout_spec
 from trainers.loop.config import LoopConfig, check_before_loading, planned_steps, train_settings
 from trainers.loop.table import HEADER, plot_progress, print_row, subset_note
 from trainers.loop.training import LoopTrainer, is_resident, start_policy
@@ -171,16 +172,10 @@ class _Run:
         penalty = cfg.malformed_tool_call_penalty if train else 0.0
         try:
             got = run_rollout(
-                cfg.agent,
+                rollout_spec(cfg, group_size),
                 tasks,
-                group_size=group_size,
-                concurrency=cfg.concurrency,
-                timeout=cfg.timeout,
-                reward_fn=cfg.reward_fn,
                 split=split,
                 results=results,
-                id_field="id",
-                success_threshold=cfg.success_threshold,
                 metadata={MALFORMED_TOOL_CALL_PENALTY: penalty} if penalty else None,
                 progress=False if self.quiet else _bar_label(split),
             )

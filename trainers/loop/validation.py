@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.errors import UserError
-from trainers.loop.collect import RolloutWorker, _Version, read_jsonl
+from trainers.loop.collect import RolloutWorker, _Version, read_jsonl, rollout_spec
 
 __all__ = ["Validator", "validation_tasks"]
 
@@ -120,15 +120,10 @@ class Validator:
             run = self.worker.run
         tasks = validation_tasks(cfg, self.pool, first_or_last=alone or n == 0)
         run(
-            agent=cfg.agent,
+            spec=rollout_spec(cfg, cfg.eval_samples),
             tasks=tasks,
-            group_size=cfg.eval_samples,
-            concurrency=cfg.concurrency,
-            timeout=cfg.timeout,
-            reward_fn=cfg.reward_fn,
             split=f"eval-v{n}",
             results=results,
-            success_threshold=cfg.success_threshold,
             metadata={"policy_version": n},
         )
         s = summarize(str(results), threshold=cfg.success_threshold)

@@ -89,3 +89,35 @@ def test_a_worker_that_died_is_one_error_that_says_how_to_go_on(tmp_path):
     with pytest.raises(UserError, match="validation process exited.*re-run the same command"):
         worker.run(spec=RolloutSpec("json:dumps"), tasks=[{"id": "t"}], results=Path(tmp_path / "r.jsonl"))
     worker.close()
+
+
+def test_an_async_validation_row_counts_malformed_tool_calls(tmp_path, store, capsys):
+    """The asynchronous loop's validation rows say what share of tool calls did not parse, as the lock-step
+    loop's do: a model answering with an unparsable ``<tool_call>`` is 100% malformed, not 0% success."""
+    import openai
+
+    from integrations.openai import wrap_openai
+    from sdk.testing import ScriptedOpenAIServer, ScriptedResponse
+
+    malformed = '<tool_call>{"name": "add", "arguments": {"a": float(1, 2)}}</tool_call>'
+    with ScriptedOpenAIServer(policy=lambda request, endpoint: ScriptedResponse.text(malformed)) as server:
+
+        def agent(task: dict) -> str | None:
+            with wrap_openai(openai.OpenAI(base_url=server.base_url, api_key="x")) as client:
+                resp = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            return resp.choices[0].message.content
+
+        cfg = SimpleNamespace(
+            **{f: getattr(RolloutSpec(agent), f) for f in ("concurrency", "timeout", "id_field")},
+            agent=agent, reward_fn=lambda task, answer: 0.0, group_size=2, success_threshold=1.0,
+            eval_samples=1, eval_subset=None, seed=0,
+        )  # fmt: skip
+        run = SimpleNamespace(
+            out=tmp_path, rollouts=tmp_path, metrics=tmp_path / "metrics.jsonl", t0=time.time(), say=print
+        )
+        row = Validator(cfg, run, [{"id": "a"}, {"id": "b"}], _Version(0), lambda: True).evaluate(
+            0, alone=True
+        )
+    assert row["val_malformed_share"] == 1.0 and row["val_malformed_tool_calls"] == 2
+    assert json.loads((tmp_path / "metrics.jsonl").read_text())["val_malformed_share"] == 1.0
+    assert "validation of version 0: 0.0% success, 100.0% of tool calls malformed" in capsys.readouterr().out

@@ -63,9 +63,9 @@ version the step produces), ``loss``, ``reward``, ``is_ratio_mean``, ``is_ratio_
 ``groups_dropped_stale``, ``samples_per_s``, ``trainer_idle_pct``, ``collector_idle_pct``,
 ``malformed_tool_calls`` and ``malformed_share`` (of the samples that ended meanwhile), and the swap's
 costs ``build_s``, ``train_s``, ``push_s``, ``push_bytes``, ``checkpoint_s``; validation rows
-have ``kind: "eval"``. Every row has ``wall_s``, the loop's seconds so far (a resumed run goes on from
-its last row, as the lock-step loop's rows do). ``progress.png`` shows validation success and staleness by
-version.
+have ``kind: "eval"`` (with ``val_malformed_share``, the share of their tool calls that did not parse).
+Every row has ``wall_s``, the loop's seconds so far (a resumed run goes on from its last row, as the
+lock-step loop's rows do). ``progress.png`` shows validation success and staleness by version.
 
 Example:
     >>> from trainers.loop import run_loop

@@ -106,6 +106,7 @@ class Validator:
         ``alone``: nothing else runs (the final validation), so the agents run in this process.
         """
         from sdk.eval import summarize
+        from sdk.rollout import summarize as rollout_summary
 
         if not self.pool:
             return None
@@ -127,13 +128,17 @@ class Validator:
             metadata={"policy_version": n},
         )
         s = summarize(str(results), threshold=cfg.success_threshold)
-        rewards = [r["reward"] for r in read_jsonl(results) if r.get("reward") is not None]
+        lines = read_jsonl(results)
+        rewards = [r["reward"] for r in lines if r.get("reward") is not None]
+        malformed = rollout_summary(lines, split=f"eval-v{n}", results_path=str(results), total=len(lines))
         row = {
             "kind": "eval",
             "policy_version": n,
             "val_success": s.pass_at_k.get(1),
             "val_success_se": s.pass_at_k_se.get(1),
             "val_reward": sum(rewards) / len(rewards) if rewards else None,
+            "val_malformed_share": malformed.malformed_share,
+            "val_malformed_tool_calls": malformed.malformed_tool_calls,
             "served_version_at_end": self.version.get(),
             "val_tasks": len(tasks or ()),
             "val_subset": len(tasks or ()) < len(self.pool),
@@ -147,7 +152,9 @@ class Validator:
             if row["val_subset"]
             else ""
         )
-        self.run.say(f"validation of version {n}: {_pct(row['val_success'])} success{subset}")
+        share = row["val_malformed_share"]
+        bad = "" if share is None else f", {_pct(share)} of tool calls malformed"
+        self.run.say(f"validation of version {n}: {_pct(row['val_success'])} success{bad}{subset}")
         return row
 
     def start(self, n: int) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from trainers.data import DataReport, PreparedData
-from trainers.settings import check_settings, context_default, setting
+from trainers.settings import check_settings, context_default, curriculum_settings, setting
 
 __all__ = ["TrainResult", "Trainer", "TrainerConfig"]
 
@@ -121,26 +121,12 @@ class TrainerConfig:
         help="Draw the training metrics as PNG files in output_dir (the loops draw their own and turn this "
         "off).",
     )
-    curriculum: bool = setting(
-        False, help="Train on easy groups (high mean reward) first, then widen the share."
-    )
-    curriculum_start: float = setting(
-        context_default("curriculum_start", "trainer"),
-        help="Share of the groups (easiest first) available at the start.",
-        check=lambda v: 0.0 < v <= 1.0,
-        rule="in (0, 1]",
-    )
-    curriculum_expand_every: int = setting(
-        context_default("curriculum_expand_every", "trainer"),
-        help="Widen the share every N optimizer steps.",
-        check=lambda v: v >= 1,
-        rule=">= 1",
-    )
-    curriculum_expand_by: float = setting(
-        0.25,
-        help="Share of all groups added at each widening.",
-        check=lambda v: 0.0 < v <= 1.0,
-        rule="in (0, 1]",
+    curriculum: bool
+    curriculum_start: float
+    curriculum_expand_every: int
+    curriculum_expand_by: float
+    (curriculum, curriculum_start, curriculum_expand_every, curriculum_expand_by) = curriculum_settings(
+        "trainer", items="groups", ranked="high mean reward first", unit="optimizer steps"
     )
 
     def __post_init__(self) -> None:

@@ -58,6 +58,7 @@ __all__ = [
     "check_settings",
     "coerce",
     "context_default",
+    "curriculum_settings",
     "from_mapping",
     "make_config",
     "parse_bool",
@@ -169,6 +170,49 @@ def setting(
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def curriculum_settings(context: str, *, items: str, ranked: str, unit: str) -> tuple[Any, Any, Any, Any]:
+    """The four curriculum settings (one definition for the trainer and the loop), as dataclass fields.
+
+    ``curriculum``, ``curriculum_start``, ``curriculum_expand_every``, ``curriculum_expand_by``: easy first,
+    then wider. Only their unit and what they draw from differ by context (defaults in
+    :data:`CONTEXT_DEFAULTS`).
+
+    Args:
+        context: ``"trainer"`` or ``"loop"``.
+        items: What the share is of (``"groups"``, ``"training tasks"``).
+        ranked: How the easy ones are found, a clause.
+        unit: What ``curriculum_expand_every`` counts (``"optimizer steps"``, ``"rounds"``).
+
+    Example:
+        >>> @dataclasses.dataclass
+        ... class S:
+        ...     curriculum: bool
+        ...     curriculum_start: float
+        ...     curriculum_expand_every: int
+        ...     curriculum_expand_by: float
+        ...     (curriculum, curriculum_start, curriculum_expand_every, curriculum_expand_by) = (
+        ...         curriculum_settings("loop", items="tasks", ranked="by mean reward", unit="rounds"))
+        >>> S().curriculum_start
+        0.5
+    """
+    share = {"check": lambda v: 0.0 < v <= 1.0, "rule": "in (0, 1]"}
+    return (
+        setting(False, help=f"Draw from the easiest share of the {items} ({ranked}), then widen it."),
+        setting(
+            context_default("curriculum_start", context),
+            help=f"Share of the {items} (easiest first) available at the start.",
+            **share,
+        ),
+        setting(
+            context_default("curriculum_expand_every", context),
+            help=f"Widen the share every N {unit}.",
+            check=lambda v: v >= 1,
+            rule=">= 1",
+        ),
+        setting(0.25, help=f"Share of all {items} added at each widening.", **share),
+    )
 
 
 @functools.cache

@@ -21,6 +21,7 @@ from trainers.settings import (
     PolicySpec,
     check_settings,
     context_default,
+    curriculum_settings,
     from_mapping,
     setting,
     settings_table,
@@ -92,24 +93,15 @@ class LoopConfig:
         check=lambda v: v >= 1,
         rule=">= 1 (or null: all)",
     )
-    curriculum: bool = setting(
-        False,
-        help="Draw each round's tasks from the easiest share of the training tasks, ranked by their mean "
-        "reward in earlier rounds (tasks not tried yet rank with the average), then widen it.",
-    )
-    curriculum_start: float = setting(
-        context_default("curriculum_start", "loop"),
-        help="Share of the training tasks (easiest first) a round draws from at the start.",
-        check=lambda v: 0 < v <= 1,
-        rule="in (0, 1]",
-    )
-    curriculum_expand_every: int = setting(
-        context_default("curriculum_expand_every", "loop"),
-        help="Widen the share every N rounds.",
-        **_at_least(1),
-    )
-    curriculum_expand_by: float = setting(
-        0.25, help="Share of all tasks added at each widening.", check=lambda v: 0 < v <= 1, rule="in (0, 1]"
+    curriculum: bool
+    curriculum_start: float
+    curriculum_expand_every: int
+    curriculum_expand_by: float
+    (curriculum, curriculum_start, curriculum_expand_every, curriculum_expand_by) = curriculum_settings(
+        "loop",
+        items="training tasks",
+        ranked="ranked by their mean reward in earlier rounds; tasks not tried yet rank with the average",
+        unit="rounds",
     )
     policy: PolicySpec = setting(
         factory=PolicySpec,

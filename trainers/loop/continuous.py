@@ -100,6 +100,23 @@ __all__ = ["run_async"]
 _POLL_S = 0.5
 
 
+@dataclasses.dataclass(frozen=True)
+class _Parts:
+    """What each version works with, made once per run.
+
+    The store's groups, the served version, the server, the collector, the validation schedule, the
+    collector's gate and the caller's callback.
+    """
+
+    source: Any  # trainers.data.stream.StreamingSource
+    version: _Version
+    policy: Any
+    collector: _Collector
+    validator: Validator
+    gate: _Gate
+    on_version: Callable[[dict[str, Any]], None] | None
+
+
 class _AsyncRun:
     """Files, resume and the per-version commit of one asynchronous run."""
 
@@ -319,20 +336,13 @@ def _collector_load(rows: list[Any], t0: float, t1: float, concurrency: int) -> 
     return n / span, max(0.0, 100.0 * (1 - busy / (concurrency * span)))
 
 
-def _take(
-    cfg: Any,
-    source: Any,
-    version: _Version,
-    collector: _Collector,
-    gate: _Gate,
-    policy: Any,
-    next_version: int,
-) -> tuple[list, list, float]:
+def _take(cfg: Any, parts: _Parts, next_version: int) -> tuple[list, list, float]:
     """Poll until ``sync_every`` batches of groups with reward spread are there; release the surplus.
 
     Returns ``(groups, drop lines, idle seconds)``, the oldest groups first; fewer groups (maybe none)
     once the collector has finished and nothing is left to wait for.
     """
+    source, gate, collector = parts.source, parts.gate, parts.collector
     per_step = _groups_per_step(cfg)
     need = per_step * cfg.sync_every
     groups: list[Any] = []
@@ -340,10 +350,11 @@ def _take(
     idle = 0.0
     while True:
         collector.check()
-        _check_server(policy)
+        _check_server(parts.policy)
         done = not collector.alive()  # read before polling: nothing new can come after
         t = time.time()
-        batch = source.poll(version.get(), closed=done)  # closed: part-done groups are dropped, not awaited
+        # closed: part-done groups are dropped, not awaited
+        batch = source.poll(parts.version.get(), closed=done)
         polled = time.time() - t
         drops += [{**d, "policy_version": next_version} for d in batch.dropped_samples]
         for g in batch.groups:
@@ -503,8 +514,11 @@ def run_async(
     try:
         if run.version == 0 and not any(r.get("kind") == "eval" for r in read_jsonl(run.metrics)):
             validator.start(0)
-        while collector is not None and not _finished(cfg, run):
-            if not _one_version(cfg, run, source, version, policy, collector, validator, gate, on_version):
+        parts = None  # no collector: only the final validation is left
+        if collector is not None:
+            parts = _Parts(source, version, policy, collector, validator, gate, on_version)
+        while parts is not None and not _finished(cfg, run):
+            if not _one_version(cfg, run, parts):
                 run.say("the collector's sample budget is spent and no group is left to train on")
                 break
         if run.committed < run.version:  # the end: always a checkpoint
@@ -572,47 +586,28 @@ def _start_training_side(cfg: Any, run: _AsyncRun) -> Any:
     return policy
 
 
-def _one_version(
-    cfg: Any,
-    run: _AsyncRun,
-    source: Any,
-    version: _Version,
-    policy: Any,
-    collector: _Collector,
-    validator: Validator,
-    gate: _Gate,
-    on_version: Callable[[dict[str, Any]], None] | None,
-) -> bool:
+def _one_version(cfg: Any, run: _AsyncRun, parts: _Parts) -> bool:
     """Take groups, train ``sync_every`` batches, commit the version, publish it, validate when due.
 
     Returns ``False`` when the collector has finished (sample budget) and no group is left.
     """
     n = run.version + 1
     t0 = time.time()
-    groups, drops, idle = _take(cfg, source, version, collector, gate, policy, n)
+    groups, drops, idle = _take(cfg, parts, n)
     if not groups:  # the end: the last drops are committed with the version trained last
+        source = parts.source
         lines = {run.dropped: [{**d, "policy_version": run.version} for d in drops]}
-        with validator.lock:
+        with parts.validator.lock:
             if run.trainer.resident.trainer is not None:
                 _checkpoint(run, source, lines, name="cursor-end.json")
             else:  # nothing trained in this process: the drops go with the version trained last
                 run.commit(run.version, run.checkpoint, run.steps, source.state(), lines, "cursor-end.json")
         return False
-    taken = (groups, drops, idle)
-    return _resident_version(cfg, run, n, t0, taken, source, version, policy, validator, on_version)
+    return _resident_version(cfg, run, n, t0, (groups, drops, idle), parts)
 
 
 def _resident_version(
-    cfg: Any,
-    run: _AsyncRun,
-    n: int,
-    t0: float,
-    taken: tuple[list, list, float],
-    source: Any,
-    version: _Version,
-    policy: Any,
-    validator: Validator,
-    on_version: Callable[[dict[str, Any]], None] | None,
+    cfg: Any, run: _AsyncRun, n: int, t0: float, taken: tuple[list, list, float], parts: _Parts
 ) -> bool:
     """Version ``n`` on the resident trainer: train, push the weights, checkpoint every ``checkpoint_every``.
 
@@ -620,15 +615,15 @@ def _resident_version(
     versions since the last checkpoint are trained again from it (their groups are offered again).
     """
     groups, drops, idle = taken
-    steps, log_rows, swap = _train_resident(cfg, run, n, groups, policy)
+    steps, log_rows, swap = _train_resident(cfg, run, n, groups, parts.policy)
     t1 = time.time()
-    version.set(n)  # the collector stamps new samples with it from now on
+    parts.version.set(n)  # the collector stamps new samples with it from now on
     ended = run.results.rows()
     load = _collector_load(ended, t0, t1, cfg.concurrency)
     idle_pct = 100 * idle / max(t1 - t0, 1e-9)
     rows, trained = _version_rows(run, n, groups, drops, log_rows, load, idle_pct, _malformed(ended, t0, t1))
     lines = {run.metrics: rows, run.trained: trained, run.dropped: drops}
-    with validator.lock:
+    with parts.validator.lock:
         run.version, run.steps = n, run.trainer.global_step
         path = None
         if n % (cfg.checkpoint_every or 10) == 0:
@@ -636,7 +631,7 @@ def _resident_version(
         for r in rows:
             r.update(swap)
         if path is not None:  # the lines first, then state.json: the commit point
-            _commit_checkpoint(run, source, lines, path)
+            _commit_checkpoint(run, parts.source, lines, path)
         else:
             run.append(lines)
     last = rows[-1] if rows else {"policy_version": n, **swap}
@@ -646,9 +641,9 @@ def _resident_version(
         f"{t1 - t0:.1f} s (swap {swap['push_s']:.2f} s)"
     )
     if n % cfg.eval_every == 0 and not _finished(cfg, run):
-        validator.start(n)
-    if on_version is not None:
-        on_version(last)
+        parts.validator.start(n)
+    if parts.on_version is not None:
+        parts.on_version(last)
     return True
 
 

@@ -29,6 +29,14 @@ from sdk.rollout._tasks import RolloutError
 __all__ = ["build_parser", "main"]
 
 _SHORT = {"group_size": ("-G",), "concurrency": ("-c",)}  # the short flags of the spec's settings
+_METAVAR = {
+    "group_size": "G",
+    "concurrency": "N",
+    "timeout": "SECONDS",
+    "reward_fn": "MODULE:FUNCTION",
+    "id_field": "FIELD",
+    "success_threshold": "REWARD",
+}
 
 
 def build_parser() -> OneLineParser:
@@ -51,7 +59,8 @@ def build_parser() -> OneLineParser:
         kind = next(t for t in (int, float, str) if hints[name] is t or t in typing.get_args(hints[name]))
         default = "" if f.default is None else f" (default {f.default})"
         flags = [f"--{name.replace('_', '-')}", *_SHORT.get(name, ())]
-        p.add_argument(*flags, type=kind, default=f.default, help=f.metadata["help"].rstrip(".") + default)
+        text = f.metadata["help"].rstrip(".") + default
+        p.add_argument(*flags, type=kind, default=f.default, metavar=_METAVAR.get(name), help=text)
     p.add_argument(
         "--split", default="train", help="session metadata split (default train; eval: no training)"
     )

@@ -47,6 +47,7 @@ from trainers.errors import UserError
 __all__ = [
     "COMPLETE_MARK",
     "WRITING_MARK",
+    "check_local_model",
     "check_model",
     "check_model_dir",
     "check_output_dir",
@@ -181,6 +182,32 @@ def check_model(model: str) -> str:
     if path_like:
         raise UserError(f"model path not found: {model}")
     return model
+
+
+def check_local_model(model: str) -> None:
+    """A model this machine can load without the network: a directory, or a hub model already downloaded.
+
+    What the loop's policy server starts on (a download would need the network, and fail mid-start
+    without it).
+
+    Raises:
+        UserError: Neither, or a directory tracerl did not finish writing (:func:`check_model_dir`).
+
+    Example:
+        >>> check_local_model(".")
+    """
+    check_model_dir(model)  # a directory tracerl did not finish writing: one line saying what is missing
+    if Path(model).expanduser().is_dir():
+        return
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - comes with transformers
+        return
+    if not isinstance(try_to_load_from_cache(model, "config.json"), str):
+        raise UserError(
+            f"model {model!r} is neither a directory nor a model in the local Hugging Face cache; download "
+            f"it first (huggingface-cli download {model} --local-dir DIR) and set model: DIR"
+        )
 
 
 def check_output_dir(out: str | os.PathLike[str]) -> Path:

@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.synth import make_episodes, write_parquet
-from trainers._model_dir import COMPLETE_MARK, check_model_dir, writing_model_dir
+from trainers._model_dir import COMPLETE_MARK, check_local_model, check_model_dir, writing_model_dir
 from trainers.errors import UserError
-from trainers.loop.checks import check_loop_model
 
 pytest.importorskip("trl")
 
@@ -114,7 +113,7 @@ def test_sft_killed_after_the_weights_leaves_nothing_the_loop_or_the_server_take
     _killed_while_saving(tmp_path, "after-weights", _sft_args(tmp_path, tiny_model_dir, out))
     # Weights without their tokenizer (no chat template) must not pass for a model directory.
     with pytest.raises(UserError) as exc:
-        check_loop_model(str(out))
+        check_local_model(str(out))
     message = str(exc.value)
     assert "\n" not in message and "tracerl sft stopped while writing it" in message, message
     assert "tracerl sft stopped while writing it" in _serve_refuses(out)
@@ -132,7 +131,7 @@ def test_sft_rerun_killed_while_writing_the_weights_leaves_the_finished_director
     _killed_while_saving(tmp_path, "torn-weights", [*_sft_args(tmp_path, tiny_model_dir, out), "--seed", "1"])
     # The finished directory is as it was: its weights beside its own summary, never half-written ones.
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    check_loop_model(str(out))
+    check_local_model(str(out))
     AutoModelForCausalLM.from_pretrained(out)
 
 
@@ -179,10 +178,10 @@ def test_a_directory_missing_a_file_its_mark_lists_is_refused_and_a_users_own_is
     check_model_dir(copy)
     (copy / "tokenizer_config.json").unlink()
     with pytest.raises(UserError, match="tokenizer_config.json is missing"):
-        check_loop_model(str(copy))
+        check_local_model(str(copy))
     # A Hugging Face directory tracerl did not write (no mark) loads as it is.
     (copy / COMPLETE_MARK).unlink()
-    check_loop_model(str(copy))
+    check_local_model(str(copy))
 
 
 def test_a_failed_write_leaves_the_old_directory_and_no_aside(tmp_path):
@@ -268,4 +267,4 @@ def test_the_loops_best_killed_while_saving_keeps_the_previous_best_whole(tmp_pa
         if proc.poll() is None:
             proc.kill()
     assert {p.name: p.read_bytes() for p in best.iterdir()} == before
-    check_loop_model(str(best))
+    check_local_model(str(best))

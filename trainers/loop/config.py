@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trainers.errors import UserError
-from trainers.loop.checks import check_loop_model
 from trainers.settings import (
     PolicySpec,
     check_settings,
@@ -250,11 +249,11 @@ def check_before_loading(cfg: LoopConfig) -> None:
     """
     from sdk.rollout import RolloutError, load_function
     from sdk.rollout._tasks import check_call
-    from trainers._model_dir import check_model
+    from trainers._model_dir import check_local_model, check_model
     from trainers.serve.policy import make_policy
     from trainers.settings import make_config
 
-    check_loop_model(check_model(cfg.model))
+    check_local_model(check_model(cfg.model))
     make_policy(cfg.policy, cfg.model)  # the policy section's keys (builds the server object; starts nothing)
     try:
         # Imported and called as the rollout calls them: a wrong signature would fail every sample.

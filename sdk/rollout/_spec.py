@@ -33,10 +33,8 @@ class RolloutSpec:
     or reward function when a runner loads it (an import). A sync agent past ``timeout`` cannot be stopped:
     its session ends with :class:`~sdk.rollout.SampleTimeout` and its thread runs on in the background.
 
-    ``group_size`` is 1 here and 8 in the loop (:class:`trainers.loop.LoopConfig`): a rollout on its own is
-    most often an evaluation, one sample per task, while the loop collects a GRPO group per task, whose
-    reward spread is what it learns from. ``concurrency`` is 8 here and 16 there: an agent run on its own
-    may call a rate-limited endpoint, the loop's calls go to its own server, which batches them.
+    ``group_size`` (1) and ``concurrency`` (8) differ from the loop's (8, 16): why is said once, in
+    ``trainers.settings.CONTEXT_DEFAULTS``, whose ``rollout`` entries a test holds equal to these defaults.
 
     Example:
         >>> spec = RolloutSpec("my_agent:solve", reward_fn="my_agent:score", group_size=8, timeout=120)

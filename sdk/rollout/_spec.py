@@ -5,7 +5,8 @@ Example:
     8
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Python 3.10's typing.get_type_hints (the CLI reads the
+# fields' types) refuses the string "dataclasses.KW_ONLY" that it would make of the marker below.
 
 import dataclasses
 import math

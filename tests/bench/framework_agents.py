@@ -1,10 +1,9 @@
 """Three agents written for the benchmark, one per framework (LangChain, LlamaIndex, Strands), on the recipes.
 
-Each is a unit-conversion assistant with four tools, ``to_celsius(fahrenheit)``, ``to_fahrenheit(celsius)``,
-``km_from_miles(miles)`` and ``miles_from_km(km)``: the right one depends on the question's unit and on which way
-it asks (the same sentence asks both ways), and the answer is the tool's number. ``make(seed)`` writes what a
-user would: training and held-out tasks and at most 24 demonstrations, some flawed (the wrong tool, or a wrong
-number in the answer), in OpenAI format with the tools as that framework sends them.
+Each is a unit-conversion assistant with two tools, ``to_celsius(fahrenheit)`` and ``km_from_miles(miles)``:
+the right one depends on the question, and the answer is the tool's number. ``make(seed)`` writes what a
+user would: training and held-out tasks and at most 24 demonstrations, some flawed (the wrong tool, or a
+wrong number in the answer), in OpenAI format with the tools as that framework sends them.
 
     python tests/bench/framework_agents.py --agent langchain --seed 0 --out runs/fw   # the files only
 
@@ -37,15 +36,6 @@ def to_celsius(fahrenheit: float) -> float:
     return round((float(fahrenheit) - 32) * 5 / 9, 1)
 
 
-def to_fahrenheit(celsius: float) -> float:
-    """Convert a temperature from degrees Celsius to degrees Fahrenheit.
-
-    Args:
-        celsius: The temperature in degrees Celsius.
-    """
-    return round(float(celsius) * 9 / 5 + 32, 1)
-
-
 def km_from_miles(miles: float) -> float:
     """Convert a distance from miles to kilometres.
 
@@ -55,52 +45,17 @@ def km_from_miles(miles: float) -> float:
     return round(float(miles) * 1.609344, 1)
 
 
-def miles_from_km(km: float) -> float:
-    """Convert a distance from kilometres to miles.
-
-    Args:
-        km: The distance in kilometres.
-    """
-    return round(float(km) / 1.609344, 1)
-
-
-TOOLS = {"to_celsius": to_celsius, "to_fahrenheit": to_fahrenheit, "km_from_miles": km_from_miles,
-         "miles_from_km": miles_from_km}  # fmt: skip
-ARG = {
-    "to_celsius": "fahrenheit",
-    "to_fahrenheit": "celsius",
-    "km_from_miles": "miles",
-    "miles_from_km": "km",
-}
-#: The input's range per tool: the ranges of a pair overlap, so the number alone does not tell the unit.
-RANGE = {
-    "to_celsius": (20, 100),
-    "to_fahrenheit": (0, 45),
-    "km_from_miles": (2, 60),
-    "miles_from_km": (3, 95),
-}
+TOOLS = {"to_celsius": to_celsius, "km_from_miles": km_from_miles}
+ARG = {"to_celsius": "fahrenheit", "km_from_miles": "miles"}
 PLACES = ["Madrid", "Oslo", "Lima", "Cairo", "Perth", "Quito", "Hanoi", "Accra", "Tunis", "Riga"]
-# Each pair of tools shares its sentences, with the units swapped: the question's units pick the tool.
 QUESTIONS = {
     "to_celsius": [
         "It is {x} °F in {p}. What is that in °C?",
         "The oven in {p} is at {x} F. How many Celsius?",
-        "Convert {x} degrees Fahrenheit (the noon reading in {p}) to Celsius.",
-    ],
-    "to_fahrenheit": [
-        "It is {x} °C in {p}. What is that in °F?",
-        "The oven in {p} is at {x} C. How many Fahrenheit?",
-        "Convert {x} degrees Celsius (the noon reading in {p}) to Fahrenheit.",
     ],
     "km_from_miles": [
         "The trail near {p} is {x} miles long. How many km is that?",
         "{p} is {x} mi away: in km?",
-        "How many kilometres are {x} miles, the road to {p}?",
-    ],
-    "miles_from_km": [
-        "The trail near {p} is {x} km long. How many miles is that?",
-        "{p} is {x} km away: in mi?",
-        "How many miles are {x} kilometres, the road to {p}?",
     ],
 }
 
@@ -123,8 +78,8 @@ def make(
     for name, n in (("eval", n_eval), ("train", n_train), ("demo", n_demo)):
         rows: list[dict[str, Any]] = []
         while len(rows) < n:
-            tool = list(TOOLS)[len(rows) % len(TOOLS)]
-            x = rng.randint(*RANGE[tool])
+            tool = ("to_celsius", "km_from_miles")[len(rows) % 2]
+            x = rng.randint(40, 110) if tool == "to_celsius" else rng.randint(2, 60)
             question = rng.choice(QUESTIONS[tool]).format(x=x, p=rng.choice(PLACES))
             if question in seen:
                 continue
@@ -165,15 +120,11 @@ def openai_tools(agent: str) -> list[dict[str, Any]]:
     return to_openai_tools([t.tool_spec for t in _strands_tools()]) or []
 
 
-_REVERSE = {"to_celsius": "to_fahrenheit", "to_fahrenheit": "to_celsius", "km_from_miles": "miles_from_km",
-            "miles_from_km": "km_from_miles"}  # fmt: skip
-
-
 def demonstration(task: dict[str, Any], agent: str) -> dict[str, Any]:
     """The conversation that answers ``task`` with a tool call (flawed as the task says), for ``tracerl sft``."""
     tool = task["tool"]
-    if task.get("flaw") == "wrong_tool":  # the other way round: the mistake a user's demonstration makes
-        tool = _REVERSE[tool]
+    if task.get("flaw") == "wrong_tool":
+        tool = next(t for t in TOOLS if t != tool)
     result = TOOLS[tool](task["x"])
     answer = result + 1 if task.get("flaw") == "wrong_number" else result
     call = {"id": "call_0", "type": "function",

@@ -14,6 +14,7 @@ import pytest
 from sdk.rollout import RolloutSpec
 from trainers import UserError
 from trainers.loop.collect import RolloutWorker, _Version
+from trainers.loop.run import LoopRun
 from trainers.loop.validation import Validator
 
 
@@ -110,11 +111,10 @@ def test_an_async_validation_row_counts_malformed_tool_calls(tmp_path, store, ca
         cfg = SimpleNamespace(
             **{f: getattr(RolloutSpec(agent), f) for f in ("concurrency", "timeout", "id_field")},
             agent=agent, reward_fn=lambda task, answer: 0.0, group_size=2, success_threshold=1.0,
-            eval_samples=1, eval_subset=None, seed=0,
+            eval_samples=1, eval_subset=None, seed=0, out=str(tmp_path), model="m",
         )  # fmt: skip
-        run = SimpleNamespace(
-            out=tmp_path, rollouts=tmp_path, metrics=tmp_path / "metrics.jsonl", t0=time.time(), say=print
-        )
+        run = LoopRun(cfg)
+        run.rollouts.mkdir()
         row = Validator(cfg, run, [{"id": "a"}, {"id": "b"}], _Version(0), lambda: True).evaluate(
             0, alone=True
         )

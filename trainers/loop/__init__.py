@@ -58,7 +58,8 @@ Example:
 
 The package: :mod:`~trainers.loop.config` (settings and checks), :mod:`~trainers.loop.lockstep` (rounds),
 :mod:`~trainers.loop.continuous` (``mode: async``) and :mod:`~trainers.loop.collect` (its collector
-process), :mod:`~trainers.loop.training` (the resident trainer both loops train on),
+process), :mod:`~trainers.loop.run` (a run's files, clock and training side, both modes'),
+:mod:`~trainers.loop.training` (the resident trainer both loops train on),
 :mod:`~trainers.loop.validation`, :mod:`~trainers.loop.table` (the table and plot),
 :mod:`~trainers.loop.pools` (task pools), :mod:`~trainers.loop.check` (``--check``) and
 :mod:`~trainers.loop.cli` (the command).

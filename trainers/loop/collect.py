@@ -322,13 +322,3 @@ def _groups_begun(path: Path, group_size: int) -> int:
                 row = json.loads(line)
                 begun.add((str(row["task_id"]), int(row["sample"]) // group_size))
     return len(begun)
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSON-lines file; a missing file or a torn line (a kill mid-write) is skipped."""
-    rows = []
-    with contextlib.suppress(OSError):
-        for line in path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                rows.append(json.loads(line))
-    return rows

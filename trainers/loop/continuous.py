@@ -78,8 +78,8 @@ import contextlib
 import dataclasses
 import gc
 import json
-import os
 import shutil
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -87,9 +87,8 @@ from pathlib import Path
 from typing import Any
 
 from trainers.errors import UserError
-from trainers.loop.collect import _Collector, _Gate, _Version, read_jsonl, write_policy_env
-from trainers.loop.config import planned_steps, train_settings
-from trainers.loop.training import LoopTrainer, is_resident, start_policy
+from trainers.loop.collect import _Collector, _Gate, _Version, write_policy_env
+from trainers.loop.run import LoopRun, atomic_write, read_jsonl
 from trainers.loop.validation import Validator
 
 __all__ = ["run_async"]
@@ -115,49 +114,36 @@ class _Parts:
     validator: Validator
     gate: _Gate
     on_version: Callable[[dict[str, Any]], None] | None
+    quiet: bool  # no bar while a version's groups come in
 
 
-class _AsyncRun:
-    """Files, resume and the per-version commit of one asynchronous run."""
+class _AsyncRun(LoopRun):
+    """Resume and the per-version commit of one asynchronous run (its files: :class:`LoopRun`)."""
 
     def __init__(self, cfg: Any, quiet: bool) -> None:
-        self.cfg = cfg
-        self.out = Path(cfg.out)
-        self.quiet = quiet
-        self.store = self.out / "store"
-        self.rollouts = self.out / "rollouts"
+        super().__init__(cfg, quiet=quiet)
         self.results = _ResultsTail(self.rollouts)  # the collector's results, read once each
-        self.metrics = self.out / "metrics.jsonl"
         self.trained = self.out / "trained_samples.jsonl"
         self.dropped = self.out / "dropped_samples.jsonl"
-        self.state_path = self.out / "state.json"
-        self.version = 0
         self.steps = 0
-        self.checkpoint = cfg.model  # what a restarted server starts on
-        self.resident_checkpoint: str | None = None  # the resident trainer's recovery checkpoint
         self.committed = 0  # the last version in a checkpoint (state.json): later ones are redone
-        self.trainer: Any = None  # trainers.loop.training.LoopTrainer (the trl backend)
         self.final: str | None = None  # the final weights saved to serve anywhere (LoRA: merged once)
         self.cursor: dict[str, Any] | None = None
-        self.t0 = time.time()  # rows' wall_s: seconds since this process started the loop
-
-    def say(self, text: str) -> None:
-        if not self.quiet:
-            print(text, flush=True)
 
     def resume(self) -> None:
         """Read the last committed version; cut what later versions wrote before a crash."""
         from trainers.data.stream import sample_key
 
-        with contextlib.suppress(OSError, ValueError):
-            state = json.loads(self.state_path.read_text())
-            self.version, self.steps = int(state["version"]), int(state["steps"])
-            self.committed = self.version
-            self.checkpoint = str(state["checkpoint"])
-            self.resident_checkpoint = state.get("resident_checkpoint")
-            cursor = state.get("cursor")
-            self.cursor = json.loads(Path(cursor).read_text()) if cursor else None
-            self.say(f"resuming after version {self.version} (checkpoint {self.checkpoint})")
+        state = self.read_state()
+        with contextlib.suppress(OSError, ValueError):  # a cursor file gone: a new ledger
+            if state:
+                self.version, self.steps = int(state["version"]), int(state["steps"])
+                self.committed = self.version
+                self.checkpoint = str(state["checkpoint"])
+                self.resident_checkpoint = state.get("resident_checkpoint")
+                cursor = state.get("cursor")
+                self.cursor = json.loads(Path(cursor).read_text()) if cursor else None
+                self.say(f"resuming after version {self.version} (checkpoint {self.checkpoint})")
         # The cursor is the ledger: trained and dropped lines it does not hold were written by a version (or
         # the last drops) that never committed; those samples are offered again.
         cursor = self.cursor or {}
@@ -166,19 +152,10 @@ class _AsyncRun:
             rows = read_jsonl(path)
             if path == self.metrics:
                 kept = [r for r in rows if int(r.get("policy_version", 0)) <= self.version]
+                self.go_on_from(kept)  # wall_s goes on from the last kept row, as the lock-step loop's
             else:
                 kept = [r for r in rows if sample_key(r["rollout"], r["task_id"], r["sample"]) in decided]
-            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
-            if path == self.metrics:  # wall_s goes on from the last kept row, as the lock-step loop's
-                self.t0 = time.time() - max((float(r.get("wall_s") or 0) for r in kept), default=0.0)
-
-    def append(self, lines: dict[Path, list]) -> None:
-        """Append a version's metrics rows and trained/dropped lines (cut on resume unless committed)."""
-        for path, rows in lines.items():
-            with path.open("a") as f:
-                f.write("".join(json.dumps(r) + "\n" for r in rows))
-                f.flush()
-                os.fsync(f.fileno())
+            self.rewrite(path, kept)
 
     def commit(
         self,
@@ -193,29 +170,19 @@ class _AsyncRun:
         """Save a version: cursor beside its checkpoint, its lines, then ``state.json`` (the commit point)."""
         vdir = self.out / "train" / f"v-{version}"
         cursor_path = vdir / name
-        _atomic_write(cursor_path, json.dumps(cursor))
+        atomic_write(cursor_path, json.dumps(cursor))
         self.append(lines)
         state = {"version": version, "steps": steps, "checkpoint": checkpoint, "cursor": str(cursor_path)}
         if resident_checkpoint is not None:
             state["resident_checkpoint"] = resident_checkpoint
             self.resident_checkpoint = resident_checkpoint
-        _atomic_write(self.state_path, json.dumps(state, indent=2))
+        self.write_state(state)
         self.version, self.steps, self.checkpoint, self.cursor = version, steps, checkpoint, cursor
         self.committed = version
         for old in (self.out / "train").glob("v-*"):  # keep the served weights and the ones before
             n = old.name[2:]
             if n.isdigit() and int(n) < version - 1:
                 shutil.rmtree(old, ignore_errors=True)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _groups_per_step(cfg: Any) -> int:
@@ -247,25 +214,6 @@ def _version_episodes(groups: list[Any]) -> list[dict[str, Any]]:
             ep["task_id"] = g.key
             rows.append(ep)
     return rows
-
-
-def _train_resident(
-    cfg: Any, run: _AsyncRun, n: int, groups: list[Any], policy: Any
-) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
-    """Train version ``n`` on the resident trainer and serve it; returns (steps, log rows, swap costs).
-
-    ``num_train_epochs`` passes over the version's groups (as the lock-step loop makes over a round's); the
-    steps follow from the training sequences the groups made, not from the number of samples.
-    """
-    passes = max(1, int((cfg.train.get("grpo") or {}).get("num_train_epochs", 1) or 1))
-    try:
-        done = run.trainer.train(_version_episodes(groups), passes=passes)
-    except UserError as exc:
-        raise UserError(f"training version {n} failed: {exc}") from None
-    swap = {"build_s": round(done.build_s, 2), "train_s": round(done.train_s, 2)}
-    swap.update(run.trainer.publish(policy, n))
-    steps = [r for r in done.log_rows if "loss" in r]
-    return done.steps, steps, swap
 
 
 def _checkpoint(run: _AsyncRun, source: Any, lines: dict[Path, list], name: str = "cursor.json") -> float:
@@ -336,6 +284,34 @@ def _collector_load(rows: list[Any], t0: float, t1: float, concurrency: int) -> 
     return n / span, max(0.0, 100.0 * (1 - busy / (concurrency * span)))
 
 
+class _GroupBar:
+    """A bar of the groups a version waits for (on a terminal, until its line is printed), or nothing.
+
+    The first version waits for its groups longest (the agents' first samples, the policy server warming):
+    without it, nothing moves between the validation of version 0 and the first version's line.
+    """
+
+    def __init__(self, label: str, total: int, quiet: bool) -> None:
+        self.bar: Any = None
+        self.shown = 0
+        if not quiet:
+            with contextlib.suppress(ImportError):
+                from tqdm import tqdm
+
+                # Redrawn at each poll (every 0.5 s at most), so no time limit of its own.
+                self.bar = tqdm(total=total, desc=label, unit="group", file=sys.stderr, leave=False,
+                                disable=None, mininterval=0)  # fmt: skip
+
+    def show(self, n: int) -> None:
+        if self.bar is not None and n > self.shown:
+            self.bar.update(min(n, self.bar.total) - self.shown)
+            self.shown = min(n, self.bar.total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def _take(cfg: Any, parts: _Parts, next_version: int) -> tuple[list, list, float]:
     """Poll until ``sync_every`` batches of groups with reward spread are there; release the surplus.
 
@@ -348,31 +324,36 @@ def _take(cfg: Any, parts: _Parts, next_version: int) -> tuple[list, list, float
     groups: list[Any] = []
     drops: list[dict[str, Any]] = []
     idle = 0.0
-    while True:
-        collector.check()
-        _check_server(parts.policy)
-        done = not collector.alive()  # read before polling: nothing new can come after
-        t = time.time()
-        # closed: part-done groups are dropped, not awaited
-        batch = source.poll(parts.version.get(), closed=done)
-        polled = time.time() - t
-        drops += [{**d, "policy_version": next_version} for d in batch.dropped_samples]
-        for g in batch.groups:
-            if len({s.reward for s in g.sessions}) > 1:
-                groups.append(g)
-            else:  # equal rewards: zero advantage, nothing to learn from
-                drops += [_drop_line(g, s, "no_reward_spread", next_version) for s in g.sessions]
-        groups.sort(key=lambda g: (g.policy_version, g.key))
-        take = need if len(groups) >= need else len(groups) // per_step * per_step if done else 0
-        if take or (done and batch.pending == 0) or (done and groups):
-            take = take or len(groups)
-            source.release(groups[take:])
-            gate.set_backlog(batch.backlog + cfg.group_size * len(groups[take:]))
-            return groups[:take], drops, idle
-        gate.set_backlog(batch.backlog + cfg.group_size * len(groups))
-        pause = max(_POLL_S, 2 * polled)  # re-reading a large store: at most a third of the time
-        time.sleep(pause)
-        idle += pause + polled
+    bar = _GroupBar(f"collect version {next_version}", need, parts.quiet)
+    try:
+        while True:
+            collector.check()
+            _check_server(parts.policy)
+            done = not collector.alive()  # read before polling: nothing new can come after
+            t = time.time()
+            # closed: part-done groups are dropped, not awaited
+            batch = source.poll(parts.version.get(), closed=done)
+            polled = time.time() - t
+            drops += [{**d, "policy_version": next_version} for d in batch.dropped_samples]
+            for g in batch.groups:
+                if len({s.reward for s in g.sessions}) > 1:
+                    groups.append(g)
+                else:  # equal rewards: zero advantage, nothing to learn from
+                    drops += [_drop_line(g, s, "no_reward_spread", next_version) for s in g.sessions]
+            groups.sort(key=lambda g: (g.policy_version, g.key))
+            bar.show(len(groups))
+            take = need if len(groups) >= need else len(groups) // per_step * per_step if done else 0
+            if take or (done and batch.pending == 0) or (done and groups):
+                take = take or len(groups)
+                source.release(groups[take:])
+                gate.set_backlog(batch.backlog + cfg.group_size * len(groups[take:]))
+                return groups[:take], drops, idle
+            gate.set_backlog(batch.backlog + cfg.group_size * len(groups))
+            pause = max(_POLL_S, 2 * polled)  # re-reading a large store: at most a third of the time
+            time.sleep(pause)
+            idle += pause + polled
+    finally:  # also when the collector or the server stopped the run
+        bar.close()
 
 
 def _drop_line(g: Any, s: Any, reason: str, version: int) -> dict[str, Any]:
@@ -429,7 +410,7 @@ def _version_rows(
         "samples_per_s": round(load[0], 3),
         "trainer_idle_pct": round(idle_pct, 1),
         "collector_idle_pct": round(load[1], 1),
-        "wall_s": round(time.time() - run.t0, 1),
+        "wall_s": run.wall_s(),
     }
     rows = []
     for i, r in enumerate(steps):
@@ -484,9 +465,7 @@ def run_async(
     if cfg.curriculum:  # also when --mode async overrides a lock-step config
         raise UserError("curriculum is not supported with mode: async")
     run = _AsyncRun(cfg, quiet)
-    run.out.mkdir(parents=True, exist_ok=True)
-    run.rollouts.mkdir(exist_ok=True)
-    (run.out / "loop-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    run.prepare()
     pool, eval_pool = load_pools(cfg)
     sdk.configure(store=run.store)
     run.resume()
@@ -503,7 +482,8 @@ def run_async(
         reward_wait_s=cfg.reward_wait_s,
         state=run.cursor,
     )
-    policy = _start_training_side(cfg, run)
+    policy = run.start_training_side(require_resident=True)
+    write_policy_env(run.out / "policy-env.json")  # for the collector's and the validation's processes
     validator = Validator(cfg, run, eval_pool, version, lambda: _finished(cfg, run))
     need = _groups_per_step(cfg) * cfg.sync_every
     budget = None if cfg.max_samples is None else -(-cfg.max_samples // cfg.group_size)
@@ -516,7 +496,7 @@ def run_async(
             validator.start(0)
         parts = None  # no collector: only the final validation is left
         if collector is not None:
-            parts = _Parts(source, version, policy, collector, validator, gate, on_version)
+            parts = _Parts(source, version, policy, collector, validator, gate, on_version, quiet)
         while parts is not None and not _finished(cfg, run):
             if not _one_version(cfg, run, parts):
                 run.say("the collector's sample budget is spent and no group is left to train on")
@@ -557,35 +537,6 @@ def _freeze_gc() -> bool:
     return unfreeze
 
 
-def _tell_agents(policy: Any, env: Path) -> None:
-    """Where the policy is, for this process and the collector's: once, as the name and address stay."""
-    from trainers.serve.policy import export_env
-
-    export_env(policy)
-    write_policy_env(env)
-
-
-def _start_training_side(cfg: Any, run: _AsyncRun) -> Any:
-    """The resident trainer (from the last checkpoint when resuming) and the policy server serving it."""
-    from trainers.serve.policy import make_policy
-
-    settings = train_settings(cfg, cfg.model, run.out / "train")
-    resumed = run.resident_checkpoint
-    if not is_resident(settings):
-        raise UserError("mode: async trains with the resident trl trainer: set train.backend to trl")
-    if resumed is None and run.checkpoint != cfg.model:
-        raise UserError(
-            f"{run.out} holds a run of an older tracerl (checkpoints per version): use a new out directory"
-        )
-    run.trainer = LoopTrainer(settings, planned_steps=planned_steps(cfg), resume=resumed)
-    policy = make_policy(cfg.policy, run.checkpoint, log_dir=str(run.out))
-    policy.policy_version = run.version  # the resumed weights are served as their version
-    start_policy(policy, run.trainer)
-    run.trainer.serve_resumed(policy, run.version)
-    _tell_agents(policy, run.out / "policy-env.json")
-    return policy
-
-
 def _one_version(cfg: Any, run: _AsyncRun, parts: _Parts) -> bool:
     """Take groups, train ``sync_every`` batches, commit the version, publish it, validate when due.
 
@@ -615,7 +566,10 @@ def _resident_version(
     versions since the last checkpoint are trained again from it (their groups are offered again).
     """
     groups, drops, idle = taken
-    steps, log_rows, swap = _train_resident(cfg, run, n, groups, parts.policy)
+    # The steps follow from the training sequences the groups made, not from the number of samples.
+    done, swap = run.train_version(_version_episodes(groups), parts.policy, n, what=f"version {n}")
+    swap = {"build_s": swap["build_s"], "train_s": round(done.train_s, 2), **swap}
+    log_rows = [r for r in done.log_rows if "loss" in r]
     t1 = time.time()
     parts.version.set(n)  # the collector stamps new samples with it from now on
     ended = run.results.rows()

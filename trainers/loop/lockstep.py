@@ -5,9 +5,6 @@ See :mod:`trainers.loop` for the whole loop; this module holds the rounds and :f
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import json
 import math
 import os
 import shutil
@@ -20,9 +17,9 @@ from typing import Any
 
 from trainers.errors import UserError
 from trainers.loop.collect import rollout_spec
-from trainers.loop.config import LoopConfig, check_before_loading, planned_steps, train_settings
+from trainers.loop.config import LoopConfig, check_before_loading, train_settings
+from trainers.loop.run import LoopRun, read_jsonl
 from trainers.loop.table import HEADER, plot_progress, print_row, subset_note
-from trainers.loop.training import LoopTrainer, is_resident, start_policy
 from trainers.loop.validation import validation_tasks
 
 __all__ = ["run_loop", "select_tasks"]
@@ -67,8 +64,8 @@ def select_tasks(
 # ----------------------------------------------------------------------------------------------- rounds
 
 
-class _Run:
-    """One loop run: its files, the rows and checkpoint so far, and the rewards the curriculum ranks by."""
+class _Run(LoopRun):
+    """One lock-step run: the rows and checkpoint so far, and the rewards the curriculum ranks by."""
 
     def __init__(
         self,
@@ -77,78 +74,36 @@ class _Run:
         on_round_end: Callable[[dict[str, Any]], None] | None = None,
         quiet: bool = False,
     ) -> None:
-        self.cfg = cfg
-        self.out = Path(cfg.out)
-        self.store = self.out / "store"
-        self.metrics = self.out / "metrics.jsonl"
-        self.state_path = self.out / "state.json"
+        super().__init__(cfg, quiet=quiet)
         self.on_round_end = on_round_end
-        self.quiet = quiet
-        self.checkpoint = cfg.model  # what the policy serves: the starting model, then a checkpoint
-        self.resident_checkpoint: str | None = None  # the resident trainer's recovery checkpoint
-        self.policy_version = 0
-        self.trainer: Any = None  # the resident trainer (trainers.loop.training), built at the first round
         self.all_rows: list[dict[str, Any]] = []
         self.history: dict[str, list[float]] = defaultdict(list)  # task id -> rewards in earlier rounds
         self.uses: dict[str, int] = defaultdict(int)  # task id -> rounds that drew it
-        self._t_start = time.time()
-        self._wall0 = 0.0  # wall seconds of the rounds finished before this process
         self._tail: Any = None  # follows the store from round to round (see round_sessions)
-
-    def say(self, text: str) -> None:
-        if not self.quiet:
-            print(text, flush=True)
 
     def result(self) -> dict[str, Any]:
         return {"rows": self.all_rows, "checkpoint": self.checkpoint, "out": str(self.out)}
 
-    # -- state on disk ---------------------------------------------------------------------------
-
-    def load_state(self) -> dict[str, Any] | None:
-        try:
-            return json.loads(self.state_path.read_text())  # type: ignore[no-any-return]
-        except (OSError, ValueError):
-            return None
-
-    def save_state(self, state: dict[str, Any]) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        os.replace(tmp, self.state_path)
-
-    def rows(self) -> list[dict[str, Any]]:
-        out = []
-        with contextlib.suppress(OSError):
-            for line in self.metrics.read_text().splitlines():
-                with contextlib.suppress(ValueError):
-                    out.append(json.loads(line))
-        return out
-
-    def keep_rows_through(self, last_round: int) -> list[dict[str, Any]]:
-        """Drop metrics lines of rounds after the last finished one (a round cut short is run again)."""
-        rows = [r for r in self.rows() if r.get("round", -1) <= last_round]
-        self.metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        return rows
-
-    def append_row(self, row: dict[str, Any]) -> None:
-        with open(self.metrics, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
-
     def resume(self) -> int:
-        """Pick up after the last finished round (if any); return the round to run first."""
+        """Pick up after the last finished round (if any); return the round to run first.
+
+        Rows of rounds after it are cut: a round cut short is run again.
+        """
         from sdk.rollout import read_results
 
-        state = self.load_state()
+        state = self.read_state()
         if state:
             self.checkpoint = str(state["checkpoint"])
             self.resident_checkpoint = state.get("resident_checkpoint")
-            self.policy_version = int(state.get("policy_version") or 0)
+            self.version = int(state.get("policy_version") or 0)
         first = int(state["round"]) + 1 if state else 0
-        self.all_rows = self.keep_rows_through(first - 1)
-        self._wall0 = float(self.all_rows[-1]["wall_s"]) if self.all_rows else 0.0
+        self.all_rows = [r for r in read_jsonl(self.metrics) if r.get("round", -1) <= first - 1]
+        self.rewrite(self.metrics, self.all_rows)
+        self.go_on_from(self.all_rows)
         if state:
             self.say(f"resuming after round {state['round']} (checkpoint {self.checkpoint})")
         for rnd in range(1, first):  # earlier rounds' rewards, for the curriculum
-            self._remember(read_results(self.out / "rollouts" / f"round-{rnd}.jsonl"))
+            self._remember(read_results(self.rollouts / f"round-{rnd}.jsonl"))
         return first
 
     def _remember(self, results: list[dict[str, Any]], tasks: list[dict[str, Any]] | None = None) -> None:
@@ -168,7 +123,7 @@ class _Run:
         from sdk.rollout import MALFORMED_TOOL_CALL_PENALTY, RolloutError, run_rollout
 
         cfg = self.cfg
-        results = self.out / "rollouts" / f"{split}.jsonl"
+        results = self.rollouts / f"{split}.jsonl"
         penalty = cfg.malformed_tool_call_penalty if train else 0.0
         try:
             got = run_rollout(
@@ -191,17 +146,17 @@ class _Run:
         after the last checkpoint is run again after a crash (its samples are kept; the training, from the
         checkpoint's weights, optimizer and RNG, comes out the same).
         """
-        row["wall_s"] = round(self._wall0 + time.time() - self._t_start, 1)
+        row["wall_s"] = self.wall_s()
         row["checkpoint"] = self.checkpoint
-        row["policy_version"] = self.policy_version
-        self.append_row(row)
+        row["policy_version"] = self.version
+        self.append({self.metrics: [row]})
         if saved:
-            self.save_state(
+            self.write_state(
                 {
                     "round": row["round"],
                     "checkpoint": self.checkpoint,
                     "resident_checkpoint": self.resident_checkpoint,
-                    "policy_version": self.policy_version,
+                    "policy_version": self.version,
                 }
             )
         self.all_rows.append(row)
@@ -279,7 +234,7 @@ class _Run:
         )
         split = f"round-{rnd}"
         got = self.rollout(tasks, split, cfg.group_size, train=True)
-        results = read_results(self.out / "rollouts" / f"{split}.jsonl")
+        results = read_results(self.rollouts / f"{split}.jsonl")
         self._remember(results, tasks)
         t_collect = time.time() - t0
         data = self.out / "episodes" / f"{split}.parquet"
@@ -293,8 +248,8 @@ class _Run:
             steps, swap = self.train_resident(rnd, data, policy)
         elif groups:
             self.checkpoint, adapter, steps = _train_round(cfg, self, rnd, data, self.checkpoint, groups)
-            self.policy_version += 1
-            policy.update(self.checkpoint, adapter=adapter, policy_version=self.policy_version)
+            self.version += 1
+            policy.update(self.checkpoint, adapter=adapter, policy_version=self.version)
         if not groups and rnd == cfg.rounds and self.trainer is not None:
             # The last round had nothing to train: the run's final weights are the ones it trained last.
             self.checkpoint = self.trainer.final()
@@ -340,17 +295,12 @@ class _Run:
         Returns the steps and the swap's costs (``build_s``, ``push_s``, ``push_bytes``, ``checkpoint_s``).
         """
         cfg = self.cfg
-        grpo = cfg.train.get("grpo") or {}
-        passes = int(grpo.get("num_train_epochs") or 1)
-        steps = grpo.get("max_steps")  # a round's steps when set, else passes over its groups
-        done = self.trainer.train(
-            str(data), passes=passes, steps=steps if isinstance(steps, int) and steps > 0 else None
-        )
-        self.policy_version += 1
-        swap: dict[str, Any] = {
-            "build_s": round(done.build_s, 2),
-            **self.trainer.publish(policy, self.policy_version),
-        }
+        steps = (cfg.train.get("grpo") or {}).get("max_steps")  # a round's steps when set
+        self.version += 1
+        done, swap = self.train_version(
+            str(data), policy, self.version, what=f"round {rnd}",
+            steps=steps if isinstance(steps, int) and steps > 0 else None,
+        )  # fmt: skip
         swap["checkpoint_s"] = None
         if rnd % (cfg.checkpoint_every or 1) == 0 or rnd == cfg.rounds:
             self.resident_checkpoint, swap["checkpoint_s"] = self.trainer.checkpoint()
@@ -522,11 +472,9 @@ def run_loop(
     import sdk
     from trainers.loop.pools import load_pools
     from trainers.quiet import quiet_libraries
-    from trainers.serve.policy import export_env, make_policy
 
     run = _Run(cfg, on_round_end=on_round_end, quiet=quiet)
-    run.out.mkdir(parents=True, exist_ok=True)
-    (run.out / "loop-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    run.prepare()
     pool, eval_pool = load_pools(cfg)
     sdk.configure(store=run.store)
     first = run.resume()
@@ -534,19 +482,7 @@ def run_loop(
         run.say(f"all {cfg.rounds} rounds are done (raise rounds to continue)")
         return run.result()
     quiet_libraries()  # one row per round: no third-party bars, logs or warnings between them
-    settings = train_settings(cfg, cfg.model, run.out / "train")
-    resumed = run.resident_checkpoint
-    if is_resident(settings) and (resumed is not None or run.checkpoint == cfg.model):
-        run.trainer = LoopTrainer(settings, planned_steps=planned_steps(cfg), resume=resumed)
-    # A resumed LoRA run serves the base with the checkpoint's adapter pushed on it.
-    lora = run.trainer is not None and run.trainer.lora
-    serve_from = cfg.model if lora else run.checkpoint
-    policy = make_policy(cfg.policy, serve_from, log_dir=str(run.out))
-    policy.policy_version = run.policy_version  # a restarted server goes on counting
-    start_policy(policy, run.trainer)
-    if run.trainer is not None:
-        run.trainer.serve_resumed(policy, run.policy_version)
-    export_env(policy)
+    policy = run.start_training_side()
     run.say(HEADER)
     if eval_pool and cfg.eval_subset is not None and cfg.eval_subset < len(eval_pool):
         run.say(subset_note(cfg.eval_subset, len(eval_pool), "round 0 and the last round"))

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from trainers.errors import UserError
-from trainers.loop.collect import RolloutWorker, _Version, read_jsonl, rollout_spec
+from trainers.loop.collect import RolloutWorker, _Version, rollout_spec
+from trainers.loop.run import read_jsonl
 
 __all__ = ["Validator", "validation_tasks"]
 
@@ -73,7 +74,7 @@ class _Thread:
 class Validator:
     """Validation rollouts in a worker process, waited on by a thread; one at a time, rows to metrics.
 
-    ``run``: the loop's run (``out``, ``rollouts``, ``metrics``, ``t0``, ``say``); ``finished()``: whether
+    ``run``: the loop's :class:`~trainers.loop.run.LoopRun`; ``finished()``: whether
     the loop has trained its last version (whose validation runs alone, after training).
 
     A validation that falls due while one runs is not skipped: when the running one ends, the version
@@ -143,7 +144,7 @@ class Validator:
             "val_tasks": len(tasks or ()),
             "val_subset": len(tasks or ()) < len(self.pool),
             "eval_s": round(time.time() - t0, 1),
-            "wall_s": round(time.time() - self.run.t0, 1),
+            "wall_s": self.run.wall_s(),
         }
         with self.lock, self.run.metrics.open("a") as f:
             f.write(json.dumps(row) + "\n")

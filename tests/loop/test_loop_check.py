@@ -4,6 +4,7 @@ the lines that say whether a run can learn, exit 0, and nothing of it left for t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,10 @@ def test_the_loop_check_runs_samples_on_its_policy_server_and_says_no_group_has_
     lines = text.splitlines()
     assert lines[0].startswith("check: 4 samples (2 tasks x 2)"), text
     assert sum("no spread: no signal" in ln for ln in lines) == 2
-    assert "model calls per sample  1.0" in text and "tool calls              0 parsed, 0 malformed" in text
+    assert "model calls per sample  1.0" in text
+    # The tiny model's words are random: under load the server batches its requests differently, and a
+    # sample may open a tool call by chance, so the counts are not fixed; the line is.
+    assert re.search(r"^  tool calls +\d+ parsed, \d+ malformed", text, re.M), text
     assert any(
         ln.startswith("  one round's collection") and "(8 samples at concurrency 4)" in ln for ln in lines
     )

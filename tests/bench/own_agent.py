@@ -9,7 +9,8 @@ framework's recipe) on the tasks and demonstrations its seeded script writes (``
 
 Steps: ``tracerl model smollm2``, demonstrations (half of them call the wrong tool, so RL has something left to
 teach), ``tracerl sft``, then ``tracerl train --loop`` (round 0 = after SFT); the loop's last line is the
-held-out change with its 95% interval.
+held-out change with its 95% interval. Each command runs in its own process, as a user runs them, and the script
+prints each one's peak resident memory (``peak RSS``): the figure a user's machine needs is the largest of them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,10 +31,21 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 
+def tracerl(argv: list[str]) -> int:
+    """Run ``tracerl ARGV`` in a process of its own; print its peak RSS; its exit status.
+
+    In one process the loop would inherit the conversion's and the SFT's high-water mark and the framework
+    the demonstrations were rendered with, which no user's ``tracerl train --loop`` carries.
+    """
+    child = subprocess.Popen([sys.executable, "-m", "sdk.cli", *argv])
+    _, status, usage = os.wait4(child.pid, 0)  # the child's own rusage (ru_maxrss in KiB on Linux)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    print(f"peak RSS of tracerl {argv[0]}: {usage.ru_maxrss / 2**20:.2f} GiB", flush=True)
+    return child.returncode
+
+
 def main() -> None:
     import office_agent as oa
-
-    from sdk.cli import main as tracerl
 
     p = argparse.ArgumentParser()
     p.add_argument("--out", default="runs/own-agent")

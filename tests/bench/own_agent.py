@@ -39,7 +39,7 @@ def tracerl(argv: list[str]) -> int:
     """
     child = subprocess.Popen([sys.executable, "-m", "sdk.cli", *argv])
     _, status, usage = os.wait4(child.pid, 0)  # the child's own rusage (ru_maxrss in KiB on Linux)
-    child.returncode = os.waitstatus_to_exitcode(status)
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
     print(f"peak RSS of tracerl {argv[0]}: {usage.ru_maxrss / 2**20:.2f} GiB", flush=True)
     return child.returncode
 

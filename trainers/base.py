@@ -105,7 +105,7 @@ class TrainerConfig:
         "episode, instead of counting and skipping them.",
     )
     eval_fraction: float = setting(
-        0.0,
+        context_default("eval_fraction", "trainer"),
         help="Fraction of tasks held out for evaluation (0 disables).",
         check=lambda v: 0.0 <= v < 1.0,
         rule="in [0, 1)",

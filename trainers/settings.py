@@ -75,7 +75,8 @@ C = TypeVar("C")
 #: The settings whose default differs between contexts: ``{name: {context: (default, reason)}}``. The
 #: contexts: ``trainer`` (``tracerl train`` on recorded episodes, :class:`~trainers.base.TrainerConfig`),
 #: ``loop`` (``tracerl train --loop``, :class:`~trainers.loop.LoopConfig`; what it hands its trainer is in
-#: :func:`trainers.loop.config.train_settings`) and ``rollout`` (``sdk.rollout``'s runner).
+#: :func:`trainers.loop.config.train_settings`), ``rollout`` (``sdk.rollout``'s runner) and ``sft`` (``tracerl
+#: sft``'s warm start, :class:`~trainers.sft.SFTSettings`).
 CONTEXT_DEFAULTS: dict[str, dict[str, tuple[Any, str]]] = {
     "group_size": {
         "trainer": (4, "recorded episodes: the size they were collected with is used when it is not given "
@@ -93,6 +94,13 @@ CONTEXT_DEFAULTS: dict[str, dict[str, tuple[Any, str]]] = {
     "seed": {
         "trainer": (42, "transformers' TrainingArguments default: a run trains as TRL's own examples do"),
         "loop": (0, "the loop's published results (RESULTS.md, examples.main --seed S) count seeds from 0"),
+        "sft": (0, "the warm start a loop then starts from counts its seeds as the loop does"),
+    },
+    "eval_fraction": {
+        "trainer": (0.0, "held-out groups cost generation at every eval step; the loop validates on "
+                    "held-out tasks instead"),
+        "sft": (0.1, "the held-out loss and token accuracy before and after are the warm start's only "
+                "report, and scoring them is one forward pass"),
     },
     "group_underflow": {
         "trainer": ("resample", "a recorded store's task with fewer than G episodes still trains a full "

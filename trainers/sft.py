@@ -33,41 +33,96 @@ import random
 import sys
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from sdk._cli import OneLineParser, command_parser
 from trainers.errors import UserError
+from trainers.settings import add_flags, check_settings, context_default, setting
 
 __all__ = ["SFTSettings", "build_sft_trainer", "load_rows", "main", "sft_examples", "train_sft"]
+
+#: The flag of a setting without a default (argparse then says "the following arguments are required").
+_REQUIRED = {"required": True}
+
+
+def _positive(v: float) -> bool:
+    return v > 0
 
 
 @dataclass
 class SFTSettings:
-    """What ``tracerl sft`` trains: data, model, output and the optimizer's few knobs.
+    """What ``tracerl sft`` trains: data, model, output and the optimizer's few knobs (one flag each).
+
+    Every field is a :func:`trainers.settings.setting`: its help is the flag's, and the same coercion and
+    checks apply to flags and to Python values (``SFTSettings(..., batch_size="4")`` is 4).
 
     Example:
         >>> SFTSettings(data="demos.jsonl", model="runs/base", output_dir="runs/sft").epochs
         3.0
+        >>> SFTSettings("d.jsonl", "m", "o", batch_size=4, micro_batch_size=3)
+        Traceback (most recent call last):
+        trainers.errors.UserError: micro_batch_size 3 must divide batch_size 4
     """
 
-    data: str
-    model: str
-    output_dir: str
-    min_reward: float | None = None
-    eval_data: str | None = None
-    eval_fraction: float = 0.1
-    lora: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    learning_rate: float | None = None  # 2e-5 full weights, 2e-4 LoRA
-    epochs: float = 3.0
-    max_steps: int = -1
-    batch_size: int = 4
-    max_length: int | None = None
-    seed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)  # further SFTConfig fields
+    data: str = setting(help="Demonstrations (JSONL, Parquet) or a store / episodes.", flag=_REQUIRED)
+    model: str = setting(help="Model directory (or hub id) to start from.", flag=_REQUIRED)
+    output_dir: str = setting(help="Where to save the model.", aliases=("--output",), flag=_REQUIRED)
+    min_reward: float | None = setting(None, help="Keep only conversations with reward >= this.")
+    eval_data: str | None = setting(None, help="Held-out conversations (default: eval_fraction of data).")
+    eval_fraction: float = setting(
+        context_default("eval_fraction", "sft"),
+        help="Held-out share of data.",
+        check=lambda v: 0 <= v < 1,
+        rule="in [0, 1)",
+    )
+    lora: bool = setting(False, help="Train LoRA adapters (merged into the saved model).")
+    lora_r: int = setting(16, help="With lora: the adapters' rank (16).", check=_positive, rule="positive")
+    lora_alpha: int = setting(32, help="With lora: the adapters' scale alpha (32).")
+    learning_rate: float | None = setting(
+        None, help="Default 2e-5 (full weights), 2e-4 (LoRA).", check=_positive, rule="positive"
+    )
+    epochs: float = setting(3.0, help="Passes over the data (3).", check=_positive, rule="positive")
+    max_steps: int | None = setting(None, help="Optimizer steps (overrides epochs; null: by epochs).")
+    batch_size: int = setting(
+        4, help="Examples per optimizer step on each device (4).", check=_positive, rule="positive"
+    )
+    micro_batch_size: int | None = setting(
+        None,
+        help="Examples per forward/backward pass; the gradient is accumulated over batch_size / this, so "
+        "a step still sees batch_size examples with the activation memory of this many. Default: 1 "
+        "without a GPU (SmolLM2-135M: 3.1 GiB peak where 4 at once take 5.8), batch_size on one.",
+        check=_positive,
+        rule="positive",
+    )
+    max_length: int | None = setting(
+        4096,
+        help="Maximum prompt + completion tokens per example, as the GRPO trainer's (0 or null: no limit); "
+        "longer completions are cut.",
+    )
+    seed: int = setting(context_default("seed", "sft"), help="Seed of the held-out split and of training.")
+    extra: dict[str, Any] = setting(factory=dict, help="Further SFTConfig fields (Python only).")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+        if self.max_length is not None and self.max_length <= 0:
+            self.max_length = None  # as TrainerConfig: 0 means "no limit" on the command line
+        if self.micro_batch_size is not None and self.batch_size % self.micro_batch_size:
+            m, b = self.micro_batch_size, self.batch_size
+            raise UserError(f"micro_batch_size {m} must divide batch_size {b}")
+
+    def micro_batch(self, cuda: bool) -> int:
+        """Examples per forward/backward pass on this machine (see ``micro_batch_size``).
+
+        Example:
+            >>> settings = SFTSettings("d", "m", "o")
+            >>> settings.micro_batch(cuda=False), settings.micro_batch(cuda=True)
+            (1, 4)
+        """
+        if self.micro_batch_size is not None:
+            return self.micro_batch_size
+        return self.batch_size if cuda else 1
 
 
 # ------------------------------------------------------------------------------------------------- data
@@ -219,13 +274,17 @@ def _trainer_args(settings: SFTSettings) -> tuple[Any, Any]:
     from trl import SFTConfig
 
     cuda = torch.cuda.is_available()
+    micro = settings.micro_batch(cuda)
     args = SFTConfig(
         output_dir=settings.output_dir,
         learning_rate=settings.learning_rate or (2e-4 if settings.lora else 2e-5),
         num_train_epochs=settings.epochs,
-        max_steps=settings.max_steps,
-        per_device_train_batch_size=settings.batch_size,
-        per_device_eval_batch_size=settings.batch_size,
+        max_steps=-1 if settings.max_steps is None else settings.max_steps,
+        per_device_train_batch_size=micro,
+        # transformers normalises the loss by the tokens of the whole accumulated batch (num_items_in_batch),
+        # so micro-batches change the memory, not the gradient.
+        gradient_accumulation_steps=settings.batch_size // micro,
+        per_device_eval_batch_size=micro,
         max_length=None,  # already cut by convert_episode, which keeps whole prompts
         save_strategy="no",
         report_to="none",
@@ -355,36 +414,14 @@ def train_sft(settings: SFTSettings) -> dict[str, Any]:
 
 
 def _parser() -> OneLineParser:
-    p = command_parser("sft", "trainers.sft", description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True, help="demonstrations (JSONL, Parquet) or a store / episodes")
-    p.add_argument("--model", required=True, help="model directory (or hub id) to start from")
-    p.add_argument("--output", "--output-dir", dest="output_dir", required=True, help="where to save")
-    p.add_argument("--min-reward", type=float, help="keep only conversations with reward >= this")
-    p.add_argument("--eval-data", help="held-out conversations (default: --eval-fraction of --data)")
-    p.add_argument("--eval-fraction", type=float, default=0.1, help="held-out share of --data (0.1)")
-    p.add_argument("--lora", action="store_true", help="train LoRA adapters (merged into the saved model)")
-    p.add_argument("--lora-r", type=int, default=16, metavar="N", help="with --lora: the adapters' rank (16)")
-    p.add_argument(
-        "--lora-alpha", type=int, default=32, metavar="N", help="with --lora: the adapters' scale alpha (32)"
+    import argparse
+
+    p = command_parser(
+        "sft", "trainers.sft", description=__doc__.splitlines()[0], argument_default=argparse.SUPPRESS
     )
-    p.add_argument("--learning-rate", type=float, help="default 2e-5 (full weights), 2e-4 (LoRA)")
-    p.add_argument("--epochs", type=float, default=3.0, help="passes over the data (3)")
-    p.add_argument("--max-steps", type=int, default=-1, help="optimizer steps (overrides --epochs)")
-    p.add_argument(
-        "--batch-size", type=int, default=4, metavar="N", help="examples per step on each device (4)"
-    )
-    p.add_argument("--max-length", type=int, help="tokens per example (longer ones are cut)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the held-out split and of training (0)")
+    add_flags(lambda name: p, SFTSettings)
     p.add_argument("--traceback", action="store_true", help="show the traceback of an unexpected error")
     return p
-
-
-def _check(settings: SFTSettings) -> None:
-    if not 0 <= settings.eval_fraction < 1:
-        raise UserError(f"--eval-fraction must be in [0, 1), got {settings.eval_fraction}")
-    for name in ("epochs", "batch_size", "lora_r"):
-        if getattr(settings, name) <= 0:
-            raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(settings, name)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -398,13 +435,12 @@ def main(argv: list[str] | None = None) -> int:
         args = vars(_parser().parse_args(argv))
     except SystemExit as exc:  # --help (0) or a bad flag (its one error line, 2)
         return exc.code if isinstance(exc.code, int) else 0
-    traceback = args.pop("traceback")
-    settings = SFTSettings(**args)
+    traceback = args.pop("traceback", False)
     from trainers.quiet import quiet_libraries
 
     quiet_libraries()  # the command's own lines, not the libraries' bars and notices
     try:
-        _check(settings)
+        settings = SFTSettings(**args)
         summary = train_sft(settings)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -68,6 +68,33 @@ def test_min_reward_keeps_the_good_episodes(tmp_path):
     assert dict(dropped) == {"below min_reward": 4}
 
 
+def test_micro_batches_change_the_memory_not_the_step(tmp_path, tiny_model_dir, model_tokenizer):
+    """batch_size 4 in micro-batches of 1 (the CPU default) takes the step 4 at once would (plain SGD)."""
+    import torch
+
+    from trainers.sft import SFTSettings, build_sft_trainer
+
+    data = write_parquet(make_episodes(1, 4, tools_in_prompt=True), tmp_path / "episodes.parquet")
+    weights = {}
+    for micro in (None, 4):
+        settings = SFTSettings(
+            data=str(data), model=str(tiny_model_dir), output_dir=str(tmp_path / f"sft-{micro}"),
+            eval_fraction=0, batch_size=4, micro_batch_size=micro, max_steps=1, learning_rate=0.5,
+            extra={"optim": "sgd", "lr_scheduler_type": "constant"},
+        )  # fmt: skip
+        trainer, _ = build_sft_trainer(settings, tokenizer=model_tokenizer)
+        args = trainer.args
+        assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (
+            (1, 4) if micro is None else (4, 1)
+        )
+        start = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+        trainer.train()
+        weights[micro] = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+    assert any(not torch.equal(start[k], weights[4][k]) for k in start)  # the step moved the weights
+    for k in start:
+        torch.testing.assert_close(weights[None][k], weights[4][k], rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.slow
 def test_sft_cli_trains_and_reports_held_out(tmp_path, tiny_model_dir, capsys):
     data = write_parquet(make_episodes(3, 4, tools_in_prompt=True), tmp_path / "episodes.parquet")

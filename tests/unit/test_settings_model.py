@@ -23,6 +23,7 @@ from trainers.errors import UserError
 from trainers.loop import LoopConfig
 from trainers.loop.config import train_settings
 from trainers.settings import CONTEXT_DEFAULTS, PolicySpec, coerce, field_types, make_config, yaml_loader
+from trainers.sft import SFTSettings
 from trainers.trl import TRLGRPOConfig
 from trainers.trl.config import GRPOShortcuts
 
@@ -35,6 +36,7 @@ SPECS: dict[str, type] = {
     "loop": LoopConfig,
     "policy": PolicySpec,
     "rollout": RolloutSpec,
+    "sft": SFTSettings,
 }
 
 # The shared names whose types differ on purpose, with the reason.
@@ -48,6 +50,8 @@ TYPE_EXCEPTIONS: dict[str, str] = {
 DEFAULT_EXCEPTIONS: dict[str, str] = {
     "model": "the loop needs one to serve from its first round (required); the trainer's '' is --model's",
     "agent": "required wherever it is a setting",
+    "output_dir": "tracerl sft writes the model directory a loop then starts from: it is named (required), "
+    "so one warm start never overwrites another; the trainer's runs/tracerl holds checkpoints",
 }
 
 

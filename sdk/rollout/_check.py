@@ -195,6 +195,15 @@ class RolloutCheck:
                 f"ready: {self.groups_with_spread} of {len(self.groups)} groups have reward spread, "
                 "so GRPO gets a signal"
             )
+        never = [str(g["task_id"]) for g in self.groups if g["rewards"] and max(g["rewards"]) <= 0]
+        if never and len(never) < len(self.groups):
+            # Not a blocker (hard tasks are normal), but the failure the other lines cannot show: a kind of
+            # task the warm start never gets right stays wrong, since GRPO reinforces only what a sample did.
+            out.append(
+                f"{len(never)} of {len(self.groups)} groups never scored ({', '.join(never[:3])}"
+                f"{', ...' if len(never) > 3 else ''}): RL cannot learn what no sample does; if such tasks "
+                "are of one kind, add demonstrations of it (tracerl sft) or raise group_size"
+            )
         out += self.notes
         return out
 

@@ -1,5 +1,6 @@
 """``tracerl rollout --check``: a handful of samples of a real agent against the scripted server, and the
-lines that say whether a run can learn (issue 50: a group without reward spread, a malformed-call share)."""
+lines that say whether a run can learn (issue 50: a group without reward spread, a task no sample scored, a
+malformed-call share)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ def test_the_check_reports_a_group_without_spread_and_the_malformed_share(policy
     assert "peak memory" in out
     verdict = [ln for ln in lines if ln.startswith("verdict: ")]
     assert any("50% of the model's tool calls were malformed" in v and "tracerl sft" in v for v in verdict)
+    # A task no sample got right: RL cannot learn it from these samples (the own-agent benchmark's failure).
+    assert "verdict: 1 of 2 groups never scored (flat): RL cannot learn what no sample does" in out, out
     # The check's samples are its own: nothing in the user's store or results file to train on.
     assert not store.exists() or not any(store.iterdir())
     assert not list(tmp_path.glob("*rollout-train*.jsonl"))

@@ -66,12 +66,16 @@ def make(
     """(training tasks, held-out tasks, demonstration tasks), disjoint, a pure function of ``seed``.
 
     ``flawed`` of the demonstrations are wrong the way a user's would be, half of them the other tool and half
-    a wrong number. Six of sixteen, because with three the warm-started model already answered 62–90% of the
-    held-out tasks and the gain RL could show was bounded by what was left (``tests/bench/RESULTS.md``).
+    a wrong number, and half on each tool's questions. Six of sixteen, because with three the warm-started
+    model already answered 62–90% of the held-out tasks and the gain RL could show was bounded by what was
+    left. Split between the tools, because drawn over all sixteen, seed 2 put all three wrong-tool flaws
+    on °C questions: every warm start then answered 0–1 of 20 °C questions, and whether RL recovered
+    depended on one sample happening to try the other tool (``tests/bench/RESULTS.md``).
 
     Example:
-        >>> make(1)[2][0]["tool"] in TOOLS
-        True
+        >>> demo = make(2)[2]
+        >>> sorted(d["tool"] for d in demo if d.get("flaw") == "wrong_tool")
+        ['km_from_miles', 'km_from_miles', 'to_celsius']
     """
     assert n_demo <= 24
     rng = random.Random(seed)
@@ -90,8 +94,14 @@ def make(
                          "answer": TOOLS[tool](x)})  # fmt: skip
         sets.append(rows)
     held_out, train, demo = sets
-    for j, k in enumerate(sorted(rng.sample(range(n_demo), flawed))):
-        demo[k]["flaw"] = ("wrong_tool", "wrong_number")[j % 2]
+    # Each tool's questions get half the flaws, the flaw types alternating from a different end for each
+    # tool, so neither kind of question gets all the wrong-tool flaws (3 wrong-tool flaws: 2 and 1).
+    first = rng.randrange(2)
+    for t, tool in enumerate(TOOLS):
+        mine = [k for k, row in enumerate(demo) if row["tool"] == tool]
+        share = flawed // 2 + (flawed % 2 if t == 0 else 0)
+        for j, k in enumerate(sorted(rng.sample(mine, share))):
+            demo[k]["flaw"] = ("wrong_tool", "wrong_number")[(j + t + first) % 2]
     return train, held_out, demo
 
 

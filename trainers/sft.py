@@ -92,7 +92,7 @@ class SFTSettings:
         None,
         help="Examples per forward/backward pass; the gradient is accumulated over batch_size / this, so "
         "a step still sees batch_size examples with the activation memory of this many. Default: 1 "
-        "without a GPU (SmolLM2-135M: 3.1 GiB peak where 4 at once take 5.8), batch_size on one.",
+        "without a GPU (SmolLM2-135M: 3.5-3.8 GiB peak where 4 at once took 5.8), batch_size on one.",
         check=_positive,
         rule="positive",
     )

@@ -131,11 +131,18 @@ def test_a_bfloat16_server_takes_float32_pushes_and_serves_them(models, tmp_path
     policy.start()
     try:
         policy.push(full_state(other), policy_version=1)
-        version, prompt, ids, lps = _ask(policy)
-        want = reference_logprobs(other, None, prompt, ids)
-        before = reference_logprobs(base, None, prompt, ids)
-        assert version == 1 and max(abs(a - b) for a, b in zip(lps, want, strict=True)) < 0.05
-        assert max(abs(a - b) for a, b in zip(lps, before, strict=True)) > 0.05
+        # Three answers, not one: on the few tokens of one sampled answer the two tiny models' logprobs can all
+        # differ by less than 0.05 (the check "far from before" failed the suite once on one answer; measured
+        # over 30 answers: the served-vs-pushed gap at most 0.004, the pushed-vs-before one 0.2-0.8).
+        got, want, before = [], [], []
+        for _ in range(3):
+            version, prompt, ids, lps = _ask(policy)
+            assert version == 1
+            got += lps
+            want += reference_logprobs(other, None, prompt, ids)
+            before += reference_logprobs(base, None, prompt, ids)
+        assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 0.05
+        assert max(abs(a - b) for a, b in zip(got, before, strict=True)) > 0.05
     finally:
         policy.stop()
     with pytest.raises(UserError, match="policy dtype must be"):

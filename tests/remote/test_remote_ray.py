@@ -101,6 +101,47 @@ def test_cli_detach_resume_cancel(ray_head, tiny_model_dir, episodes_parquet, tm
     while (status := _ray_status(ray_head, job.job_id)) not in ("STOPPED", "FAILED"):
         assert time.monotonic() < deadline, status
         time.sleep(0.5)
+    # Nothing of the job trains on: its sdk.train (max_steps 100000) once outlived the stop by 45 minutes.
+    deadline = time.monotonic() + 30
+    while left := _processes_of(job.job_id):
+        assert time.monotonic() < deadline, left
+        time.sleep(0.5)
+
+
+def _processes_of(job_id: str) -> list[str]:
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if job_id in cmdline and "sdk.train" in cmdline:
+            found.append(cmdline)
+    return found
+
+
+KEEP = """
+import sys
+from trainers.remote.ray_jobs import _run_training
+sys.exit(_run_training([sys.executable, "-c", "import os, sys, time; print(os.getpid(), flush=True); time.sleep(300)"]))
+"""
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_the_training_process_ends_with_the_job(how):
+    """``ray job stop`` SIGTERMs what the entrypoint runs then SIGKILLs it: either way its training process ends
+    (the signal passed on; the kernel's parent-death signal where the entrypoint is killed outright)."""
+    import psutil
+
+    entry = subprocess.Popen(
+        [sys.executable, "-c", KEEP],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    child = psutil.Process(int(entry.stdout.readline()))
+    entry.send_signal(getattr(signal, how))
+    child.wait(timeout=30)  # psutil.TimeoutExpired if it trains on
+    assert entry.wait(timeout=30) == (-signal.SIGKILL if how == "SIGKILL" else 128 + signal.SIGTERM)
 
 
 def _ray_status(head, job_id):
@@ -211,7 +252,7 @@ def test_job_entrypoint_launches_one_process_per_gpu(tmp_path, monkeypatch):
         (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n")
         return 0
 
-    monkeypatch.setattr(ray_jobs.subprocess, "call", call)
+    monkeypatch.setattr(ray_jobs, "_run_training", call)
     for gpus, launcher in (("4", ["accelerate", "launch", "--num_processes", "4"]), ("1", [sys.executable])):
         art = tmp_path / f"art-{gpus}"
         assert (

@@ -521,7 +521,7 @@ def run_job(argv: list[str] | None = None) -> int:
     launcher = ["accelerate", "launch", "--num_processes", str(gpus)] if gpus > 1 else [sys.executable]
     cmd = [*launcher, "-m", "sdk.train", *train_args]
     print(f"[tracerl] running: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    code = subprocess.call(cmd)
+    code = _run_training(cmd)
     result: dict[str, Any] = {"status": "succeeded" if code == 0 else "failed", "exit_code": code}
     rows = []
     metrics_path = local / "metrics.jsonl"
@@ -537,6 +537,46 @@ def run_job(argv: list[str] | None = None) -> int:
         fs.put(str(local) + "/", root, recursive=True)
         shutil.rmtree(local, ignore_errors=True)
     return code
+
+
+def _run_training(cmd: list[str]) -> int:
+    """Run ``cmd`` as this job's training process and stop it when the job is stopped; its exit code.
+
+    ``ray job stop`` signals the processes the entrypoint has *at that moment*, then SIGKILLs them 3 s
+    later. A training process started after that moment, or a SIGTERM that never reached it, was left
+    running without a parent (the suite once found a cancelled job's ``sdk.train`` still training 45
+    minutes later). So the stop signal is passed on to the child, a stop before the child starts means it
+    never starts, and on Linux the kernel kills the child when this process dies (``PR_SET_PDEATHSIG``
+    through ``ctypes``: neither the standard library nor psutil exposes it).
+    """
+    import signal
+
+    stopped: list[int] = []
+    child: subprocess.Popen | None = None
+
+    def on_stop(signum: int, _frame: object) -> None:
+        stopped.append(signum)
+        if child is not None:
+            child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_stop)
+    if stopped:
+        return 128 + stopped[0]
+    child = subprocess.Popen(cmd, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    if stopped:  # signalled while the child was being started: on_stop saw no child yet
+        child.send_signal(stopped[0])
+    code = child.wait()
+    return 128 + stopped[0] if stopped else (128 - code if code < 0 else code)  # a shell's codes
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: the kernel sends it SIGKILL when its parent dies."""
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 if __name__ == "__main__":

@@ -545,8 +545,8 @@ def _run_training(cmd: list[str]) -> int:
     ``ray job stop`` signals the processes the entrypoint has *at that moment*, then SIGKILLs them 3 s
     later. A training process started after that moment, or a SIGTERM that never reached it, was left
     running without a parent (the suite once found a cancelled job's ``sdk.train`` still training 45
-    minutes later). So the stop signal is passed on to the child, a stop before the child starts means it
-    never starts, and on Linux the kernel kills the child when this process dies (``PR_SET_PDEATHSIG``
+    minutes later). So the stop signal is passed on to the child (one that came while it started, once it
+    has), and on Linux the kernel kills the child when this process dies (``PR_SET_PDEATHSIG``
     through ``ctypes``: neither the standard library nor psutil exposes it).
     """
     import signal
@@ -561,10 +561,8 @@ def _run_training(cmd: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_stop)
-    if stopped:
-        return 128 + stopped[0]
     child = subprocess.Popen(cmd, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
-    if stopped:  # signalled while the child was being started: on_stop saw no child yet
+    if stopped:  # signalled before the child existed: on_stop could not pass it on
         child.send_signal(stopped[0])
     code = child.wait()
     return 128 + stopped[0] if stopped else (128 - code if code < 0 else code)  # a shell's codes

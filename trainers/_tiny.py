@@ -109,7 +109,8 @@ def build_tiny_model(
     """Build and save a tiny random ``Qwen2ForCausalLM`` plus its tokenizer; nothing is downloaded.
 
     ``architecture="qwen3"`` builds a ``Qwen3ForCausalLM`` of the same size instead (servers that implement
-    only some architectures, such as SkyRL tx, load it).
+    only some architectures, such as SkyRL tx, load it); ``"llama"`` a ``LlamaForCausalLM`` (SmolLM2's
+    architecture, whose forward takes no per-layer-type mask mapping).
 
     With the defaults the model has about 107 k parameters and a training step on 8 × ~500 tokens takes about
     0.2 s on 2 CPU cores.
@@ -121,7 +122,7 @@ def build_tiny_model(
         vocab_size: Target tokenizer vocabulary size.
         corpus: Tokenizer training sentences; defaults to :data:`DEFAULT_CORPUS`.
         seed: Torch seed for the random initialisation.
-        architecture: ``qwen2`` or ``qwen3``.
+        architecture: ``qwen2``, ``qwen3`` or ``llama``.
 
     Returns:
         ``Path(output_dir)``.
@@ -135,8 +136,8 @@ def build_tiny_model(
     import torch
     import transformers
 
-    if architecture not in ("qwen2", "qwen3"):
-        raise ValueError(f"architecture must be qwen2 or qwen3, got {architecture!r}")
+    if architecture not in ("qwen2", "qwen3", "llama"):
+        raise ValueError(f"architecture must be qwen2, qwen3 or llama, got {architecture!r}")
     name = architecture.capitalize()
     config_class, model_class = (
         getattr(transformers, f"{name}Config"),

@@ -213,6 +213,25 @@ def test_lora_fast_path_equals_peft_reference_at_dropout_zero(tmp_path, tiny_mod
         _assert_same(padded, _grads(trainer, lambda b=batch: trainer.compute_loss(model, b)))
 
 
+def test_a_llama_model_takes_padding_free_passes(tmp_path):
+    """Llama's forward (SmolLM2's) takes no mask per layer type: its passes give the padded update too."""
+    from transformers import AutoTokenizer
+
+    from trainers._tiny import build_tiny_model
+
+    model_dir = build_tiny_model(tmp_path / "llama", architecture="llama")
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    trainer = _build(tmp_path / "out", model_dir, tok, lora=True, padding_free=True)
+    model = trainer.model
+    assert type(model.get_base_model()).__name__ == "LlamaForCausalLM"
+    assert getattr(model.config, "layer_types", None) is None
+    gen = _generation_batch(trainer)
+    padded = _grads(trainer, lambda: trainer._compute_loss(model, gen))
+    single = _passes(trainer, gen, None)
+    assert [p.stop - p.start for p in single["_passes"]] == [1] * 8
+    _assert_same(padded, _grads(trainer, lambda: trainer.compute_loss(model, single)))
+
+
 def test_training_with_a_token_budget_gives_the_padded_update(tmp_path, tiny_model_dir, model_tokenizer):
     import json
 

@@ -173,9 +173,12 @@ def pass_logps(trainer: Any, model: Any, p: Pass, kind: str, width: int) -> tupl
         )
     elif kind == "dense":
         kw = dict(position_ids=p.position_ids)  # transformers builds the block-diagonal mask from them
-    if kind != "dense":
+    layer_types = getattr(cfg, "layer_types", None)
+    if kind != "dense" and layer_types:
         # Masks given as "none": transformers neither builds a mask nor inspects the position ids (a sync).
-        kw["attention_mask"] = {t: None for t in set(getattr(cfg, "layer_types", None) or ["full_attention"])}
+        # Only models with layer types (Qwen2/3, Gemma) take such a mapping; the others (Llama, Mistral:
+        # SmolLM2) get no mask and build a causal one, at the cost of that sync on CUDA.
+        kw["attention_mask"] = {t: None for t in set(layer_types)}
     with trainer.accelerator.autocast():
         hidden = lm.base_model(input_ids=p.input_ids, use_cache=False, **kw).last_hidden_state[0]
         h = hidden.index_select(0, p.src)

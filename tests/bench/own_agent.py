@@ -147,7 +147,6 @@ def main() -> None:
             "group_overflow": "trim",
             "min_advantage": 0,
             "max_length": 512,
-            "micro_batch_size": 2,
             "grpo": {
                 "learning_rate": 2.0e-4,
                 "per_device_train_batch_size": 16,

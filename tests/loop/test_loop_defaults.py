@@ -22,10 +22,15 @@ def test_the_loop_trains_in_micro_batches_unless_told_otherwise():
     def settings(**kw):
         return train_settings(LoopConfig(agent="a:f", tasks="t", model="m", **kw), "m", Path("o"))
 
-    assert settings()["micro_batch_size"] == 2  # G = 8: batches of whole groups, passes of 2
-    assert settings(group_size=3)["micro_batch_size"] == 1  # an odd G may give odd batches
+    assert (
+        settings()["micro_batch_size"] == 1 and settings()["padding_free"] is True
+    )  # passes of one sequence
+    assert settings(group_size=3)["micro_batch_size"] == 1
     assert settings(train={"micro_batch_size": 8})["micro_batch_size"] == 8
-    assert "micro_batch_size" not in settings(train={"grpo": {"generation_batch_size": 16}})
+    assert "padding_free" not in settings(train={"micro_batch_size": 8})  # the user's passes, as they are
+    assert settings(train={"padding_free": False})["padding_free"] is False
+    plain = settings(train={"grpo": {"generation_batch_size": 16}})
+    assert "micro_batch_size" not in plain and "padding_free" not in plain
 
 
 def test_the_default_micro_batches_divide_the_trainers_batches():

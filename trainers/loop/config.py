@@ -109,8 +109,9 @@ class LoopConfig:
     train: dict[str, Any] = setting(
         factory=dict,
         help="tracerl train settings (the keys of its --config file; data, model and output_dir are set by "
-        "the loop). micro_batch_size defaults to 2 here (1 for an odd group_size; unset with "
-        "grpo.generation_batch_size): the same gradient in passes of 2 sequences, a fraction of the memory.",
+        "the loop). micro_batch_size defaults to 1 here, with padding_free (unset with "
+        "grpo.generation_batch_size): the same gradient in passes of one sequence, a fraction of the memory "
+        "and faster on a CPU; raise it on a GPU.",
     )
     seed: int = setting(context_default("seed", "loop"), help="Seed for task draws and training.")
     id_field: str = setting("id", help="Task id field.")
@@ -290,10 +291,15 @@ def train_settings(cfg: LoopConfig, model: str, out: Path) -> dict[str, Any]:
     settings.update(model=model, output_dir=str(out))
     grpo_keys = settings.get("grpo") or {}
     if "micro_batch_size" not in settings and "generation_batch_size" not in grpo_keys:
-        # Passes of 2 sequences, the gradient of the whole batch: the README's step-5 loop on SmolLM2-135M
-        # peaked at 12.2 GB in passes of 8, examples/smollm2_agent (passes of 2) stays under 5.5 GB (issue
-        # 50). Batches hold whole groups, so an even G divides them by 2; an odd G may not: passes of 1.
-        settings["micro_batch_size"] = 2 if cfg.group_size % 2 == 0 else 1
+        # Passes of one sequence, the gradient of the whole batch: the README's step-5 loop on SmolLM2-135M
+        # peaked at 12.2 GB in passes of 8, and a LlamaIndex agent's loop (prompts of ~290 tokens) at 6.0 GiB
+        # in passes of 2 (issue 50). Two steps of 16 such sequences with sdk.train on 2 cores: passes of 2
+        # 3.7 GiB and 116-123 s, of 1 2.5 GiB and 110-116 s, of 1 padding-free 2.2 GiB and 83 s, the
+        # same loss and gradient norm (tests/bench/RESULTS.md). padding_free falls back to TRL's loss
+        # for what it does not cover; passes of 1 bound the memory either way. On a GPU, larger passes
+        # (micro_batch_size, or micro_batch_tokens with a varlen flash attention) are faster.
+        settings["micro_batch_size"] = 1
+        settings.setdefault("padding_free", True)
     if str(settings.get("backend") or "trl") == "trl":
         grpo = dict(settings.get("grpo") or {})
         grpo.setdefault("disable_tqdm", True)  # the loop prints one row per round, not TRL's steps

@@ -294,7 +294,7 @@ def train_settings(cfg: LoopConfig, model: str, out: Path) -> dict[str, Any]:
         # Passes of one sequence, the gradient of the whole batch: the README's step-5 loop on SmolLM2-135M
         # peaked at 12.2 GB in passes of 8, and a LlamaIndex agent's loop (prompts of ~290 tokens) at 6.0 GiB
         # in passes of 2 (issue 50). Two steps of 16 such sequences with sdk.train on 2 cores: passes of 2
-        # 3.7 GiB and 116-123 s, of 1 2.5 GiB and 110-116 s, of 1 padding-free 2.2 GiB and 83 s, the
+        # 3.5 GiB and 116-123 s, of 1 2.4 GiB and 110-116 s, of 1 padding-free 2.1 GiB and 83-88 s, the
         # same loss and gradient norm (tests/bench/RESULTS.md). padding_free falls back to TRL's loss
         # for what it does not cover; passes of 1 bound the memory either way. On a GPU, larger passes
         # (micro_batch_size, or micro_batch_tokens with a varlen flash attention) are faster.

@@ -22,9 +22,8 @@ def test_the_loop_trains_in_micro_batches_unless_told_otherwise():
     def settings(**kw):
         return train_settings(LoopConfig(agent="a:f", tasks="t", model="m", **kw), "m", Path("o"))
 
-    assert (
-        settings()["micro_batch_size"] == 1 and settings()["padding_free"] is True
-    )  # passes of one sequence
+    default = settings()
+    assert default["micro_batch_size"] == 1 and default["padding_free"] is True  # passes of one sequence
     assert settings(group_size=3)["micro_batch_size"] == 1
     assert settings(train={"micro_batch_size": 8})["micro_batch_size"] == 8
     assert "padding_free" not in settings(train={"micro_batch_size": 8})  # the user's passes, as they are

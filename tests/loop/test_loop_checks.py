@@ -106,6 +106,17 @@ def test_validation_rows_show_pass_at_1_and_the_change_against_round_0(
         f"validation pass@1: 25.0% (round 0) -> 75.0% (round 2), +50.0 points, 95% CI "
         f"[{100 * c.ci_low:+.1f}, {100 * c.ci_high:+.1f}], p = {c.p_value:.3g} over 20 tasks"
     )
+    # A round that solves what round 0 solved: the interval includes 0, and the line says what that means.
+    monkeypatch.setenv("LOOP_TEST_SKILL", "5")
+    rows.append({"round": 3, **run.validate(pool, 3), "groups": 0, "steps": 1, "wall_s": 1.0})
+    line = validation_change(cfg.out, rows)
+    assert (
+        line is not None
+        and "+0.0 points" in line
+        and line.endswith(
+            "; the interval includes 0: no clear change (more held-out tasks or eval_samples narrow it)"
+        )
+    )
 
 
 def test_no_change_is_claimed_when_no_round_trained(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ earlier rounds (tasks not tried yet rank with the average), and the share widens
 
 Malformed tool calls (a call whose answer opens a ``<tool_call>`` the policy server could not parse: the
 agent's framework takes the text as its answer; ``sdk.messages.malformed_tool_call``) are counted: the
-table's ``malformed`` column and each row's ``malformed_share`` / ``malformed_tool_calls`` (training
+table's ``malformed val/train`` column and each row's ``malformed_share`` / ``malformed_tool_calls`` (training
 samples) and ``val_malformed_share`` (validation). ``malformed_tool_call_penalty: 0.5`` subtracts 0.5 from
 the reward of a training sample with one, so RL learns the call format as well as the decision (off by
 default; validation is never shaped).

@@ -54,7 +54,12 @@ class LoopConfig:
         None, help="module:function(task, answer) -> float | dict (optional if the agent calls sdk.reward)."
     )
     rounds: int = setting(4, help="Training rounds.", **_at_least(0))
-    tasks_per_round: int = setting(32, help="Training tasks per round.", **_at_least(1))
+    tasks_per_round: int = setting(
+        32,
+        help="Training tasks per round; without a curriculum, round N takes the next ones in the file's "
+        "order (wrapping around), so shuffle the file and do not put the tasks you demonstrated first.",
+        **_at_least(1),
+    )
     group_size: int = setting(
         context_default("group_size", "loop"),
         help="Samples per task (the GRPO group size G).",
@@ -113,7 +118,10 @@ class LoopConfig:
         "grpo.generation_batch_size): the same gradient in passes of one sequence, a fraction of the memory "
         "and faster on a CPU; raise it on a GPU.",
     )
-    seed: int = setting(context_default("seed", "loop"), help="Seed for task draws and training.")
+    seed: int = setting(
+        context_default("seed", "loop"),
+        help="Seed for the eval_subset draw and training (training tasks are taken in file order).",
+    )
     id_field: str = setting("id", help="Task id field.")
     plot: bool = setting(True, help="Write progress.png.")
     mode: Literal["sync", "async"] = setting(

@@ -42,10 +42,12 @@ def _fmt(x: float | None) -> str:
 
 
 #: The header of the loop's table; validation is pass@1 ± its standard error over tasks (sdk.eval);
-#: ``malformed`` is the share of the round's tool-call attempts the server could not parse (returned as
-#: text, see ``sdk.messages.malformed_tool_call``; round 0: its validation's); ``swap s`` is the time from
-#: the trainer's last step to the new weights served (the resident trainer's push).
-HEADER = "round  validation pass@1  train reward  malformed  groups  steps   wall s  swap s"
+#: ``malformed val/train`` is the share of tool-call attempts the server could not parse (returned as text,
+#: see ``sdk.messages.malformed_tool_call``) in the round's validation and in its training samples;
+#: ``train reward`` is the training samples' mean (after ``malformed_tool_call_penalty``); ``wall s`` is
+#: the run's seconds so far; ``swap s`` is the time from the trainer's last step to the new weights served
+#: (the resident trainer's push).
+HEADER = "round  validation pass@1  malformed val/train  train reward  groups  steps   wall s  swap s"
 
 
 def _pass_at_1(r: dict[str, Any]) -> str:
@@ -75,14 +77,15 @@ def print_row(r: dict[str, Any]) -> None:
     """Print one round's row of the table (see :data:`HEADER`).
 
     Example:
-        >>> print_row({"round": 1, "val_pass_at_1": 0.5, "val_pass_at_1_se": 0.1, "train_reward": 0.25,
-        ...            "malformed_share": 0.125, "groups": 2, "steps": 1, "wall_s": 3.0, "push_s": 0.04})
-            1       50.0% ± 10.0         0.250      12.5%       2      1      3.0    0.04
+        >>> print_row({"round": 1, "val_pass_at_1": 0.5, "val_pass_at_1_se": 0.1, "val_malformed_share": 0.0,
+        ...            "train_reward": 0.25, "malformed_share": 0.125, "groups": 2, "steps": 1, "wall_s": 3.0,
+        ...            "push_s": 0.04})
+            1       50.0% ± 10.0         0.0% / 12.5%         0.250       2      1      3.0    0.04
     """
     swap = r.get("push_s")
+    malformed = f"{_share(r.get('val_malformed_share'))} / {_share(r.get('malformed_share'))}"
     print(
-        f"{r['round']:>5}  {_pass_at_1(r):>17}  {_fmt(r.get('train_reward')):>12}  "
-        f"{_share(r.get('malformed_share', r.get('val_malformed_share') if r['round'] == 0 else None)):>9}  "
+        f"{r['round']:>5}  {_pass_at_1(r):>17}  {malformed:>19}  {_fmt(r.get('train_reward')):>12}  "
         f"{r.get('groups', 0):>6}  {r.get('steps', 0):>5}  {r['wall_s']:>7.1f}  "
         f"{'-' if swap is None else f'{swap:.2f}':>6}",
         flush=True,
@@ -93,8 +96,8 @@ def validation_change(out: str | os.PathLike[str], rows: list[dict[str, Any]]) -
     """The last line of the loop's table: pass@1 of the last validated round against round 0.
 
     The difference comes with its 95% interval (paired bootstrap over the validation tasks) and p-value
-    (paired sign-flip test), from :func:`sdk.eval.compare` on the two rounds' results files. ``None``
-    without two validated rounds.
+    (paired sign-flip test), from :func:`sdk.eval.compare` on the two rounds' results files; an interval
+    that includes 0 is said to be no clear change. ``None`` without two validated rounds.
 
     Example:
         >>> validation_change("runs/loop", [{"round": 0, "val_success": None}]) is None
@@ -120,10 +123,13 @@ def validation_change(out: str | os.PathLike[str], rows: list[dict[str, Any]]) -
         c = compare(results / name.format(0), results / name.format(last), resamples=10_000)
     except EvalError as exc:
         return f"validation pass@1, {word} {last} vs {word} 0: not compared ({exc})"
+    # An interval that reaches 0 (at its edge too: [+0.0, +25.0]) does not tell the change from noise.
+    unclear = c.ci_low <= 0 <= c.ci_high
+    note = "; the interval includes 0: no clear change (more held-out tasks or eval_samples narrow it)"
     return (
         f"validation pass@1: {100 * c.a_pass_at_1:.1f}% ({word} 0) -> {100 * c.b_pass_at_1:.1f}% "
         f"({word} {last}), {100 * c.difference:+.1f} points, 95% CI [{100 * c.ci_low:+.1f}, "
-        f"{100 * c.ci_high:+.1f}], p = {c.p_value:.3g} over {c.tasks} tasks"
+        f"{100 * c.ci_high:+.1f}], p = {c.p_value:.3g} over {c.tasks} tasks{note if unclear else ''}"
     )
 
 

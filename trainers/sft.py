@@ -351,6 +351,8 @@ def build_sft_trainer(settings: SFTSettings, tokenizer: Any | None = None) -> tu
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # its metric dicts, printed without bars: the summary says it
+    if args.disable_tqdm:  # no bar (a log, a pipe): a line at the first step, every tenth, and the last
+        trainer.add_callback(_step_lines())
     info = {
         "rows": len(rows),
         "dropped_rows": dict(dropped),
@@ -361,6 +363,30 @@ def build_sft_trainer(settings: SFTSettings, tokenizer: Any | None = None) -> tu
         "learning_rate": args.learning_rate,
     }
     return trainer, info
+
+
+def _step_lines() -> Any:
+    """A callback that prints ``sft: step K/N, Xs elapsed, ~Ys left`` where no progress bar is drawn.
+
+    On a CPU a step takes seconds to minutes: without a terminal (a log file, a background job) nothing
+    else says the command is alive or how long it will take.
+    """
+    import time
+
+    from transformers import TrainerCallback
+
+    class StepLines(TrainerCallback):  # type: ignore[misc]
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.t0 = time.monotonic()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            k, n = state.global_step, state.max_steps
+            if k in (1, n) or k % max(1, n // 10) == 0:
+                took = time.monotonic() - self.t0
+                left = took / k * (n - k)
+                print(f"sft: step {k}/{n}, {took:.0f} s elapsed, ~{left:.0f} s left", flush=True)
+
+    return StepLines()
 
 
 def _scores(trainer: Any) -> dict[str, float] | None:

@@ -107,7 +107,10 @@ def test_sft_cli_trains_and_reports_held_out(tmp_path, tiny_model_dir, capsys):
     held = summary["held_out"]
     assert held["after"]["loss"] < held["before"]["loss"]
     assert (out / "config.json").is_file() and not (out / "adapter_config.json").exists()  # LoRA merged
-    assert "held-out (1 examples): loss" in capsys.readouterr().out
+    out_text = capsys.readouterr().out
+    assert "held-out (1 examples): loss" in out_text
+    # No terminal here, so no bar: a line per step says it is alive and how long is left.
+    assert "sft: step 1/3, " in out_text and "sft: step 3/3, " in out_text and " s left" in out_text
 
 
 def _bad_inputs(tmp_path, model):

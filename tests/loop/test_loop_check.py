@@ -26,6 +26,12 @@ def test_the_loop_check_runs_samples_on_its_policy_server_and_says_no_group_has_
     tmp_path, tiny_model_dir, capsys, monkeypatch
 ):
     monkeypatch.setenv("LOOP_TEST_FLAT", "1")  # every reward 0: no group has spread
+    import sdk
+
+    # A user who configured nothing: the default store ./.tracerl, not created yet (the check must not make it).
+    monkeypatch.chdir(tmp_path)
+    sdk.configure(store=".tracerl")
+    (tmp_path / ".tracerl").rmdir()
     out = tmp_path / "loop"
     config = {
         "agent": "loop_agents:solve",
@@ -63,3 +69,4 @@ def test_the_loop_check_runs_samples_on_its_policy_server_and_says_no_group_has_
     # Nothing for the run: no metrics, no round, no loop store; the check's samples are in out/check.
     assert not (out / "metrics.jsonl").exists() and not (out / "store").exists()
     assert not (out / "policy-server.pid").exists()
+    assert not (tmp_path / ".tracerl").exists()

@@ -64,6 +64,9 @@ def check_loop(cfg: Any, *, tasks: int = 2) -> Any:
         projections.append(("a validation", during * cfg.eval_samples, C))
         if during < len(eval_pool):
             projections.append(("first/last validation", len(eval_pool) * cfg.eval_samples, C))
+    # The check's store is OUT/check/store; configured before the check so that the check, which configures
+    # the store it found back when it ends, leaves no default ./.tracerl behind in the user's directory.
+    sdk.configure(store=out / "check" / "store")
     policy = make_policy(cfg.policy, cfg.model, log_dir=str(out / "check"))
     try:
         start_policy(policy, None)

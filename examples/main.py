@@ -24,9 +24,10 @@ ordinary agent function and a task file:
    per task at the collection temperature; split ``eval-round-N``, never trained on).
 
 Table columns: ``validation`` is the held-out success after the round's update (round 0: the SFT policy);
-``train reward`` is the mean reward of the round's rollouts (by the policy *before* its update); ``groups``
-are the tasks whose G rewards differ (the others carry no GRPO signal); ``steps`` are optimizer steps of
-the round; ``wall s`` is the time since the loop started (SFT not included).
+``malformed val/train`` is the share of tool calls the server could not parse in the validation and in the
+round's rollouts; ``train reward`` is the mean reward of the round's rollouts (by the policy *before* its
+update); ``groups`` are the tasks whose G rewards differ (the others carry no GRPO signal); ``steps`` are
+optimizer steps of the round; ``wall s`` is the time since the loop started (SFT not included).
 
 ``--async`` runs the loop in ``mode: async`` (``trainers.loop.continuous``) on the same sample budget: the
 agents keep collecting while the trainer trains ``--sync-every`` batches of groups per published version (as

@@ -10,7 +10,7 @@ __all__ = ["OURS"]
 # the results went, the final line, and tracerl's own one-line notices. Anything else (a transformers bar,
 # TRL's per-step dicts, a library's warning) is not ours.
 OURS = re.compile(
-    r"^(policy: |agent: |round  validation pass@1  train reward|\s+\d+\s+(\d+\.\d%|-)\s|results: |validation pass@1: |held-out success: "
+    r"^(policy: |agent: |round  validation pass@1  malformed val/train  train reward|\s+\d+\s+(\d+\.\d%|-)\s|results: |validation pass@1: |held-out success: "
     r"|resuming after round \d+ |all \d+ rounds are done "
     r"|tracerl: )"
 )

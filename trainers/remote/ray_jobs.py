@@ -547,7 +547,10 @@ def _run_training(cmd: list[str]) -> int:
     running without a parent (the suite once found a cancelled job's ``sdk.train`` still training 45
     minutes later). So the stop signal is passed on to the child (one that came while it started, once it
     has), and on Linux the kernel kills the child when this process dies (``PR_SET_PDEATHSIG``
-    through ``ctypes``: neither the standard library nor psutil exposes it).
+    through ``ctypes``: neither the standard library nor psutil exposes it). The stop signal does not
+    always reach this process either: the suite found it (and its training child) running on, its parent
+    shell gone, after a stop that came while the job started. So on Linux this process asks the kernel for
+    a SIGTERM when its own parent dies, which it passes on as any stop.
     """
     import signal
 
@@ -561,6 +564,11 @@ def _run_training(cmd: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_stop)
+    if sys.platform == "linux":
+        parent = os.getppid()
+        _on_parent_death(signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the kernel was asked
+            stopped.append(signal.SIGTERM)
     child = subprocess.Popen(cmd, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     if stopped:  # signalled before the child existed: on_stop could not pass it on
         child.send_signal(stopped[0])
@@ -568,13 +576,19 @@ def _run_training(cmd: list[str]) -> int:
     return 128 + stopped[0] if stopped else (128 - code if code < 0 else code)  # a shell's codes
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: the kernel sends it SIGKILL when its parent dies."""
+def _on_parent_death(sig: int) -> None:
+    """Ask the kernel to send this process ``sig`` when its parent dies (Linux ``PR_SET_PDEATHSIG``)."""
     import ctypes
-    import signal
 
     pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, sig)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: the kernel sends it SIGKILL when its parent dies."""
+    import signal
+
+    _on_parent_death(signal.SIGKILL)
 
 
 if __name__ == "__main__":

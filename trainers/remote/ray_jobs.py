@@ -567,7 +567,9 @@ def _run_training(cmd: list[str]) -> int:
     if sys.platform == "linux":
         parent = os.getppid()
         _on_parent_death(signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died before the kernel was asked
+        # Its parent is Ray's job shell, never init: init (or another) here means that shell is gone already,
+        # a stop that came while this process started up.
+        if parent == 1 or os.getppid() != parent:
             stopped.append(signal.SIGTERM)
     child = subprocess.Popen(cmd, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     if stopped:  # signalled before the child existed: on_stop could not pass it on

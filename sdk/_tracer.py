@@ -83,6 +83,16 @@ class Tracer:
             self.config = new
         return new
 
+    def restore(self, config: Config) -> None:
+        """Put back a configuration this tracer had (``tracer.config`` read earlier), as it was.
+
+        Unlike :meth:`configure` it creates nothing: a store directory that did not exist then (the default
+        ``./.tracerl`` before anything was recorded) is not made now.
+        """
+        with self._lock:
+            self._close_locked()
+            self.config = config
+
     @property
     def writer(self) -> SegmentWriter:
         """The store writer for the current configuration (created on first use)."""

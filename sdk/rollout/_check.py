@@ -317,9 +317,9 @@ def check_rollout(
     # A check runs its samples again every time: the runner would resume them from an earlier check.
     results.unlink(missing_ok=True)
     shutil.rmtree(store, ignore_errors=True)
-    from sdk.rollout._resume import _store_location
+    from sdk._tracer import tracer
 
-    before = _store_location()  # configured again afterwards: the check's store is not the caller's
+    before = tracer.config  # put back afterwards: the check's store is not the caller's
     # At most the check's samples at once; the chosen tasks carry their id under "id" now.
     spec = dataclasses.replace(
         spec, concurrency=min(spec.concurrency, len(chosen) * spec.group_size), id_field="id"
@@ -331,7 +331,7 @@ def check_rollout(
         report = _report(read_results(results), store, spec, wall)
     finally:
         sdk.flush()
-        sdk.configure(store=before)
+        tracer.restore(before)
         if temp is not None:
             temp.cleanup()
     report.statuses = {k: v for k, v in summary.counts.items() if v}

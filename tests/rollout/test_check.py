@@ -56,11 +56,24 @@ def test_the_check_reports_a_group_without_spread_and_the_malformed_share(policy
     assert not list(tmp_path.glob("*rollout-train*.jsonl"))
 
 
-def test_the_check_says_what_to_change_when_no_group_has_spread(policy_env):
+def test_the_check_says_what_to_change_when_no_group_has_spread(policy_env, tmp_path):
+    import dataclasses
+
+    from sdk._tracer import tracer
+
     tasks = [{"id": f"flat-{i}", "question": "How far is the moon?"} for i in range(2)]
-    report = check_rollout(
-        RolloutSpec("check_agents:solve", group_size=2, reward_fn="check_agents:score"), tasks
-    )
+    # The caller's store as a fresh process has it: configured, not yet made (./.tracerl before any call).
+    unmade = tmp_path / "not-made-yet"
+    before = tracer.config
+    tracer.restore(dataclasses.replace(before, store=unmade))
+    try:
+        report = check_rollout(
+            RolloutSpec("check_agents:solve", group_size=2, reward_fn="check_agents:score"), tasks
+        )
+        # The check put the caller's configuration back without making its directory.
+        assert tracer.config.store == unmade and not unmade.exists()
+    finally:
+        tracer.restore(before)
     assert report.groups_with_spread == 0 and report.tools_offered and report.tool_calls == 0
     verdict = report.verdict()
     assert any("never called a tool" in v for v in verdict)

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import html
+import importlib.resources
 import json
 import math
 import os
@@ -33,7 +35,6 @@ from sdk._sources import SourcedEpisode, episode_metadata, episodes_with_calls
 from sdk.episodes import group_advantages, token_faithful, untrained_messages
 from sdk.inspect import _task_key
 from sdk.messages import flatten_content, malformed_tool_call
-from sdk.view._page import PAGE
 
 __all__ = ["ViewSummary", "build_report", "episode_view"]
 
@@ -268,6 +269,17 @@ def _payload(data: dict[str, Any]) -> str:
     return text.replace("<", "\\u003c")
 
 
+@functools.cache
+def _page() -> str:
+    """The page template ``page.html`` (package data), read on first use.
+
+    HTML, CSS and JavaScript in one file with ``__TITLE__`` and ``__DATA__`` to fill in. It loads no external
+    resource, so the report opens offline; data goes into the DOM through ``textContent`` only. A script error
+    is shown on the page and kept in ``<html data-error>``; a page drawn to the end has ``data-ready-ms``.
+    """
+    return importlib.resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
+
+
 def _fill(page: str, values: dict[str, str]) -> str:
     """Fill the page's placeholders in one pass: text put in is never searched for placeholders."""
     return re.sub("|".join(map(re.escape, values)), lambda m: values[m.group(0)], page)
@@ -364,7 +376,7 @@ def build_report(
     }
     data = {"title": name, "episodes": ordered, "groups": groups, "tool_calls": tool_calls}
     title_html = html.escape(f"tracerl episodes: {name}")
-    page = _fill(PAGE, {"__TITLE__": title_html, "__DATA__": _payload(data)})
+    page = _fill(_page(), {"__TITLE__": title_html, "__DATA__": _payload(data)})
     path = Path(out)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(_utf8(page))

@@ -37,10 +37,11 @@ from typing import Any, ClassVar
 
 from integrations import _policy
 from sdk import capture
+from sdk._decompress import decompress
 from sdk._json import parse_untrusted
 from sdk._token_data import rejects_token_data, token_data_params
 from sdk.capture import CallRecord, Integration, capture_target, firewall, record_call
-from sdk.openai_wire import ENDPOINTS, MESSAGES_ENDPOINT, decode_body, parse_exchange
+from sdk.openai_wire import ENDPOINTS, MESSAGES_ENDPOINT, parse_exchange
 
 try:
     import openai
@@ -163,7 +164,7 @@ class _Exchange:
         else:
             headers = self.headers
             raw = b"".join(self.chunks)
-            decoded = decode_body(raw, headers.get("content-encoding", ""))
+            decoded = decompress(raw, headers.get("content-encoding", ""))
             if decoded is None:
                 capture.warn_once(
                     "encoding",

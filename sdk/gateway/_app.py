@@ -27,6 +27,7 @@ from yarl import URL
 
 import sdk
 from sdk import _env
+from sdk._decompress import decompress
 from sdk._json import UntrustedJSONError, parse_untrusted
 from sdk._token_data import strip_token_data, token_data_params
 from sdk.capture import CallRecord, Session, capture_internal_exceptions, count, record_call
@@ -52,7 +53,7 @@ from sdk.gateway._records import (
 from sdk.gateway._sessions import SessionTable
 from sdk.gateway._sse import SSEForwarder, error_event
 from sdk.gateway._translate import anthropic_error, as_messages_call, error_name, translated
-from sdk.openai_wire import ENDPOINTS, MESSAGES_ENDPOINT, decode_body, parse_exchange
+from sdk.openai_wire import ENDPOINTS, MESSAGES_ENDPOINT, parse_exchange
 
 __all__ = ["ENV_CONFIG", "GatewayConfig", "app_from_env", "create_app"]
 
@@ -329,9 +330,7 @@ class _Gateway:
         if method == "GET" and path == "/stats":
             snapshot = self.stats.snapshot(self.table)
             if self.otlp is not None:
-                o = self.otlp.summary
-                snapshot["otlp"] = {"spans": o.spans, "chat_spans": o.chat_spans, "sessions": o.sessions}
-                snapshot["otlp"]["skipped"] = dict(o.skipped)
+                snapshot["otlp"] = self.otlp.counts()
             return await send_json(send, 200, snapshot)
         if method == "POST" and path == "/v1/traces" and self.otlp is not None:
             return await self._traces(scope, receive, send)
@@ -351,10 +350,7 @@ class _Gateway:
 
     async def _traces(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        body = await read_body(receive)
-        status, data, media_type = await asyncio.to_thread(
-            self.otlp.receive, body, headers.get("content-type", ""), headers.get("content-encoding", "")
-        )
+        status, data, media_type = await self.otlp.answer(receive, headers)
         out = [(b"content-type", media_type.encode()), (b"content-length", str(len(data)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": out})
         await send({"type": "http.response.body", "body": data})
@@ -586,7 +582,7 @@ class _Gateway:
     ) -> None:
         """Store an answered call (``upstream``: the chat request a translated Messages call was sent as)."""
         with capture_internal_exceptions("gateway.record"):
-            decoded = decode_body(raw, resp.headers.get("content-encoding", ""))
+            decoded = decompress(raw, resp.headers.get("content-encoding", ""))
             if decoded is None:
                 count("gateway_undecodable_bodies")
                 decoded = b""

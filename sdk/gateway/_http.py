@@ -1,4 +1,4 @@
-"""The gateway's request plumbing: the path's token and session id, compressed bodies, headers.
+"""The gateway's request plumbing: the path's token and session id, headers, ASGI replies.
 
 Every route reads a session id the same way: the ``<id>`` of ``/sessions/<id>/...`` is taken from the raw
 (still percent-encoded) path and percent-decoded once, as UTF-8; the ``X-Tracerl-Session`` header is read
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -21,7 +20,6 @@ __all__ = [
     "HOP_BY_HOP",
     "MAX_DECODED_BODY",
     "BadRequest",
-    "decompress",
     "drop_connection_headers",
     "header_text",
     "read_body",
@@ -121,46 +119,6 @@ def header_text(value: bytes, name: str) -> str:
         return value.decode("utf-8")
     except UnicodeDecodeError:
         raise BadRequest(f"the {name} header is not valid UTF-8") from None
-
-
-def decompress(raw: bytes, encoding: str, limit: int = MAX_DECODED_BODY) -> tuple[bytes | None, str | None]:
-    """A request body decoded from its ``Content-Encoding``: ``(data, None)`` or ``(None, why not)``.
-
-    gzip (several members too) and deflate, never more than ``limit`` bytes out: a small body that
-    inflates past it (a compression bomb) stops there.
-
-    Example:
-        >>> import gzip
-        >>> decompress(gzip.compress(b"hi"), "gzip")
-        (b'hi', None)
-        >>> decompress(gzip.compress(b"0" * 100), "gzip", limit=10)
-        (None, 'larger than 10 bytes once decompressed')
-    """
-    encoding = encoding.strip().lower()
-    if encoding in ("", "identity"):
-        return raw, None
-    if encoding in ("gzip", "x-gzip"):
-        wbits = 16 + zlib.MAX_WBITS
-    elif encoding == "deflate":
-        wbits = zlib.MAX_WBITS if raw[:1] == b"\x78" else -zlib.MAX_WBITS  # zlib-wrapped or raw deflate
-    else:
-        return None, f"Content-Encoding {encoding!r} is not supported"
-    out = bytearray()
-    data = raw
-    try:
-        while data:
-            d = zlib.decompressobj(wbits)
-            out += d.decompress(data, limit + 1 - len(out))
-            if len(out) > limit or d.unconsumed_tail:
-                return None, f"larger than {limit} bytes once decompressed"
-            if not d.eof:
-                return None, "truncated compressed body"
-            data = d.unused_data
-            if wbits < 0:
-                break
-    except zlib.error as exc:
-        return None, f"corrupt compressed body ({exc})"
-    return bytes(out), None
 
 
 def drop_connection_headers(

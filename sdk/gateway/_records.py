@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from sdk._decompress import decompress
 from sdk._json import UntrustedJSONError, parse_untrusted
 from sdk.capture import CallRecord, count
-from sdk.gateway._http import decompress
+from sdk.gateway._http import MAX_DECODED_BODY
 from sdk.openai_wire import parse_exchange
 
 __all__ = [
@@ -49,7 +50,11 @@ def recordable(endpoint: str | None, body: bytes, encoding: str) -> dict[str, An
         {'model': 'm'}
     """
     if encoding:
-        decoded, problem = decompress(body, encoding)
+        try:
+            decoded = decompress(body, encoding, MAX_DECODED_BODY)
+            problem = f"Content-Encoding {encoding.strip().lower()!r} is not supported"
+        except ValueError as exc:  # corrupt, truncated, or over the limit (a compression bomb)
+            decoded, problem = None, str(exc)
         if decoded is None:
             count("gateway_unrecorded_requests")
             warn_once("encoding", "tracerl gateway: a request was forwarded but not recorded: %s", problem)

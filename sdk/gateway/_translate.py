@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from sdk._decompress import decompress
 from sdk._json import UntrustedJSONError, parse_untrusted
 from sdk._token_data import token_data_params
 from sdk.gateway._http import send_json
@@ -29,7 +30,6 @@ from sdk.openai_wire import (
     anthropic_request,
     chat_problem,
     chat_request_of,
-    decode_body,
     message_events,
     message_of_chat,
     sse,
@@ -135,9 +135,9 @@ async def translated(gw: Any, send: Any, call: Any, watch: Any, headers: list[tu
     watch.stop()
     gw.record(call, resp, raw, upstream=chat)  # before the client gets a byte of the answer
     try:
-        answer = parse_untrusted(decode_body(raw, resp.headers.get("content-encoding", "")) or b"")
+        answer = parse_untrusted(decompress(raw, resp.headers.get("content-encoding", "")) or b"")
         problem = None if resp.status >= 400 else chat_problem(answer, "message")
-    except (UntrustedJSONError, OSError, EOFError) as exc:  # OSError, EOFError: a corrupt gzip body
+    except ValueError as exc:  # not JSON (UntrustedJSONError), or a corrupt compressed body
         answer, problem = None, f"not JSON tracerl reads: {exc}"
     if resp.status >= 400 or problem is not None:
         gw.stats.upstream_errors += 1

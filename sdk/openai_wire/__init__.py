@@ -4,7 +4,7 @@ Reading: one converter from raw request and response bytes to a :class:`~sdk.cap
 every capture path that sees them: the in-process recording transports (``integrations.openai``,
 ``integrations.anthropic``) and the recording gateway (``sdk.gateway``). Chat completions, the Responses
 API (``_responses``) and Anthropic's Messages API (``_anthropic``), plain JSON or SSE streams (reassembled,
-every choice kept), compressed or not, error bodies too. The two other APIs are recorded as the calls they
+every choice kept), error bodies too. The two other APIs are recorded as the calls they
 are (their endpoint, their parameters) with the conversation mapped to OpenAI chat messages by one
 documented mapping each (the submodules' docstrings; the README's "Wire formats"). A request the mapping
 cannot represent is stored without messages, the request kept under ``extra.malformed_request``.
@@ -31,10 +31,8 @@ Example:
 
 from __future__ import annotations
 
-import gzip
 import re
 import time
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -89,7 +87,6 @@ __all__ = [
     "chat_problem",
     "chat_request_of",
     "chunk_choice",
-    "decode_body",
     "error_body",
     "message_events",
     "message_of_chat",
@@ -499,23 +496,3 @@ def _stream_response(endpoint: str, events: list[dict[str, Any]], status: int, r
             }
         return
     read_response_stream(events, status, record)
-
-
-def decode_body(raw: bytes, encoding: str) -> bytes | None:
-    """``raw`` decoded from its ``Content-Encoding`` (identity, gzip, deflate); ``None`` for another one.
-
-    Example:
-        >>> decode_body(gzip.compress(b"{}"), "gzip"), decode_body(b"x", "br")
-        (b'{}', None)
-    """
-    encoding = encoding.lower().strip()
-    if not encoding or encoding == "identity":
-        return raw
-    if encoding == "gzip":
-        return gzip.decompress(raw)
-    if encoding == "deflate":
-        try:
-            return zlib.decompress(raw)
-        except zlib.error:
-            return zlib.decompress(raw, -zlib.MAX_WBITS)
-    return None

@@ -1,8 +1,9 @@
 """Hold OTLP spans per trace until the trace is complete, then write its GenAI chat spans into a store.
 
 Shared by the standalone receiver (``python -m sdk.otel receive``) and the gateway's ``POST /v1/traces``
-(``python -m sdk.gateway --otlp``). No web framework here; OpenTelemetry's protobuf package is imported
-when a protobuf request arrives.
+(``python -m sdk.gateway --otlp``), the route itself too (:meth:`SpanCollector.answer`). No web framework
+here (the route reads ASGI's ``receive``); OpenTelemetry's protobuf package is imported when a protobuf
+request arrives.
 
 What a request gets: 413 for a body over ``max_body_bytes`` (compressed or decompressed, decompressed a
 bounded piece at a time), 400 for one that cannot be decoded, else 200, with OTLP's ``partial_success``
@@ -14,14 +15,18 @@ span id, e.g. an exporter's retry) is dropped and counted as ``duplicate_spans``
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import os
 import threading
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from sdk.otel._decode import DEFAULT_MAX_BODY_BYTES, BodyTooLarge, OtelSpan, spans_from_otlp_http
+from sdk._decompress import BodyTooLarge
+from sdk.otel._decode import DEFAULT_MAX_BODY_BYTES, OtelSpan, spans_from_otlp_http
 from sdk.otel._ingest import IngestSummary, sessions_from_spans, span_problem, write_sessions
 
 # Ids of the spans received last, to drop an exporter's retries: about 200 bytes each (40 MB in all).
@@ -94,6 +99,35 @@ class SpanCollector:
                 self._last[s.trace_id] = now
                 if s.is_root:
                     self._rooted.add(s.trace_id)
+
+    def counts(self) -> dict[str, Any]:
+        """What was received so far: spans, chat spans, sessions written and the skips by reason."""
+        s = self.summary
+        received = {"spans": s.spans, "chat_spans": s.chat_spans, "sessions": s.sessions}
+        return {**received, "skipped": dict(s.skipped)}
+
+    async def answer(
+        self, receive: Callable[[], Awaitable[dict[str, Any]]], headers: Mapping[str, str]
+    ) -> tuple[int, bytes, str]:
+        """The answer ``(status, body, media type)`` to a ``POST /v1/traces`` (its ASGI ``receive``, headers).
+
+        The body is read up to ``max_body_bytes`` (then 413, without reading on) and decoded in a worker
+        thread (:meth:`receive`), so the server answers other requests meanwhile.
+        """
+        declared = headers.get("content-length") or ""
+        if declared.isdigit() and int(declared) > self.max_body_bytes:
+            return self.too_large()
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_body_bytes:
+                return self.too_large()
+            more = message.get("more_body", False)
+        ctype, encoding = headers.get("content-type") or "", headers.get("content-encoding") or ""
+        return await asyncio.to_thread(self.receive, b"".join(chunks), ctype, encoding)
 
     def too_large(self) -> tuple[int, bytes, str]:
         """The answer to a body over ``max_body_bytes`` (413), counted as ``oversized_requests``."""

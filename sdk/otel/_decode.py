@@ -1,7 +1,7 @@
 """OTLP trace export requests (OTLP/HTTP bodies, protobuf messages, OTLP/JSON files) -> :class:`OtelSpan`.
 
-Bodies are decompressed a bounded piece at a time, so a gzip bomb costs at most the configured limit.
-Both encodings are decoded with ``opentelemetry-proto`` (imported when needed).
+Bodies are decompressed a bounded piece at a time (:mod:`sdk._decompress`), so a gzip bomb costs at most
+the configured limit. Both encodings are decoded with ``opentelemetry-proto`` (imported when needed).
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import base64
 import dataclasses
 import json
 import uuid
-import zlib
 from collections.abc import Iterable
 from typing import Any
 
+from sdk._decompress import BodyTooLarge, decompress
+
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
-    "BodyTooLarge",
     "OtelSpan",
     "read_otlp_json",
     "spans_from_otlp_http",
@@ -57,46 +57,6 @@ class OtelSpan:
 # ---------------------------------------------------------------------------------------------
 
 
-class BodyTooLarge(ValueError):
-    """An OTLP/HTTP body over the size limit, compressed or decompressed (the receivers answer 413).
-
-    Example:
-        >>> str(BodyTooLarge(1024))
-        'the request body is over 1024 bytes (decompressed)'
-    """
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"the request body is over {limit} bytes (decompressed)")
-        self.limit = limit
-
-
-_WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}  # zlib's window bits: gzip header / zlib header
-
-
-def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    """Decompress ``body`` a bounded piece at a time: over ``limit`` bytes out raises ``BodyTooLarge``.
-
-    A gzip bomb (1 MiB in, 1 GiB out) stops at ``limit + 1`` bytes instead of allocating the whole thing.
-    """
-    wbits = _WBITS.get(encoding)
-    if wbits is None:
-        raise ValueError(f"unsupported Content-Encoding {encoding!r} (gzip or deflate)")
-    out: list[bytes] = []
-    n = 0
-    data = body
-    while data:  # one round per gzip member (a body may concatenate several)
-        d = zlib.decompressobj(wbits)
-        chunk = d.decompress(data, limit + 1 - n)  # never 0 here: 0 would mean "no limit"
-        n += len(chunk)
-        out.append(chunk)
-        if n > limit or d.unconsumed_tail:
-            raise BodyTooLarge(limit)
-        if not d.eof:
-            raise ValueError(f"truncated {encoding} body")
-        data = d.unused_data
-    return b"".join(out)
-
-
 def spans_from_otlp_http(
     body: bytes,
     content_type: str,
@@ -113,7 +73,8 @@ def spans_from_otlp_http(
 
     Raises:
         BodyTooLarge: The body (or what it decompresses to) is over ``max_bytes``.
-        Exception: Whatever the decoders raise on a bad body (zlib, JSON, protobuf's ``DecodeError``);
+        Exception: Whatever the decoders raise on a bad body (a corrupt compressed body, JSON,
+            protobuf's ``DecodeError``);
             the receivers answer those with a 400.
 
     Example:
@@ -122,9 +83,11 @@ def spans_from_otlp_http(
     """
     if len(body) > max_bytes:
         raise BodyTooLarge(max_bytes)
-    encoding = content_encoding.strip().lower()
-    if encoding not in ("", "identity"):
-        body = _decompress(body, encoding, max_bytes)
+    decoded = decompress(body, content_encoding, max_bytes)
+    if decoded is None:
+        encoding = content_encoding.strip().lower()
+        raise ValueError(f"unsupported Content-Encoding {encoding!r} (gzip or deflate)")
+    body = decoded
     if content_type.split(";")[0].strip() == "application/json":
         return read_otlp_json(body)
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest

@@ -24,7 +24,6 @@ from typing import Any
 
 from sdk.otel._decode import (
     DEFAULT_MAX_BODY_BYTES,
-    BodyTooLarge,
     OtelSpan,
     read_otlp_json,
     spans_from_otlp_http,
@@ -41,7 +40,6 @@ from sdk.otel._messages import (
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
-    "BodyTooLarge",
     "IngestSummary",
     "OtelSpan",
     "SessionDraft",

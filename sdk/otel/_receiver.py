@@ -8,7 +8,8 @@ written once: a conversation whose traces are written at different times gets on
 (``<id>.1``, ``<id>.2``, ...; the conversation id is in the metadata).
 
 A body is read up to ``max_body_bytes`` (then 413, without reading on) and decoded in a worker thread, so
-``/healthz`` answers while a large request is decoded.
+``/healthz`` answers while a large request is decoded (:meth:`~sdk.otel._collector.SpanCollector.answer`,
+which the gateway's route is too).
 """
 
 from __future__ import annotations
@@ -78,42 +79,11 @@ def create_app(
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        s = collector.summary
-        return {
-            "ok": True,
-            "spans": s.spans,
-            "chat_spans": s.chat_spans,
-            "sessions": s.sessions,
-            "skipped": dict(s.skipped),
-        }
+        return {"ok": True, **collector.counts()}
 
     @app.post("/v1/traces")
     async def traces(request: Request) -> Response:
-        body = await _read_body(request, max_body_bytes)
-        if body is None:
-            status, data, media_type = collector.too_large()
-        else:
-            status, data, media_type = await asyncio.to_thread(
-                collector.receive,
-                body,
-                request.headers.get("content-type") or "",
-                request.headers.get("content-encoding") or "",
-            )
+        status, data, media_type = await collector.answer(request.receive, request.headers)
         return Response(data, status, media_type=media_type)
 
     return app
-
-
-async def _read_body(request: Request, limit: int) -> bytes | None:
-    """The request body, or ``None`` as soon as it is over ``limit`` bytes."""
-    declared = request.headers.get("content-length") or ""
-    if declared.isdigit() and int(declared) > limit:
-        return None
-    chunks = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)

@@ -42,6 +42,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from sdk._host import pid_alive
 from trainers.errors import UserError
 
 __all__ = [
@@ -71,21 +72,9 @@ def _asides(out: Path) -> list[Path]:
     with contextlib.suppress(OSError):
         for p in out.parent.glob(f".{out.name}{_ASIDE}*"):
             pid = p.name[len(f".{out.name}{_ASIDE}") :].split("-")[0]
-            if not (pid.isdigit() and _alive(int(pid))):
+            if not (pid.isdigit() and pid_alive(int(pid))):
                 found.append(p)
     return sorted(found)
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process
-        return True
-    return True
 
 
 def _mark(path: Path) -> dict | None:

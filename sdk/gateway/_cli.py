@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import ipaddress
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ from urllib.parse import urlsplit
 
 from sdk import _env
 from sdk._cli import KEEP_ALIVE_S, command_parser
+from sdk._host import is_loopback
 from sdk._token_data import rejects_token_data
 
 __all__ = ["CONTROL_TOKEN_ENV", "TOKEN_ENV", "main", "masked"]
@@ -136,15 +136,6 @@ def masked(url: str) -> str:
         return "<an unparsable URL>"
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to any interface
-
-
 def _token(path: str | None, flag: str, env: str) -> tuple[str | None, str | None]:
     """``(token, None)`` or ``(None, what is wrong)``; ``(None, None)`` when no token is configured."""
     if path is None:
@@ -243,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail(problem)
     if control is not None and control == token:
         return fail("the control token is the gateway token: the agents would hold it; use another one")
-    if token is None and not _loopback(args.host) and not args.allow_unauthenticated:
+    if token is None and not is_loopback(args.host) and not args.allow_unauthenticated:
         return fail(
             f"--host {args.host} is reachable from other machines and no gateway token is set: anyone who "
             f"reaches the port could spend the upstream and reward or end sessions. Set "

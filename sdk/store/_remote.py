@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk import _env
+from sdk._host import pid_alive
 from sdk._internal import count, logger, warn_once
 from sdk.store._writer import SEGMENT_SUFFIX
 
@@ -82,16 +83,6 @@ def _segment_pid(name: str) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _whole_lines(path: Path) -> bytes:
     data = path.read_bytes()
     return data[: data.rfind(b"\n") + 1]
@@ -123,7 +114,7 @@ class SegmentShipper:
         pid = _segment_pid(name)
         # Segments of live processes other than this one are theirs to ship: a stale shorter copy uploaded
         # from here could land after their longer one.
-        return pid is None or pid == os.getpid() or not _alive(pid)
+        return pid is None or pid == os.getpid() or not pid_alive(pid)
 
     def ship(self) -> int:
         """Upload every segment that grew since it was last shipped; return how many were uploaded."""

@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import ipaddress
 import json
 import os
 import secrets
@@ -66,6 +65,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlparse
 
+from sdk._host import is_loopback
 from sdk.store._remote import is_store_uri
 from trainers.base import TrainerConfig, TrainResult
 from trainers.data import PreparedData, prepare_data
@@ -221,16 +221,6 @@ def _call(what: str, fn: Any, *args: Any, **kw: Any) -> Any:
     return with_retries(once, what=what, attempts=4, base_delay=0.5)
 
 
-def _loopback(address: str) -> bool:
-    host = urlparse(address if "://" in address else f"http://{address}").hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _fs(location: str) -> tuple[Any, str]:
     """An fsspec filesystem and the path inside it (local paths: the local filesystem)."""
     import fsspec
@@ -283,7 +273,8 @@ class RayTrainer(RemoteTrainer):
             raise UserError("num_gpus and num_cpus must not be negative")
         artifacts = config.artifacts
         if not artifacts:
-            if not _loopback(address):
+            host = urlparse(address if "://" in address else f"http://{address}").hostname or ""
+            if not is_loopback(host):
                 raise UserError(
                     "set --artifacts to a path the cluster and this machine share, or an object-store URI "
                     "(s3://bucket/runs): the job writes its output there and this client copies it back"

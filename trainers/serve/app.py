@@ -81,7 +81,6 @@ from __future__ import annotations
 import argparse
 import functools
 import hmac
-import ipaddress
 import json
 import os
 import socket
@@ -100,6 +99,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from sdk import _env
 from sdk._cli import KEEP_ALIVE_S
+from sdk._host import is_loopback, pid_alive
 from sdk.openai_wire import SSE_DONE, VERSION_HEADER, error_body, sse, stream_chunks
 from trainers.serve.engine import Engine
 from trainers.serve.request import chat_request
@@ -515,16 +515,6 @@ def _adapter_arg(text: str) -> tuple[str, str]:
     return name, path
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
 def exit_with_parent(parent: int, poll_s: float = 0.5) -> threading.Thread:
     """End this process (``os._exit``) once the process ``parent`` is gone, even after ``kill -9``.
 
@@ -538,7 +528,7 @@ def exit_with_parent(parent: int, poll_s: float = 0.5) -> threading.Thread:
     direct = os.getppid() == parent
 
     def watch() -> None:
-        while (os.getppid() == parent) if direct else _pid_alive(parent):
+        while (os.getppid() == parent) if direct else pid_alive(parent):
             time.sleep(poll_s)
         print(f"the parent process {parent} is gone: the policy server exits", flush=True)
         os._exit(0)
@@ -546,15 +536,6 @@ def exit_with_parent(parent: int, poll_s: float = 0.5) -> threading.Thread:
     thread = threading.Thread(target=watch, name="tracerl-parent-watch", daemon=True)
     thread.start()
     return thread
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to any interface
 
 
 def _admin_token(p: argparse.ArgumentParser, a: argparse.Namespace) -> str | None:
@@ -599,7 +580,7 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, 
         serving_device(a.device)
     except ValueError as exc:
         p.error(str(exc))
-    if a.parent_pid is not None and (a.parent_pid < 1 or not _pid_alive(a.parent_pid)):
+    if a.parent_pid is not None and not pid_alive(a.parent_pid):
         p.error(f"--parent-pid {a.parent_pid}: no such process")
     adapters = dict(a.adapter)
     if len(adapters) != len(a.adapter):
@@ -619,7 +600,7 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, 
     for root in a.reload_root:
         if not Path(root).is_dir():
             p.error(f"--reload-root {root}: not a directory")
-    if a.admin_token is None and not _loopback(a.host):
+    if a.admin_token is None and not is_loopback(a.host):
         p.error(
             f"--host {a.host} is reachable from other machines and no admin credential is set: set "
             f"--admin-token-file PATH (or ${ADMIN_TOKEN_ENV}); the weight and reload routes need it"

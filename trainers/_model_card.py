@@ -8,11 +8,12 @@ model, the data, the rewards, the command that made it, and what the directory h
 
 from __future__ import annotations
 
-import math
 import shlex
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+
+from sdk._numbers import is_finite_number
 
 __all__ = ["command_line", "write_model_card"]
 
@@ -38,7 +39,7 @@ def command_line(argv: list[str] | None = None) -> str:
 
 
 def _rewards(rewards: Iterable[float | None]) -> str:
-    known = [r for r in rewards if isinstance(r, (int, float)) and math.isfinite(r)]
+    known = [r for r in rewards if is_finite_number(r)]
     if not known:
         return "none recorded"
     mean = sum(known) / len(known)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
+
+from sdk._numbers import is_finite_number
 
 __all__ = ["plot_async_progress", "plot_metrics", "read_metrics"]
 
@@ -34,7 +35,7 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[flo
     xs, ys = [], []
     for r in rows:
         v = r.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        if is_finite_number(v):
             xs.append(float(r.get("step", len(xs))))
             ys.append(float(v))
     return xs, ys

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from sdk._json import dumps
+from sdk._numbers import is_number
 from sdk.episodes._faithful import token_faithful
 from sdk.episodes._normalize import same_message
 from sdk.episodes._options import EpisodeOptions
@@ -89,7 +90,7 @@ def _float_list(entries: Any) -> list[Any] | None:
     out: list[float | None] = []
     for e in entries:
         lp = e.get("logprob") if isinstance(e, dict) else e
-        out.append(float(lp) if isinstance(lp, (int, float)) and not isinstance(lp, bool) else None)
+        out.append(float(lp) if is_number(lp) else None)
     return out
 
 
@@ -107,7 +108,7 @@ def _int_list(ids: Any) -> list[Any] | None:
 
 
 def _float(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return float(v) if is_number(v) else None
 
 
 def _str(v: Any) -> str | None:
@@ -624,4 +625,4 @@ def set_rewards(ep: dict[str, Any], named: dict[str, float], reward_name: str) -
     """Write the named rewards into ``ep["rewards"]`` and the episode reward into ``ep["reward"]``."""
     ep["rewards"] = [{"name": k, "value": v} for k, v in named.items()]
     value = named.get(reward_name)
-    ep["reward"] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    ep["reward"] = float(value) if is_number(value) else value

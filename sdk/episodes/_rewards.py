@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import urllib.error
@@ -12,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union
 
 from sdk._internal import load_function
+from sdk._numbers import is_finite_number, is_number
 from sdk.episodes._build import set_rewards
 from sdk.episodes._validate import Problem
 
@@ -85,10 +85,6 @@ def resolve_reward_fns(fns: Any) -> list[tuple[str, Callable[..., Any]]]:
     return out
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _merge(name: str, value: Any, named: dict[str, float]) -> Problem | None:
     if value is None:
         return None
@@ -98,8 +94,8 @@ def _merge(name: str, value: Any, named: dict[str, float]) -> Problem | None:
             if p is not None:
                 return p
         return None
-    if not _finite(value):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if not is_finite_number(value):
+        if is_number(value):
             return Problem("non_finite_reward", f"reward function {name!r} returned {value!r}")
         return Problem(
             "reward_fn_error",
@@ -138,10 +134,10 @@ def role_reward(episode: Mapping[str, Any], role: str | None = None) -> float | 
     """
     name = episode.get("agent") if role is None else role
     for item in episode.get("rewards") or ():
-        if item is not None and name is not None and item.get("name") == name and _finite(item.get("value")):
+        if item and name is not None and item.get("name") == name and is_finite_number(item.get("value")):
             return float(item["value"])
     reward = episode.get("reward")
-    return float(reward) if _finite(reward) else None
+    return float(reward) if is_finite_number(reward) else None
 
 
 def apply_reward_fns(
@@ -272,7 +268,7 @@ def _parse_scores(content: str, size: int) -> list[float]:
                     raise RewardError(f"judge gave an unknown trajectory_id {tid!r}") from None
         if not 0 <= pos < size or by_position[pos] is not None:
             raise RewardError(f"judge gave an unknown or repeated trajectory_id {pos + 1}")
-        if not _finite(value):
+        if not is_finite_number(value):
             raise RewardError(f"judge score for trajectory {pos + 1} is not a finite number: {value!r}")
         by_position[pos] = float(value)
     return [v for v in by_position if v is not None]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from typing import Any, ClassVar
 
 from sdk._json import JSONError, loads
+from sdk._numbers import is_finite_number
 from sdk.episodes._schema import READ_SCHEMA_VERSIONS
 
 __all__ = ["PROBLEM_CODES", "EpisodeError", "Problem", "ValidationPolicy", "validate_episode"]
@@ -139,10 +139,6 @@ def _where(i: int, m: dict[str, Any]) -> str:
     return f"message {i} ({m.get('role')})"
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _check_rewards(ep: dict[str, Any], require_reward: bool, out: list[Problem]) -> None:
     reward = ep.get("reward")
     if reward is None:
@@ -154,11 +150,11 @@ def _check_rewards(ep: dict[str, Any], require_reward: bool, out: list[Problem])
                     "covers it, and no reward function returned one",
                 )
             )
-    elif not _finite(reward):
+    elif not is_finite_number(reward):
         out.append(_problem("non_finite_reward", f"reward must be a finite number, got {reward!r}"))
     for r in ep.get("rewards") or ():
         value = r.get("value") if isinstance(r, dict) else r
-        if not _finite(value):
+        if not is_finite_number(value):
             name = r.get("name") if isinstance(r, dict) else "?"
             out.append(
                 _problem("non_finite_reward", f"reward {name!r} must be a finite number, got {value!r}")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sdk._numbers import is_finite_number
 from sdk.eval._estimators import _maj_all, ks_upto, mean_se, pass_at_k, pass_hat_k
 from sdk.eval._results import EvalError, load_results
 from sdk.eval._roles import role_figures
@@ -256,7 +257,7 @@ def summarize(
         for r, (key, _) in zip(group, votes, strict=True):
             counts[str(r.get("status", "ok"))] += 1
             counts["no_answer"] += key is None and r.get("status") not in _FAILED
-        rewards = [float(r["reward"]) for r in group if _is_number(r.get("reward"))]
+        rewards = [float(r["reward"]) for r in group if is_finite_number(r.get("reward"))]
         keys = Counter(k for k, _ in votes if k is not None)
         per_task.append(
             TaskMetrics(
@@ -433,11 +434,7 @@ def _vote_key(answer_fn: Callable[[Any], Any] | None, row: dict[str, Any]) -> st
 def _success(row: dict[str, Any], threshold: float | None) -> bool:
     if threshold is None:
         return bool(row.get("success"))
-    return _is_number(row.get("reward")) and float(row["reward"]) >= threshold
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    return is_finite_number(row.get("reward")) and float(row["reward"]) >= threshold
 
 
 def _stats(values: list[float]) -> dict[str, float | None]:
@@ -450,7 +447,7 @@ def _stats(values: list[float]) -> dict[str, float | None]:
 
 
 def _per_sample(rows: list[dict[str, Any]], store: Any) -> dict[str, dict[str, float | None]]:
-    out = {"seconds": _stats([float(r["seconds"]) for r in rows if _is_number(r.get("seconds"))])}
+    out = {"seconds": _stats([float(r["seconds"]) for r in rows if is_finite_number(r.get("seconds"))])}
     if store is None:
         return out
     sessions = _sessions(rows, store)
@@ -458,7 +455,7 @@ def _per_sample(rows: list[dict[str, Any]], store: Any) -> dict[str, dict[str, f
     for name in ("prompt_tokens", "completion_tokens"):
         out[name] = _stats([float(sum(_usage(c, name) for c in s.calls)) for s in sessions])
     out["call_seconds"] = _stats(
-        [c["latency_s"] for s in sessions for c in s.calls if _is_number(c["latency_s"])]
+        [c["latency_s"] for s in sessions for c in s.calls if is_finite_number(c["latency_s"])]
     )
     return out
 

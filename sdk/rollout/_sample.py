@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from sdk import _env
+from sdk._numbers import is_number
 from sdk.rollout._spec import RolloutSpec
 from sdk.rollout._tasks import SampleTimeout
 
@@ -207,7 +208,7 @@ async def _one_sample(
                         )
             named = {n: v for n, v, call_id in s.rewards if call_id is None}
             penalty = metadata.get(MALFORMED_TOOL_CALL_PENALTY)
-            if penalty and s.num_malformed_tool_calls and _is_number(named.get("reward")):
+            if penalty and s.num_malformed_tool_calls and is_number(named.get("reward")):
                 unshaped = named["reward"]  # success is the task's, not the format's
                 s.reward(-float(penalty), MALFORMED_TOOL_CALL_PENALTY)
                 s.reward(unshaped - float(penalty))
@@ -303,15 +304,11 @@ def _in_thread(fn: Callable[..., Any], task: dict[str, Any]) -> asyncio.Future[A
     return fut
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _named_rewards(value: Any) -> dict[str, float]:
     if isinstance(value, dict):
         if "reward" not in value:
             raise ValueError(f"a reward dict needs a 'reward' entry, got keys {sorted(value)}")
         return {str(k): float(v) for k, v in value.items()}
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise TypeError(f"expected a float or a dict of floats, got {type(value).__name__} {value!r}")
     return {"reward": float(value)}

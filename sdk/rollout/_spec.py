@@ -9,10 +9,10 @@ Example:
 # fields' types) refuses the string "dataclasses.KW_ONLY" that it would make of the marker below.
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any
 
+from sdk._numbers import is_finite_number
 from sdk.rollout._tasks import RolloutError
 
 __all__ = ["RolloutSpec"]
@@ -71,16 +71,12 @@ class RolloutSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise RolloutError(f"{name} must be a whole number of at least 1, got {value!r}")
-        if self.timeout is not None and not (_number(self.timeout) and self.timeout > 0):
+        if self.timeout is not None and not (is_finite_number(self.timeout) and self.timeout > 0):
             raise RolloutError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
-        if not _number(self.success_threshold):
+        if not is_finite_number(self.success_threshold):
             raise RolloutError(f"success_threshold must be a number, got {self.success_threshold!r}")
         if not isinstance(self.id_field, str) or not self.id_field:
             raise RolloutError(f"id_field must be a field name, got {self.id_field!r}")
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # Each field's help is written once, in its metadata; the docstring lists them for pydoc.

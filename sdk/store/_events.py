@@ -161,7 +161,7 @@ def compact_logprobs(entries: list[Any] | None, completion_ids: list[int] | None
         if type(e) is not dict or e.get("top_logprobs") or not set(e) <= _PLAIN_ENTRY:
             return entries
         lp = e.get("logprob")
-        if type(lp) is not float and (type(lp) is not int or isinstance(lp, bool)):
+        if type(lp) not in (float, int):  # exact types: a bool (its own type) or a subclass keeps the entries
             return entries
         out.append(lp)
     return out
@@ -298,6 +298,7 @@ def check_reward(value: object, name: object) -> float:
         >>> check_reward(1, "reward")
         1.0
     """
+    # numbers.Real, not sdk._numbers: a reward the user's code computes may be a numpy float32 or a Fraction.
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"reward must be a real number, got {type(value).__name__} {value!r}")
     v = float(value)

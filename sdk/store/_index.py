@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
 from sdk._json import JSONError, loads
+from sdk._numbers import is_finite_number
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -346,21 +347,12 @@ def marked_lines(path: str | os.PathLike[str], pending: Sized) -> Iterator[bytes
                     released += size
 
 
-_INF = float("inf")
-
-
 def reward_of(event: dict[str, Any]) -> Reward | None:
     """The compact form of a reward event, or ``None`` when its value is not a finite number."""
     value = event.get("value")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_finite_number(value):
         return None
-    try:
-        value = float(value)
-    except OverflowError:  # an integer beyond any float
-        return None
-    if value != value or value in (_INF, -_INF):
-        return None
-    return (value, event.get("name") or "reward", event.get("call_id"), event.get("ts"))
+    return (float(value), event.get("name") or "reward", event.get("call_id"), event.get("ts"))
 
 
 def scan_rewards(

@@ -14,10 +14,10 @@ Example:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sdk._numbers import is_finite_number
 from sdk.messages import render_ids, template_messages
 
 if TYPE_CHECKING:
@@ -56,8 +56,7 @@ def _number(body: dict[str, Any], key: str, default: float, low: float, high: fl
     value = body.get(key)
     if value is None:
         return default
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and (value > low if open_low else value >= low) and value <= high:
+    if is_finite_number(value) and (value > low if open_low else value >= low) and value <= high:
         return float(value)
     span = f"{'(' if open_low else '['}{low:g}, {high:g}]"
     raise ValueError(f"{key!r} must be a number in {span}, got {value!r}")

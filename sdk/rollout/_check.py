@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk.rollout._spec import RolloutSpec
+from sdk.rollout._summary import RolloutSummary, read_results
 
 __all__ = ["RolloutCheck", "check_rollout"]
 
@@ -302,7 +303,6 @@ def check_rollout(
     """
     import sdk
     from sdk.rollout._run import run_rollout
-    from sdk.rollout._summary import read_results
     from sdk.rollout._tasks import RolloutError, load_tasks
 
     if check_tasks < 1:
@@ -328,19 +328,20 @@ def check_rollout(
         t0 = time.monotonic()
         summary = run_rollout(spec, chosen, split="check", results=results, store=store)
         wall = time.monotonic() - t0
-        report = _report(read_results(results), store, spec, wall)
+        report = _report(read_results(results), summary, store, spec, wall)
     finally:
         sdk.flush()
         tracer.restore(before)
         if temp is not None:
             temp.cleanup()
-    report.statuses = {k: v for k, v in summary.counts.items() if v}
     report.projections = list(projections or [])
     return report
 
 
-def _report(rows: list[dict[str, Any]], store: Path, spec: RolloutSpec, wall: float) -> RolloutCheck:
-    from sdk.messages import malformed_tool_call
+def _report(
+    rows: list[dict[str, Any]], summary: RolloutSummary, store: Path, spec: RolloutSpec, wall: float
+) -> RolloutCheck:
+    """The check's figures: the counts and means ``summary`` has, the groups and the calls' settings."""
     from sdk.store import StoreReader
 
     by_task: dict[str, list[float]] = defaultdict(list)
@@ -351,42 +352,36 @@ def _report(rows: list[dict[str, Any]], store: Path, spec: RolloutSpec, wall: fl
         {"task_id": tid, "rewards": v, "mean": statistics.fmean(v), "spread": statistics.pstdev(v)}
         for tid, v in by_task.items()
     ]
+    # What the calls offered and how they sampled: the only figures the summary does not have.
     wanted = {r["session_id"] for r in rows if r.get("session_id")}
-    calls: list[int] = []
-    latencies: list[float] = []
-    tool_calls = malformed = 0
     offered = False
     temperatures: set[float | None] = set()
     for s in StoreReader(store).sessions() if store.is_dir() else ():
         if s.session_id not in wanted:
             continue
-        calls.append(len(s.calls))
         for c in s.calls:
-            if isinstance(c.get("latency_s"), (int, float)):
-                latencies.append(float(c["latency_s"]))
             request = c.get("request") or {}
             offered = offered or bool(request.get("tools"))
             t = (request.get("params") or {}).get("temperature")
             temperatures.add(float(t) if isinstance(t, (int, float)) else None)
-            message = (c.get("response") or {}).get("message")
-            parsed = message.get("tool_calls") if isinstance(message, dict) else None
-            tool_calls += len(parsed) if isinstance(parsed, list) else 0
-            malformed += bool(c.get("malformed_tool_call") or malformed_tool_call(message))
-    seconds = [float(r["seconds"]) for r in rows if isinstance(r.get("seconds"), (int, float))]
+    # The summary's evaluation figures read the same store for calls per sample and seconds per call.
+    per_sample = summary.metrics.per_sample if summary.metrics is not None else {}
+    mean = {name: (per_sample.get(name) or {}).get("mean") for name in ("calls", "call_seconds", "seconds")}
     errors = [r["error"] for r in rows if r.get("error") and r.get("status") != "timeout"]
     self_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, kilobytes on Linux
     return RolloutCheck(
-        samples=len(rows),
+        samples=summary.done,
         group_size=spec.group_size,
+        statuses={k: v for k, v in summary.counts.items() if v},
         groups=groups,
-        calls_per_sample=statistics.fmean(calls) if calls else None,
-        tool_calls=tool_calls,
-        malformed_tool_calls=malformed,
+        calls_per_sample=mean["calls"],
+        tool_calls=summary.tool_calls,
+        malformed_tool_calls=summary.malformed_tool_calls,
         tools_offered=offered,
-        seconds_per_call=statistics.fmean(latencies) if latencies else None,
-        seconds_per_sample=statistics.fmean(seconds) if seconds else None,
+        seconds_per_call=mean["call_seconds"],
+        seconds_per_sample=mean["seconds"],
         wall_s=wall,
         concurrency=spec.concurrency,
         temperatures=sorted(temperatures, key=lambda t: (t is None, t or 0.0)),

@@ -1,6 +1,6 @@
 """``StreamingSource``: GRPO groups from a store that keeps growing, exactly once, staleness-bounded.
 
-The asynchronous loop (:mod:`trainers.loop.continuous`) trains while the agents keep running. This source
+The asynchronous loop (:mod:`trainers.loop.driver`, ``mode: async``) trains while the agents keep running. This source
 follows the store they write to (a local directory or an ``s3://`` URI): each :meth:`StreamingSource.poll`
 reads what was appended since the last one (:class:`sdk.store.StoreTail`, with the reader's rules — torn
 lines, late rewards, superseded attempts), keeps the samples not decided yet, and returns the GRPO groups
@@ -172,8 +172,8 @@ class StreamingSource:
         max_staleness: Largest allowed ``current_version - oldest turn version`` of a taken group.
         reward_wait_s: Seconds after a session's end during which a missing reward may still arrive.
         state: A cursor from :meth:`state` (resume).
-        split: Only sessions whose metadata ``split`` equals this (``None``: any); validation sessions
-            written to the same store are left alone.
+        split: Only sessions whose metadata ``split`` equals this, or for which this function of it is
+            true (``None``: any); validation sessions written to the same store are left alone.
         clock: Time source (tests pass a fake one).
         incremental: Read only what was appended since the last poll (``False``: read the whole store at
             each poll; the same groups, at a cost that grows with the store).
@@ -193,7 +193,7 @@ class StreamingSource:
         max_staleness: int,
         reward_wait_s: float = 0.0,
         state: dict[str, Any] | None = None,
-        split: str | None = "train",
+        split: str | Callable[[Any], bool] | None = "train",
         clock: Callable[[], float] = time.time,
         incremental: bool = True,
     ) -> None:
@@ -314,7 +314,8 @@ class StreamingSource:
             return False
         if s.status == "incomplete" or s.ended_at is None:
             return False
-        return self.split is None or s.metadata.get("split") == self.split
+        split = s.metadata.get("split")
+        return self.split is None or (self.split(split) if callable(self.split) else split == self.split)
 
     def _final(self, key: str) -> bool:
         """Whether a sample is decided for good: dropped, or taken and not given back at the last release."""
@@ -347,7 +348,13 @@ class StreamingSource:
                     del pool[key]
         return [s for attempts in pool.values() for s in attempts.values()]
 
-    def poll(self, current_version: int, *, closed: bool = False) -> StreamBatch:
+    def poll(
+        self,
+        current_version: int,
+        *,
+        closed: bool = False,
+        only: Callable[[StoredSession], bool] | None = None,
+    ) -> StreamBatch:
         """Read the store and return the groups ready now (see the module docstring).
 
         Args:
@@ -355,6 +362,8 @@ class StreamingSource:
             closed: Nothing will write training samples any more (the collector has ended): a group whose
                 samples have not all ended cannot complete, and its ended samples are dropped
                 (``group_incomplete``) instead of waited on.
+            only: Decide only the samples it is true for (the lock-step loop: this round's); the others
+                stay undecided for a later poll, ``closed`` or not.
 
         Example:
             >>> import tempfile
@@ -364,6 +373,10 @@ class StreamingSource:
         batch = StreamBatch()
         now = self.clock()
         for gkey, samples in sorted(self._candidates().items()):
+            if only is not None:
+                samples = {k: s for k, s in samples.items() if only(s)}
+                if not samples:
+                    continue
             if len(samples) + self._dropped_in[gkey] < self.group_size:
                 if closed:
                     for s in samples.values():

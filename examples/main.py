@@ -19,9 +19,10 @@ ordinary agent function and a task file:
    ``solve_openai``: the raw ``openai`` client) with the capture hook; it takes a task dict and returns its
    final answer. The policy server's address comes from the environment the loop sets.
 4. **Loop**, ``--rounds`` times: ``sdk.rollout`` runs ``G`` samples for each of ``--tasks-per-round`` fresh
-   training tasks (each in an ``sdk.session``) → ``sdk.episodes.export`` → one GRPO round through
-   ``sdk.train`` → the policy server reloads → the runner evaluates the held-out tasks (``--eval-samples``
-   per task at the collection temperature; split ``eval-round-N``, never trained on).
+   training tasks (each in an ``sdk.session``) → the round's groups with reward spread become episodes →
+   one GRPO round on the loop's resident trainer → the policy server gets the new weights → the runner
+   evaluates the held-out tasks (``--eval-samples`` per task at the collection temperature; split
+   ``eval-round-N``, never trained on).
 
 Table columns: ``validation`` is the held-out success after the round's update (round 0: the SFT policy);
 ``malformed val/train`` is the share of tool calls the server could not parse in the validation and in the
@@ -29,15 +30,15 @@ round's rollouts; ``train reward`` is the mean reward of the round's rollouts (b
 update); ``groups`` are the tasks whose G rewards differ (the others carry no GRPO signal); ``steps`` are
 optimizer steps of the round; ``wall s`` is the time since the loop started (SFT not included).
 
-``--async`` runs the loop in ``mode: async`` (``trainers.loop.continuous``) on the same sample budget: the
+``--async`` runs the loop in ``mode: async`` (``trainers.loop.driver``) on the same sample budget: the
 agents keep collecting while the trainer trains ``--sync-every`` batches of groups per published version (as
 many passes as a round, ``--epochs``), groups at most ``--max-staleness`` versions old, until the
 ``rounds x tasks-per-round x G`` samples are collected and trained on or dropped (counted); validation
 about ``rounds`` times beside training and once after it.
 
 Outputs in ``--out``: ``results.json`` (settings, per-round rows, summary), ``progress.png``,
-``metrics.jsonl``, the store, the rollouts' results files, the exported episodes and each round's training
-run. Re-running the same command continues after the last finished round. The last line printed is
+``metrics.jsonl``, ``trained_samples.jsonl`` / ``dropped_samples.jsonl``, the store, the rollouts' results
+files and the trainer's checkpoints. Re-running the same command continues after the last finished round. The last line printed is
 ``held-out success: X% -> Y%``.
 """
 

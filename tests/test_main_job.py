@@ -53,11 +53,14 @@ def test_main_job_runs_end_to_end(
     assert saved["summary"] == json.loads(json.dumps(result["summary"], default=str))
     assert [r["round"] for r in saved["rows"]] == [0, 1]
     row = saved["rows"][1]
-    assert row["samples"] == 16 and row["exported"] == 16 and row["groups"] > 0 and row["steps"] > 0
+    assert row["samples"] == 16 and row["groups"] > 0 and row["steps"] > 0
     # The resident trainer's weights went to the server as tensors; its checkpoint and final weights are on disk.
     assert row["push_bytes"] > 0 and (out / "train" / "final").is_dir()
     assert (out / "train" / f"checkpoint-{row['steps']}").is_dir()
-    assert (out / "episodes" / "round-1.parquet").is_file()
+    # The round's groups with reward spread trained; the other samples are dropped with their reason.
+    trained = (out / "trained_samples.jsonl").read_text().splitlines()
+    dropped = (out / "dropped_samples.jsonl").read_text().splitlines()
+    assert len(trained) == 4 * row["groups"] and len(trained) + len(dropped) == 16
     assert (out / "progress.png").stat().st_size > 0
     # Every (task, sample) of the round ran once, in its own session.
     lines = [json.loads(x) for x in (out / "rollouts" / "round-1.jsonl").read_text().splitlines()]

@@ -18,22 +18,22 @@ pytest.importorskip("trl")
 def test_the_committed_checkpoint_outlives_the_next_one_until_that_is_committed(
     tmp_path, tiny_model_dir, monkeypatch
 ):
-    from trainers.loop import continuous
+    from trainers.loop import driver
 
     # One optimizer step per version, a checkpoint every 2 versions (at steps 2 and 4).
     cfg = async_config(tmp_path, str(tiny_model_dir), max_versions=4, checkpoint_every=2, eval_tasks=None)
     out = Path(cfg["out"])
     resumable: list[bool] = []
-    commit = continuous._AsyncRun.commit
+    commit = driver._Run.commit
 
     def checked_commit(self, *args, **kw):
         # Until this commit replaces state.json, a kill -9 resumes from the checkpoint it names.
         state = json.loads((out / "state.json").read_text()) if (out / "state.json").exists() else {}
-        if "resident_checkpoint" in state:
+        if state.get("resident_checkpoint"):
             resumable.append((Path(state["resident_checkpoint"]) / "trainer_state.json").is_file())
         return commit(self, *args, **kw)
 
-    monkeypatch.setattr(continuous._AsyncRun, "commit", checked_commit)
+    monkeypatch.setattr(driver._Run, "commit", checked_commit)
     assert run_loop(cfg, quiet=True)["version"] == 4
     assert resumable == [True]  # at version 4's commit, version 2's checkpoint was still whole
     # transformers' end-of-train() save is off: no checkpoint of a version the loop did not checkpoint.

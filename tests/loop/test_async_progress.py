@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from trainers.loop.continuous import _GroupBar
+from trainers.loop.driver import _GroupBar
 
 
 class _Terminal(io.StringIO):

@@ -31,9 +31,7 @@ def test_two_rounds_interrupted_between_rounds_then_resumed(tmp_path, tiny_model
     state = json.loads((out / "state.json").read_text())
     # A LoRA run's server starts on the base and gets the checkpoint's adapter pushed on it.
     assert state["round"] == 1 and state["checkpoint"] == str(tiny_model_dir)
-    assert (
-        state["resident_checkpoint"] == str(out / "train" / "checkpoint-1") and state["policy_version"] == 1
-    )
+    assert state["resident_checkpoint"] == str(out / "train" / "checkpoint-1") and state["version"] == 1
     first_round = (out / "rollouts" / "round-1.jsonl").read_text()
 
     result = run_loop(cfg)
@@ -42,12 +40,18 @@ def test_two_rounds_interrupted_between_rounds_then_resumed(tmp_path, tiny_model
     assert [r["round"] for r in rows] == [0, 1, 2]  # each round once: round 0 and 1 were not run again
     assert (out / "rollouts" / "round-1.jsonl").read_text() == first_round
     for rnd, r in enumerate(rows[1:], start=1):
-        assert r["samples"] == 8 and r["exported"] == 8 and r["groups"] > 0 and r["steps"] == 1
+        assert r["samples"] == 8 and r["groups"] > 0 and r["steps"] == 1
         assert r["val_success"] is not None and r["policy_version"] == rnd
         assert r["val_pass_at_1"] == pytest.approx(r["val_success"]) and "val_pass_at_1_se" in r
         # The adapter's tensors went to the server (tens of kB, not the model), and a checkpoint was written.
         assert 0 < r["push_bytes"] < 200_000 and r["push_s"] >= 0 and r["checkpoint_s"] > 0
     assert rows[1]["curriculum_share"] == 0.5 and rows[2]["curriculum_share"] == 1.0
+    # Every sample of the two rounds is trained once (by its round's version) or dropped with a reason.
+    trained = [json.loads(x) for x in (out / "trained_samples.jsonl").read_text().splitlines()]
+    dropped = [json.loads(x) for x in (out / "dropped_samples.jsonl").read_text().splitlines()]
+    assert len(trained) == 4 * (rows[1]["groups"] + rows[2]["groups"])
+    assert len(trained) + len(dropped) == 16 and {d["reason"] for d in dropped} <= {"no_reward_spread"}
+    assert {(t["policy_version"], t["staleness"]) for t in trained} <= {(1, 0), (2, 0)}
     # The trainer was built in round 1 and, after the interruption, again from round 1's checkpoint.
     assert rows[1]["build_s"] > 0 and rows[2]["build_s"] > 0
     assert rows[2]["checkpoint"] == result["checkpoint"] == str(out / "train" / "final-merged")
@@ -165,7 +169,7 @@ def test_a_last_round_with_nothing_to_train_still_leaves_the_final_weights(
 def test_kill_9_mid_round_then_the_same_command_ends_with_the_weights_of_a_run_never_killed(
     tmp_path, tiny_model_dir
 ):
-    """Lock-step, full weights, seeded sampling: kill -9 once round 2's episodes are exported (its training
+    """Lock-step, full weights, seeded sampling: kill -9 once round 2's samples are all in (its training
     running or its checkpoint not yet written), then the same command; its final weights equal those of an
     uninterrupted run of the same configuration."""
     import os
@@ -202,9 +206,10 @@ def test_kill_9_mid_round_then_the_same_command_ends_with_the_weights_of_a_run_n
     out = tmp_path / "killed" / "loop"
     proc = start(killed, "first.log")
     deadline = time.time() + 180
-    while not (out / "episodes" / "round-2.parquet").exists():
+    results = out / "rollouts" / "round-2.jsonl"
+    while not results.exists() or results.read_text().count("\n") < 8:  # 2 tasks x 4 samples
         assert proc.poll() is None, (killed.parent / "first.log").read_text()
-        assert time.time() < deadline, "round 2 never exported"
+        assert time.time() < deadline, "round 2 never collected"
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()

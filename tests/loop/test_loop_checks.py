@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from sdk.eval import compare, summarize
+from tests.support.loop import validate_round
+from trainers.errors import UserError
 from trainers.loop import LoopConfig, main
-from trainers.loop.lockstep import _Run
+from trainers.loop.driver import _Run
 from trainers.loop.table import HEADER, print_row, validation_change
 from trainers.settings import PolicySpec
 
@@ -87,7 +89,9 @@ def test_validation_rows_show_pass_at_1_and_the_change_against_round_0(
     rows = []
     for rnd, skill in ((0, 5), (2, 15)):  # round 0 solves 5 of 20 tasks, round 2 solves 15
         monkeypatch.setenv("LOOP_TEST_SKILL", str(skill))
-        rows.append({"round": rnd, **run.validate(pool, rnd), "groups": 0, "steps": rnd // 2, "wall_s": 1.0})
+        rows.append(
+            {"round": rnd, **validate_round(run, pool, rnd), "groups": 0, "steps": rnd // 2, "wall_s": 1.0}
+        )
     results = [tmp_path / "loop" / "rollouts" / f"eval-round-{r}.jsonl" for r in (0, 2)]
     first = summarize(results[0])
     assert rows[0]["val_pass_at_1"] == first.pass_at_1 == 0.25
@@ -108,7 +112,7 @@ def test_validation_rows_show_pass_at_1_and_the_change_against_round_0(
     )
     # A round that solves what round 0 solved: the interval includes 0, and the line says what that means.
     monkeypatch.setenv("LOOP_TEST_SKILL", "5")
-    rows.append({"round": 3, **run.validate(pool, 3), "groups": 0, "steps": 1, "wall_s": 1.0})
+    rows.append({"round": 3, **validate_round(run, pool, 3), "groups": 0, "steps": 1, "wall_s": 1.0})
     line = validation_change(cfg.out, rows)
     assert (
         line is not None
@@ -126,7 +130,7 @@ def test_no_change_is_claimed_when_no_round_trained(tmp_path: Path) -> None:
 
 
 def test_best_checkpoint_by_validation_and_the_summary_names_final_and_best(tmp_path: Path) -> None:
-    from trainers.loop.lockstep import _mark_best
+    from trainers.loop.rounds import mark_best as _mark_best
     from trainers.loop.table import checkpoints_line
 
     for name in ("base", "r1", "r2"):
@@ -162,3 +166,12 @@ def test_loop_help_lists_every_key_with_its_default(capsys: pytest.CaptureFixtur
     assert any(
         line.split()[:2] == ["group_size", "8"] and "GRPO group size" in line for line in out.splitlines()
     )
+
+
+def test_an_out_directory_of_an_older_tracerl_is_one_error_line(tmp_path):
+    cfg = LoopConfig(agent="a:f", tasks="t", model="m", out=str(tmp_path / "loop"))
+    run = _Run(cfg, quiet=True)
+    run.prepare()
+    run.state_path.write_text(json.dumps({"round": 1, "checkpoint": "m", "policy_version": 1}))
+    with pytest.raises(UserError, match="holds a run of an older tracerl: use a new out directory"):
+        run.resume()

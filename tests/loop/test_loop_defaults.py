@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.loop import validate_round
 from trainers.errors import UserError
 from trainers.loop import LoopConfig
 from trainers.loop.config import train_settings
-from trainers.loop.lockstep import _Run
+from trainers.loop.driver import _Run
 from trainers.loop.table import print_row, subset_note, validation_change
 
 
@@ -54,7 +55,9 @@ def test_validation_during_the_run_uses_a_fixed_subset_and_the_table_says_so(
     )  # fmt: skip
     run = _Run(cfg, quiet=True)
     monkeypatch.setenv("LOOP_TEST_SKILL", "10")
-    rows = [{"round": r, **run.validate(pool, r), "groups": 0, "steps": r, "wall_s": 1.0} for r in range(4)]
+    rows = [
+        {"round": r, **validate_round(run, pool, r), "groups": 0, "steps": r, "wall_s": 1.0} for r in range(4)
+    ]
     assert [r["val_tasks"] for r in rows] == [20, 5, 5, 20]
     assert [r["val_subset"] for r in rows] == [False, True, True, False]
 
@@ -63,7 +66,7 @@ def test_validation_during_the_run_uses_a_fixed_subset_and_the_table_says_so(
         return {json.loads(line)["task_id"] for line in path.read_text().splitlines()}
 
     assert tasks_of(1) == tasks_of(2) and len(tasks_of(1)) == 5  # the same subset every time
-    again = _Run(cfg, quiet=True).validate(pool, 1)  # a resumed run draws the same subset
+    again = validate_round(_Run(cfg, quiet=True), pool, 1)  # a resumed run draws the same subset
     assert again["val_tasks"] == 5 and tasks_of(1) == tasks_of(2)
     for row in rows:
         print_row(row)

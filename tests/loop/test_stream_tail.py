@@ -243,19 +243,19 @@ def test_the_tail_reads_an_object_store_as_it_grows(bucket, tmp_path):
     assert seen == 6 and follow.incremental and len(list(local.glob("*.jsonl"))) > 1
 
 
-def test_a_lock_step_round_exports_what_the_whole_store_export_does(tmp_path):
-    """Each round's export reads only what was appended since the last round's, with the same episodes."""
-    from sdk.episodes import export, read_episodes
-    from trainers.loop.config import LoopConfig
-    from trainers.loop.lockstep import _Run
+def test_a_lock_step_round_takes_its_groups_as_a_whole_store_read_does(tmp_path):
+    """Each round's poll reads only what was appended since the last round's, takes that round's groups
+    (the same as a source reading the whole store), and leaves validation sessions alone."""
+    from trainers.data.stream import StreamingSource
+    from trainers.loop.driver import _is_round
 
-    out = tmp_path / "run"
-    run = _Run(LoopConfig(agent="a:f", tasks="t", model="m", out=str(out)), quiet=True)
-    run.store.mkdir(parents=True)
+    store = tmp_path / "store"
+    store.mkdir()
     rng = random.Random(0)
-    chains = [Chain(run.store, f"20261128T000000-h-{i}-abc{i}") for i in range(2)]
-    scorer = Chain(run.store, "20261128T000001-h-9-score")
+    chains = [Chain(store, f"20261128T000000-h-{i}-abc{i}") for i in range(2)]
+    scorer = Chain(store, "20261128T000001-h-9-score")
     clock = Clock()
+    follow = StreamingSource(store, group_size=4, max_staleness=0, split=_is_round)
     for rnd in (1, 2, 3):
         for split in (f"round-{rnd}", f"eval-round-{rnd}"):
             for k in range(8):
@@ -263,11 +263,13 @@ def test_a_lock_step_round_exports_what_the_whole_store_export_does(tmp_path):
                 shared = k % 4 == 1  # parts written by both processes, as the gateway's workers do
                 for e in _sample_events(sid, f"t{k // 4}", k % 4, 0, clock.now, rng, shared=shared):
                     e.get("metadata", {})["split"] = split
+                    e.get("metadata", {})["rollout"] = split
                     chain.write(e)
                 if shared:
                     other = chains[1] if chain is chains[0] else chains[0]
                     for e in _sample_events(sid, f"t{k // 4}", k % 4, 0, clock.now, rng, shared=True):
                         e.get("metadata", {})["split"] = split
+                        e.get("metadata", {})["rollout"] = split
                         other.write(e)
                 if k % 3 == 0:  # its reward before its end
                     chain.write(_events.reward(sid, float(k % 2), "reward", None, 0.0))
@@ -275,9 +277,9 @@ def test_a_lock_step_round_exports_what_the_whole_store_export_does(tmp_path):
                 if k % 3 == 1:  # after its end, from the scoring process
                     scorer.write(_events.reward(sid, float(k % 2), "reward", None, 0.0))
         split = f"round-{rnd}"
-        a, b = tmp_path / f"follow-{rnd}.parquet", tmp_path / f"whole-{rnd}.parquet"
-        got = export(run.round_sessions(split), a, splits=[split], rejects=False)
-        want = export(run.store, b, splits=[split], rejects=False)
-        assert got.written == want.written > 0 and dict(got.rejected) == dict(want.rejected)
-        assert read_episodes(a) == read_episodes(b)
-    assert run._tail.num_calls == _calls_written(run.store)  # each line parsed once over the three rounds
+        whole = StreamingSource(store, group_size=4, max_staleness=0, split=split, incremental=False)
+        got = follow.poll(0, closed=True, only=lambda s, split=split: s.metadata.get("split") == split)
+        want = whole.poll(0, closed=True)
+        assert _summary(got) == _summary(want) and got.groups
+        assert {s.metadata["split"] for g in got.groups for s in g.sessions} == {split}
+    assert follow.incremental and follow._tail.num_calls == _calls_written(store)  # each line parsed once

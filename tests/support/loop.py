@@ -132,3 +132,20 @@ def check_run(out: Path, max_staleness: int, model: str) -> dict:
         ):
             assert r[key] is not None, key
     return {"sessions": sessions, "trained": trained, "dropped": dropped, "state": state}
+
+
+def validate_round(run: object, pool: list[dict], rnd: int) -> dict:
+    """Lock-step round ``rnd``'s validation fields as the loop's row has them (its rollout really runs).
+
+    ``run``: a ``trainers.loop.driver._Run``; the loop validates the served version, 0 here.
+    """
+    from types import SimpleNamespace
+
+    from trainers.loop.collect import _Version
+    from trainers.loop.driver import _validate
+    from trainers.loop.rounds import round_row
+    from trainers.loop.validation import Validator
+
+    validator = Validator(run.cfg, run, pool, _Version(0), lambda: False)
+    row = round_row(rnd, None, _validate(run.cfg, run, SimpleNamespace(validator=validator), rnd))
+    return {k: v for k, v in row.items() if k.startswith("val_") or k == "eval_s"}

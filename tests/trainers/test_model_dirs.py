@@ -228,7 +228,7 @@ HELD_BEST = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from trainers.loop.lockstep import _mark_best
+    from trainers.loop.rounds import mark_best as _mark_best
 
     out, ready = Path(sys.argv[1]), Path(sys.argv[2])
 

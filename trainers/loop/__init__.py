@@ -7,17 +7,20 @@ task file. Each round:
    ``TRACERL_POLICY_BASE_URL`` / ``TRACERL_POLICY_MODEL``);
 2. ``sdk.rollout`` runs the agent ``group_size`` times on each of this round's training tasks (split
    ``round-N``);
-3. ``sdk.episodes.export`` turns the round's sessions into Parquet;
+3. the round's groups with reward spread (:class:`~trainers.data.stream.StreamingSource` on the store, no
+   staleness: collection waits while a version trains) become episodes in memory;
 4. one training round on the loop's resident trainer (:mod:`trainers.loop.training`: built at the first
    round and kept, so the model, optimizer, schedule and RNG carry over; ``train:`` holds the keys of
-   ``python -m sdk.train``'s ``--config`` file); ``backend: ray`` trains a new run per round instead;
+   ``python -m sdk.train``'s ``--config`` file); ``backend: ray`` trains a new run per round instead, on
+   the round's episodes written to ``episodes/round-N.parquet``;
 5. the new weights are pushed to the policy server as tensors (LoRA: the adapter's only), and every
-   ``checkpoint_every`` rounds (1) a recovery checkpoint is written;
+   ``checkpoint_every`` rounds (1) a recovery checkpoint is written and the round committed;
 6. every ``eval_every`` rounds (and before the first), the runner evaluates the validation tasks
    (split ``eval-round-N``; nothing is trained on them).
 
-``mode: async`` (or ``--mode async``) runs :mod:`trainers.loop.continuous` instead: collection and training
-overlap, groups at most ``max_staleness`` versions old, truncated importance sampling on the stored tokens.
+``mode: async`` (or ``--mode async``) is the same loop with collection and training overlapping: groups at
+most ``max_staleness`` versions old, truncated importance sampling on the stored tokens
+(:mod:`trainers.loop.driver` says both modes' rules).
 
 Curriculum (``curriculum: true``, the keys ``tracerl train`` has, counted in rounds here): a round draws its
 tasks from the easiest ``curriculum_start`` share of the training tasks, ranked by their mean reward in
@@ -32,9 +35,11 @@ the reward of a training sample with one, so RL learns the call format as well a
 default; validation is never shaped).
 
 Outputs in ``out``: ``metrics.jsonl`` (one line per round, appended as it finishes), ``progress.png``
-(train reward and validation success per round), ``state.json`` (the last checkpointed round and its
-checkpoint: re-running the same command continues after it), ``store/``, ``rollouts/`` (the runner's
-results files), ``episodes/`` and ``train/`` (the trainer's log, ``checkpoint-<step>/``, ``final/``).
+(train reward and validation success per round), ``state.json`` (the last committed round, its version
+and checkpoint: re-running the same command continues after it), ``trained_samples.jsonl`` /
+``dropped_samples.jsonl`` (each sample trained once, by which version, or dropped with its reason),
+``store/``, ``rollouts/`` (the runner's results files) and ``train/`` (the trainer's log,
+``checkpoint-<step>/``, ``final/``).
 
 Config keys: see :class:`LoopConfig` (``tracerl train --loop --help`` lists them). Example ``loop.yaml``::
 
@@ -56,19 +61,19 @@ Example:
     >>> result["rows"][-1]["val_success"]  # doctest: +SKIP
     0.62
 
-The package: :mod:`~trainers.loop.config` (settings and checks), :mod:`~trainers.loop.lockstep` (rounds),
-:mod:`~trainers.loop.continuous` (``mode: async``) and :mod:`~trainers.loop.collect` (its collector
-process), :mod:`~trainers.loop.run` (a run's files, clock and training side, both modes'),
-:mod:`~trainers.loop.training` (the resident trainer both loops train on),
-:mod:`~trainers.loop.validation`, :mod:`~trainers.loop.table` (the table and plot),
-:mod:`~trainers.loop.pools` (task pools), :mod:`~trainers.loop.check` (``--check``) and
-:mod:`~trainers.loop.cli` (the command).
+The package: :mod:`~trainers.loop.config` (settings and checks), :mod:`~trainers.loop.driver` (the loop,
+both modes), :mod:`~trainers.loop.rounds` (what only lock-step rounds have), :mod:`~trainers.loop.collect`
+(the asynchronous collector's process), :mod:`~trainers.loop.run` (a run's files, clock and training
+side), :mod:`~trainers.loop.training` (the resident trainer), :mod:`~trainers.loop.validation`,
+:mod:`~trainers.loop.table` (the table and plot), :mod:`~trainers.loop.pools` (task pools),
+:mod:`~trainers.loop.check` (``--check``) and :mod:`~trainers.loop.cli` (the command).
 """
 
 from __future__ import annotations
 
 from trainers.loop.cli import main
 from trainers.loop.config import LoopConfig, check_before_loading
-from trainers.loop.lockstep import run_loop, select_tasks
+from trainers.loop.driver import run_loop
+from trainers.loop.rounds import select_tasks
 
 __all__ = ["LoopConfig", "check_before_loading", "main", "run_loop", "select_tasks"]

@@ -8,7 +8,7 @@ import sys
 from sdk._cli import command_parser
 from trainers.errors import UserError
 from trainers.loop.config import LoopConfig, loop_keys, read_yaml
-from trainers.loop.lockstep import run_loop
+from trainers.loop.driver import run_loop
 from trainers.loop.table import checkpoints_line, validation_change
 from trainers.settings import add_flags
 

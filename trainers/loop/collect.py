@@ -7,7 +7,7 @@ made each step about three times slower. The version, the backlog and the stop f
 where the policy is (``TRACERL_POLICY_*``) travels in a small file the loop rewrites on every publish (a
 vLLM adapter's name changes with its version).
 
-See :mod:`trainers.loop.continuous`.
+See :mod:`trainers.loop.driver`.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class _Gate:
 
     Samples beyond ``max_staleness`` versions' worth would only be dropped as stale, so the collector
     starts new tasks only while the backlog the trainer last saw is below ``limit`` (see
-    ``continuous._backlog_limit``); it also stops at the sample budget (``max_samples``).
+    ``driver._backlog_limit``); it also stops at the sample budget (``max_samples``).
     """
 
     def __init__(self, limit: int, budget_tasks: int | None) -> None:

@@ -126,8 +126,8 @@ class LoopConfig:
     plot: bool = setting(True, help="Write progress.png.")
     mode: Literal["sync", "async"] = setting(
         "sync",
-        help="sync (rounds, trainers.loop.lockstep) or async (trainers.loop.continuous: collection and "
-        "training overlap; eval_every then counts versions).",
+        help="sync (rounds: collection pauses while a version trains) or async (collection and training "
+        "overlap; eval_every then counts versions); trainers.loop.driver.",
     )
     max_staleness: int = setting(
         2,

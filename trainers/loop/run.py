@@ -2,10 +2,9 @@
 
 A run lives in ``out``: ``store/`` (the sessions), ``rollouts/`` (the runners' results files),
 ``metrics.jsonl`` (one row per round or optimizer step, plus validation rows), ``state.json`` (the last
-commit: what a restart continues from, replaced atomically) and ``train/`` (checkpoints). The lock-step
-rounds (:mod:`trainers.loop.lockstep`) and the asynchronous versions (:mod:`trainers.loop.continuous`)
-differ in what they commit, not in how it is written, how the run's seconds go on after a restart, or how
-the resident trainer and the policy server serving it are started — which is this module.
+commit: what a restart continues from, replaced atomically) and ``train/`` (checkpoints): how they are
+written, how the run's seconds go on after a restart, and how the resident trainer and the policy server
+serving it are started. What the loop commits is :mod:`trainers.loop.driver`'s.
 
 Example:
     >>> from trainers.loop.config import LoopConfig
@@ -140,24 +139,18 @@ class LoopRun:
         agents. Returns the started policy.
 
         Raises:
-            UserError: ``require_resident`` (the asynchronous loop) with another backend, or with an ``out``
-                whose checkpoints an older tracerl wrote per version.
+            UserError: ``require_resident`` (the asynchronous loop) with another backend.
         """
         from trainers.serve.policy import export_env, make_policy
 
         cfg = self.cfg
         settings = train_settings(cfg, cfg.model, self.out / "train")
-        resumed = self.resident_checkpoint
-        older = resumed is None and self.checkpoint != cfg.model  # checkpoints of the trainer API's rounds
         if require_resident and not is_resident(settings):
             raise UserError("mode: async trains with the resident trl trainer: set train.backend to trl")
-        if require_resident and older:
-            raise UserError(
-                f"{self.out} holds a run of an older tracerl (checkpoints per version): use a new out "
-                "directory"
+        if is_resident(settings):
+            self.trainer = LoopTrainer(
+                settings, planned_steps=planned_steps(cfg), resume=self.resident_checkpoint
             )
-        if is_resident(settings) and not older:  # an older lock-step run goes on through the trainer API
-            self.trainer = LoopTrainer(settings, planned_steps=planned_steps(cfg), resume=resumed)
         lora = self.trainer is not None and self.trainer.lora
         policy = make_policy(cfg.policy, cfg.model if lora else self.checkpoint, log_dir=str(self.out))
         policy.policy_version = self.version  # a restarted server goes on counting

@@ -51,7 +51,7 @@ HEADER = "round  validation pass@1  malformed val/train  train reward  groups  s
 
 
 def _pass_at_1(r: dict[str, Any]) -> str:
-    p = r.get("val_pass_at_1", r.get("val_success"))  # rows of runs before pass@1 was recorded
+    p = r.get("val_pass_at_1")
     if p is None:
         return "-"
     se = r.get("val_pass_at_1_se")

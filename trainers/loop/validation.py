@@ -3,7 +3,7 @@
 Each validation's samples run on whatever version is served while they run; the loop's last validation
 runs after training stops (:meth:`Validator.evaluate` with ``alone=True``), exact for the final weights.
 
-See :mod:`trainers.loop.continuous`.
+See :mod:`trainers.loop.driver`.
 """
 
 from __future__ import annotations
@@ -101,10 +101,15 @@ class Validator:
         self.thread: _Thread | None = None
         self.worker: RolloutWorker | None = None
 
-    def evaluate(self, n: int, *, alone: bool = False) -> dict[str, Any] | None:
-        """Validate the weights served now as version ``n``; the row is appended and returned.
+    def evaluate(
+        self, n: int, *, alone: bool = False, split: str | None = None, full: bool | None = None
+    ) -> dict[str, Any] | None:
+        """Validate the weights served now as version ``n``; returns the row (``None``: no held-out tasks).
 
-        ``alone``: nothing else runs (the final validation), so the agents run in this process.
+        ``alone``: nothing else runs (a lock-step round's, or the asynchronous loop's final validation), so
+        the agents run in this process. ``split``: the results' split and file name (``eval-v{n}``); a
+        named one is the lock-step round's, whose row joins the round's: it is not appended here.
+        ``full``: on every held-out task (default: the first and the final validation; ``eval_subset``).
         """
         from sdk.eval import summarize
         from sdk.rollout import summarize as rollout_summary
@@ -112,19 +117,20 @@ class Validator:
         if not self.pool:
             return None
         cfg = self.cfg
-        results = self.run.rollouts / f"eval-v{n}.jsonl"
+        name = split or f"eval-v{n}"
+        results = self.run.rollouts / f"{name}.jsonl"
         t0 = time.time()
         if alone:
-            run = functools.partial(_rollout_here, self.run.out, "validation")
+            run = functools.partial(_rollout_here, self.run.out, "validation", quiet=self.run.quiet)
         else:
             if self.worker is None:
                 self.worker = RolloutWorker(self.run.out, "validation")
             run = self.worker.run
-        tasks = validation_tasks(cfg, self.pool, first_or_last=alone or n == 0)
+        tasks = validation_tasks(cfg, self.pool, first_or_last=(alone or n == 0) if full is None else full)
         run(
             spec=rollout_spec(cfg, cfg.eval_samples),
             tasks=tasks,
-            split=f"eval-v{n}",
+            split=name,
             results=results,
             metadata={"policy_version": n},
         )
@@ -146,6 +152,8 @@ class Validator:
             "eval_s": round(time.time() - t0, 1),
             "wall_s": self.run.wall_s(),
         }
+        if split is not None:
+            return row
         with self.lock, self.run.metrics.open("a") as f:
             f.write(json.dumps(row) + "\n")
         subset = (
@@ -209,14 +217,20 @@ class Validator:
             self.worker = None
 
 
-def _rollout_here(out: Path, name: str, **kwargs: Any) -> None:
-    """:meth:`RolloutWorker.run`'s contract in this process: a failed run is one ``UserError`` line."""
+def _rollout_here(out: Path, name: str, *, quiet: bool, **kwargs: Any) -> None:
+    """:meth:`RolloutWorker.run`'s contract in this process: a failed run is one ``UserError`` line.
+
+    Unless ``quiet``, a terminal shows the run's bar (``validate version 3``); see ``rounds.bar_label``.
+    """
     from sdk.rollout import RolloutError, run_rollout
+    from trainers.loop.rounds import bar_label, stop_if_every_sample_failed
 
     try:
-        run_rollout(**kwargs)
+        run_rollout(**kwargs, progress=False if quiet else bar_label(kwargs["split"]))
     except RolloutError as exc:
         raise UserError(f"{name}: {str(exc).splitlines()[0]}") from None
+    # A broken agent must not look like a 0% policy (the other samples' results are kept).
+    stop_if_every_sample_failed(kwargs["results"], kwargs["split"])
 
 
 def _pct(x: Any) -> str:

@@ -38,8 +38,8 @@ about ``rounds`` times beside training and once after it.
 
 Outputs in ``--out``: ``results.json`` (settings, per-round rows, summary), ``progress.png``,
 ``metrics.jsonl``, ``trained_samples.jsonl`` / ``dropped_samples.jsonl``, the store, the rollouts' results
-files and the trainer's checkpoints. Re-running the same command continues after the last finished round. The last line printed is
-``held-out success: X% -> Y%``.
+files and the trainer's checkpoints. Re-running the same command continues after the last finished round. The
+last line printed is ``held-out success: X% -> Y%``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """``StreamingSource``: GRPO groups from a store that keeps growing, exactly once, staleness-bounded.
 
-The asynchronous loop (:mod:`trainers.loop.driver`, ``mode: async``) trains while the agents keep running. This source
-follows the store they write to (a local directory or an ``s3://`` URI): each :meth:`StreamingSource.poll`
-reads what was appended since the last one (:class:`sdk.store.StoreTail`, with the reader's rules — torn
-lines, late rewards, superseded attempts), keeps the samples not decided yet, and returns the GRPO groups
-that became ready. A poll's cost follows what was written since the last poll, not the store's size. A
-store the tail cannot follow (a segment that shrank or vanished, see :class:`sdk.store.StoreTail`) is read
-whole at each poll from then on, as with ``incremental=False``.
+The asynchronous loop (:mod:`trainers.loop.driver`, ``mode: async``) trains while the agents keep running.
+This source follows the store they write to (a local directory or an ``s3://`` URI): each
+:meth:`StreamingSource.poll` reads what was appended since the last one (:class:`sdk.store.StoreTail`, with
+the reader's rules — torn lines, late rewards, superseded attempts), keeps the samples not decided yet, and
+returns the GRPO groups that became ready. A poll's cost follows what was written since the last poll, not the
+store's size. A store the tail cannot follow (a segment that shrank or vanished, see
+:class:`sdk.store.StoreTail`) is read whole at each poll from then on, as with ``incremental=False``.
 
 A *sample* is identified by ``(rollout, task_id, sample)``: ``rollout`` is the session metadata the rollout
 runner stamps (its results file's key), so runs that reuse sample numbers never collide. Sample ``k`` of a

@@ -56,6 +56,11 @@ def coin_until_flat(task: dict[str, Any], answer: Any) -> float:
     return 0.0 if os.environ.get("LOOP_TEST_FLAT") else coin(task, answer)
 
 
+def training_tasks_only(task: dict[str, Any], answer: Any) -> float:
+    """1 on a training task (id ``train-*``), 0 on a held-out one: a warm start that learned its tasks only."""
+    return float(str(task["id"]).startswith("train"))
+
+
 def skill(task: dict[str, Any]) -> int:
     """No LLM: answers with the skill the test sets (``LOOP_TEST_SKILL``); tasks below it are solved."""
     return int(os.environ.get("LOOP_TEST_SKILL", "0"))

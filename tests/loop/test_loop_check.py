@@ -66,7 +66,34 @@ def test_the_loop_check_runs_samples_on_its_policy_server_and_says_no_group_has_
     verdict = [ln for ln in lines if ln.startswith("verdict: ")]
     assert any("no group has reward spread and no sample scored" in v and "tracerl sft" in v for v in verdict)
     assert any(v.startswith("verdict: one round takes ~") and "plus its training" in v for v in verdict)
+    # The held-out tasks ran too (as many as the training tasks), scored beside the training ones.
+    assert "verdict: held-out: 2 tasks x 2 samples, mean reward 0.00 (training tasks 0.00)" in text, text
+    assert not any("score far below" in v for v in verdict)
     # Nothing for the run: no metrics, no round, no loop store; the check's samples are in out/check.
     assert not (out / "metrics.jsonl").exists() and not (out / "store").exists()
     assert not (out / "policy-server.pid").exists()
     assert not (tmp_path / ".tracerl").exists()
+
+
+def test_the_loop_check_says_when_the_held_out_tasks_score_far_below_the_training_tasks(
+    tmp_path, tiny_model_dir, capsys
+):
+    out = tmp_path / "loop"
+    config = {
+        "agent": "loop_agents:solve",
+        "reward_fn": "loop_agents:training_tasks_only",  # the first training tasks were "demonstrated"
+        "tasks": _tasks(tmp_path / "train.jsonl", "train", 4),
+        "eval_tasks": _tasks(tmp_path / "eval.jsonl", "eval", 4),
+        "model": str(tiny_model_dir),
+        "out": str(out),
+        "group_size": 2,
+        "concurrency": 4,
+    }
+    path = tmp_path / "loop.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main([str(path), "--check", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "verdict: held-out: 1 task x 2 samples, mean reward 0.00 (training tasks 1.00)" in text, text
+    assert "the held-out tasks score far below the first training tasks" in text
+    # The held-out samples are the check's own too: in out/check/held-out, nothing in the loop's store.
+    assert (out / "check" / "held-out" / "check.jsonl").is_file() and not (out / "store").exists()

@@ -1,10 +1,12 @@
 """``tracerl train --loop loop.yaml --check``: a few samples on the loop's own policy server before a run.
 
 The check starts the policy server the loop would start (on ``model``), runs the first training tasks
-``group_size`` times each (a store of their own in ``OUT/check``: nothing of it is trained on), stops the
-server and prints :class:`sdk.rollout.RolloutCheck`'s lines with the loop's settings: how long one round's
-collection and a validation take at this pace, peak memory of the loop's process and its server, and a
-verdict naming what to change (warm start, temperature, timeout, group size).
+``group_size`` times each (a store of their own in ``OUT/check``: nothing of it is trained on), then as many
+held-out tasks the same way, stops the server and prints :class:`sdk.rollout.RolloutCheck`'s lines with the
+loop's settings: how long one round's collection and a validation take at this pace, peak memory of the
+loop's process and its server, how the held-out tasks score against the training ones, and a verdict naming
+what to change (warm start, temperature, timeout, group size, a task file whose first tasks were
+demonstrated).
 
 Example:
     >>> print(check_loop(LoopConfig.from_yaml("loop.yaml")).format())  # doctest: +SKIP
@@ -19,10 +21,12 @@ from typing import Any
 
 from trainers.errors import UserError
 
-__all__ = ["check_loop"]
+__all__ = ["check_loop", "held_out_notes"]
 
 #: A round's rollouts longer than this are worth a line in the verdict (minutes).
 _LONG_ROUND_MIN = 15.0
+#: Held-out tasks scoring this much below the training tasks' mean reward get a line in the verdict.
+_HELD_OUT_GAP = 0.25
 
 
 def check_loop(cfg: Any, *, tasks: int = 2) -> Any:
@@ -74,6 +78,12 @@ def check_loop(cfg: Any, *, tasks: int = 2) -> Any:
         report = check_rollout(
             rollout_spec(cfg), pool, check_tasks=tasks, workdir=out / "check", projections=projections
         )
+        # The training tasks a check runs first may be ones the warm start was taught (the loop takes them
+        # in file order): the held-out tasks say where the policy stands.
+        held = None
+        if eval_pool:
+            where = out / "check" / "held-out"
+            held = check_rollout(rollout_spec(cfg), eval_pool, check_tasks=tasks, workdir=where)
     except RolloutError as exc:
         raise UserError(str(exc)) from None
     finally:
@@ -91,9 +101,46 @@ def check_loop(cfg: Any, *, tasks: int = 2) -> Any:
         f"one round takes ~{took(rollouts)} of rollouts (collection and a validation at "
         f"tasks_per_round {cfg.tasks_per_round}, group_size {G}, concurrency {C}) plus its training"
     )
+    if held is not None:
+        report.notes += held_out_notes(report, held)
     if rollouts / 60 > _LONG_ROUND_MIN:
         report.notes.append(
             "that is long: fewer tasks_per_round, a smaller eval_subset, or more concurrency if the server "
             "keeps up"
         )
     return report
+
+
+def held_out_notes(train: Any, held: Any) -> list[str]:
+    """The verdict's lines on the held-out tasks' samples (``held``) beside the training tasks' (``train``).
+
+    Example:
+        >>> from sdk.rollout import RolloutCheck
+        >>> g = lambda rewards: {"task_id": "t", "rewards": rewards, "mean": sum(rewards) / 2, "spread": 0.5}
+        >>> notes = held_out_notes(RolloutCheck(samples=2, group_size=2, groups=[g([1.0, 1.0])]),
+        ...                        RolloutCheck(samples=2, group_size=2, groups=[g([0.0, 0.0])]))
+        >>> notes[0]
+        'held-out: 1 task x 2 samples, mean reward 0.00 (training tasks 1.00)'
+    """
+    mean = _mean_reward(held)
+    if mean is None:
+        return []
+    base = _mean_reward(train)
+    share = held.malformed_share
+    n = len(held.groups)
+    line = f"held-out: {n} task{'s' * (n != 1)} x {held.group_size} samples, mean reward {mean:.2f}"
+    line += "" if base is None else f" (training tasks {base:.2f})"
+    line += "" if not share else f", {100 * share:.0f}% of tool calls malformed"
+    notes = [line]
+    if base is not None and base - mean > _HELD_OUT_GAP:
+        notes.append(
+            "the held-out tasks score far below the first training tasks: if those were demonstrated in "
+            "the warm start, the first rounds train on what the model already knows; shuffle the task file "
+            "and keep the demonstrated tasks out of it"
+        )
+    return notes
+
+
+def _mean_reward(check: Any) -> float | None:
+    rewards = [x for g in check.groups for x in g["rewards"]]
+    return sum(rewards) / len(rewards) if rewards else None

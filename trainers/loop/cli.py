@@ -45,10 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         const=2,
         default=None,
         metavar="TASKS",
-        help="before a run: start the policy server, run the first TASKS training tasks (default 2) "
-        "group_size times each (nothing trained on) and say whether the run can learn: calls per sample, "
-        "tool calls parsed / malformed, reward spread per group, seconds per call, the time one round "
-        "takes, peak memory, a verdict with what to change; then exit 0",
+        help="before a run: start the policy server, run the first TASKS training tasks (default 2) and "
+        "as many held-out tasks group_size times each (nothing trained on) and say whether the run can "
+        "learn: calls per sample, tool calls parsed / malformed, reward spread per group, held-out reward "
+        "beside training reward, seconds per call, the time one round takes, peak memory, a verdict with "
+        "what to change; then exit 0",
     )
     try:
         args = p.parse_args(argv)

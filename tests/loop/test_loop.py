@@ -45,6 +45,8 @@ def test_two_rounds_interrupted_between_rounds_then_resumed(tmp_path, tiny_model
         assert r["val_pass_at_1"] == pytest.approx(r["val_success"]) and "val_pass_at_1_se" in r
         # The adapter's tensors went to the server (tens of kB, not the model), and a checkpoint was written.
         assert 0 < r["push_bytes"] < 200_000 and r["push_s"] >= 0 and r["checkpoint_s"] > 0
+        # A LoRA round's row names its adapter (its checkpoint is the base the adapter is pushed on).
+        assert r["adapter"] == str(out / "train" / f"checkpoint-{rnd}")
     assert rows[1]["curriculum_share"] == 0.5 and rows[2]["curriculum_share"] == 1.0
     # Every sample of the two rounds is trained once (by its round's version) or dropped with a reason.
     trained = [json.loads(x) for x in (out / "trained_samples.jsonl").read_text().splitlines()]

@@ -655,6 +655,8 @@ def _round(cfg: Any, run: _Run, parts: _Parts, rnd: int, pool: list[dict[str, An
     steps, adapter, swap = 0, None, {}
     if groups and run.trainer is not None:
         steps, swap = _train_resident_round(cfg, run, parts, rnd, groups)
+        if run.trainer.lora and swap.get("checkpoint_s") is not None:
+            adapter = run.resident_checkpoint  # the row's checkpoint is the base the adapter is pushed on
     elif groups:
         data = run.out / "episodes" / f"{split}.parquet"
         data.parent.mkdir(parents=True, exist_ok=True)

@@ -148,10 +148,12 @@ def test_a_round_where_every_sample_failed_stops_and_a_rerun_retries_it(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("checkpoint_every", [None, 2])  # round 1 checkpointed already, or not
 def test_a_last_round_with_nothing_to_train_still_leaves_the_final_weights(
-    tmp_path, tiny_model_dir, monkeypatch
+    tmp_path, tiny_model_dir, monkeypatch, checkpoint_every
 ):
     cfg = {**_config(tmp_path, str(tiny_model_dir)), "reward_fn": "loop_agents:coin_until_flat"}
+    cfg["checkpoint_every"] = checkpoint_every
     cfg["train"]["lora"] = False
     out = Path(cfg["out"])
     monkeypatch.delenv("LOOP_TEST_FLAT", raising=False)
@@ -165,6 +167,10 @@ def test_a_last_round_with_nothing_to_train_still_leaves_the_final_weights(
     assert rows[1]["steps"] == 1 and rows[2]["groups"] == 0 and rows[2]["steps"] == 0
     assert result["checkpoint"] == rows[2]["checkpoint"] == str(out / "train" / "final")
     assert (out / "train" / "final" / "config.json").is_file()
+    # The last round committed (its weights are the ones round 1 trained, checkpointed): the run is done.
+    state = json.loads((out / "state.json").read_text())
+    assert state["round"] == 2 and state["resident_checkpoint"] == str(out / "train" / "checkpoint-1")
+    assert run_loop(cfg, quiet=True)["rows"] == rows
 
 
 @pytest.mark.slow

@@ -623,6 +623,7 @@ def _validate(cfg: Any, run: _Run, parts: _Parts, rnd: int) -> dict[str, Any] | 
 
 def _round(cfg: Any, run: _Run, parts: _Parts, rnd: int, pool: list[dict[str, Any]]) -> None:
     """Collect round ``rnd``'s samples, train its groups with spread as one version, validate when due."""
+    import sdk
     from sdk.rollout import MALFORMED_TOOL_CALL_PENALTY, RolloutError, read_results, run_rollout
 
     t0 = time.time()
@@ -644,8 +645,6 @@ def _round(cfg: Any, run: _Run, parts: _Parts, rnd: int, pool: list[dict[str, An
     stop_if_every_sample_failed(results, split)
     run.remember(read_results(results), tasks)
     t_collect = time.time() - t0
-    import sdk
-
     sdk.flush()  # the round's sessions are in the store before the source reads it
     t1 = time.time()
     # Every sample of the round has ended: a group short of samples cannot complete (closed).
@@ -668,7 +667,13 @@ def _round(cfg: Any, run: _Run, parts: _Parts, rnd: int, pool: list[dict[str, An
         run.steps += steps
         parts.policy.update(run.checkpoint, adapter=adapter, policy_version=run.version)
     if not groups and rnd == cfg.rounds and run.trainer is not None:
-        # The last round had nothing to train: the run's final weights are the ones it trained last.
+        # The last round had nothing to train: the run ends on the weights it trained last, checkpointed so
+        # that the round commits (a re-run then says the run is done) and saved to serve anywhere. Resumed
+        # with nothing trained since, the checkpoint it resumed from holds them.
+        swap["checkpoint_s"] = 0.0
+        now = run.trainer.out / f"checkpoint-{run.trainer.global_step}"
+        if run.trainer.resident.trainer is not None and Path(run.resident_checkpoint or "") != now:
+            run.resident_checkpoint, swap["checkpoint_s"] = run.trainer.checkpoint()  # never over itself
         run.checkpoint = run.trainer.final()
     t_train = time.time() - t1
     parts.version.set(run.version)

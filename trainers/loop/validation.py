@@ -1,7 +1,9 @@
-"""The asynchronous loop's validation: held-out rollouts beside training, one at a time, in a kept process.
+"""The loop's validation: held-out rollouts, a lock-step round's in this process, the others beside training.
 
-Each validation's samples run on whatever version is served while they run; the loop's last validation
-runs after training stops (:meth:`Validator.evaluate` with ``alone=True``), exact for the final weights.
+A lock-step round validates after its version is served, alone (:meth:`Validator.evaluate` with
+``alone=True`` and the round's split). The asynchronous loop validates in a kept worker process beside
+training, one at a time: each validation's samples run on whatever version is served while they run; its
+last validation runs after training stops, alone, exact for the final weights.
 
 See :mod:`trainers.loop.driver`.
 """
@@ -229,7 +231,7 @@ def _rollout_here(out: Path, name: str, *, quiet: bool, **kwargs: Any) -> None:
         run_rollout(**kwargs, progress=False if quiet else bar_label(kwargs["split"]))
     except RolloutError as exc:
         raise UserError(f"{name}: {str(exc).splitlines()[0]}") from None
-    # A broken agent must not look like a 0% policy (the other samples' results are kept).
+    # A broken agent must not look like a 0% policy: when every sample failed, the loop stops.
     stop_if_every_sample_failed(kwargs["results"], kwargs["split"])
 
 

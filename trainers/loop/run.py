@@ -165,8 +165,8 @@ class LoopRun:
     ) -> tuple[Any, dict[str, Any]]:
         """Train one version on the resident trainer and serve it as ``version``.
 
-        ``train.grpo.num_train_epochs`` passes (1 by default) over ``data`` (a round's Parquet file or a
-        version's episodes), or ``steps`` optimizer steps when given. Returns the trainer's
+        ``train.grpo.num_train_epochs`` passes (1 by default) over ``data`` (the version's episodes; a
+        Parquet file of them works too), or ``steps`` optimizer steps when given. Returns the trainer's
         :class:`~trainers.trl.resident.VersionResult` and the swap's costs (``build_s``, ``push_s``,
         ``push_bytes``).
 

@@ -109,9 +109,9 @@ def build_episodes(
             ``StoredSession``.
         options: How sessions become episodes (selection, thread splitting, rewards, validation); see
             :class:`EpisodeOptions`.
-        on_invalid: ``"skip"`` (default; skipped episodes are counted in ``summary`` and logged once at
-            the end), ``"keep"`` (yield them too; check with :func:`validate_episode`) or ``"raise"``
-            (``EpisodeError`` at the first problem, store problems included).
+        on_invalid: ``"skip"`` (default; skipped episodes are counted in ``summary``, or without one
+            logged once at the end), ``"keep"`` (yield them too; check with :func:`validate_episode`) or
+            ``"raise"`` (``EpisodeError`` at the first problem, store problems included).
         summary: An :class:`ExportSummary` to fill with every count (sessions, calls, rejects by reason).
         **option_kwargs: Any :class:`EpisodeOptions` field by name (``models=["gpt-*"]``), applied over
             ``options``.
@@ -134,7 +134,7 @@ def build_episodes(
         raise ValueError(f"on_invalid must be 'skip', 'keep' or 'raise', got {on_invalid!r}")
     options = episode_options(options, option_kwargs)
     pipeline = Pipeline(source, options, strict=on_invalid == "raise", summary=summary)
-    return _yield(pipeline, on_invalid)
+    return _yield(pipeline, on_invalid, say=summary is None)
 
 
 def open_episodes(
@@ -223,12 +223,13 @@ def _read_remote_parquet(uri: str) -> list[dict[str, Any]]:
         return read_episodes(local)
 
 
-def _yield(pipeline: Pipeline, on_invalid: str) -> Iterator[dict[str, Any]]:
+def _yield(pipeline: Pipeline, on_invalid: str, *, say: bool) -> Iterator[dict[str, Any]]:
+    """The pipeline's episodes; ``say``: log the skipped ones once (a caller with a summary counts them)."""
     for ep, problems in pipeline:
         if on_invalid == "keep" or not any(p.is_error for p in problems):
             yield ep
     s = pipeline.summary
-    if on_invalid == "skip" and s.rejected:
+    if say and on_invalid == "skip" and s.rejected:
         reasons = ", ".join(f"{k} {v}" for k, v in s.rejected.most_common())
         logger.warning(
             "tracerl: build_episodes skipped %d invalid episode(s) (%s); pass summary=ExportSummary() to "

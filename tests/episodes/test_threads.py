@@ -336,6 +336,11 @@ def test_on_invalid_skip_keep_raise(store: Path, caplog: pytest.LogCaptureFixtur
     with caplog.at_level(logging.WARNING, logger="tracerl"):
         assert [e["task_id"] for e in build_episodes(store)] == ["good"]
     assert "skipped 1 invalid episode(s) (missing_reward 1)" in caplog.text
+    caplog.clear()
+    summary = ExportSummary()  # a caller with a summary has every count: nothing is logged
+    with caplog.at_level(logging.WARNING, logger="tracerl"):
+        assert [e["task_id"] for e in build_episodes(store, summary=summary)] == ["good"]
+    assert dict(summary.rejected) == {"missing_reward": 1} and "skipped" not in caplog.text
     assert [e["task_id"] for e in build_episodes(store, on_invalid="keep")] == ["good", "bad"]
     with pytest.raises(EpisodeError, match="missing_reward"):
         list(build_episodes(store, on_invalid="raise"))

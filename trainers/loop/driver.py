@@ -74,15 +74,16 @@ comes from the loss's own log-probs, detached; with more (``num_iterations`` > 1
 The agents' processes are started with Python's ``spawn`` method: a script that calls :func:`run_loop` with
 ``mode: async`` must do so under ``if __name__ == "__main__":`` (``tracerl train --loop`` already does).
 
-Metrics per optimizer step in ``metrics.jsonl`` (``kind: "train"``): ``step``, ``policy_version`` (the
-version the step produces), ``loss``, ``reward``, ``is_ratio_mean``, ``is_ratio_max``,
-``is_truncated_frac``, and for its version ``staleness_hist`` ({versions behind: groups}),
-``groups_dropped_stale``, ``samples_per_s``, ``trainer_idle_pct``, ``collector_idle_pct``,
-``malformed_tool_calls`` and ``malformed_share`` (of the samples that ended meanwhile), and the swap's
-costs ``build_s``, ``train_s``, ``push_s``, ``push_bytes``, ``checkpoint_s``; validation rows
-have ``kind: "eval"`` (with ``val_malformed_share``, the share of their tool calls that did not parse).
-Every row has ``wall_s``, the loop's seconds so far (a resumed run goes on from its last row, as the
-lock-step loop's rows do). ``progress.png`` shows validation success and staleness by version.
+Metrics per optimizer step in ``metrics.jsonl`` (``kind: "train"``): ``step``, ``policy_version`` (the version
+the step produces), ``loss``, ``reward``, ``is_ratio_mean``, ``is_ratio_max``, ``is_truncated_frac``, and for
+its version ``staleness_hist`` ({versions behind: groups}), ``groups_dropped_stale``, ``samples_per_s``,
+``trainer_idle_pct``, ``collector_idle_pct``, ``malformed_tool_calls`` and ``malformed_share`` (of the samples
+that ended meanwhile), and the swap's costs ``build_s``, ``train_s``, ``push_s``, ``push_bytes``,
+``checkpoint_s``, and ``episodes_rejected`` (the version's episodes left out as invalid, by reason, when there
+are any; a round's row has it too); validation rows have ``kind: "eval"`` (with ``val_malformed_share``, the
+share of their tool calls that did not parse). Every row has ``wall_s``, the loop's seconds so far (a resumed
+run goes on from its last row, as the lock-step loop's rows do). ``progress.png`` shows validation success and
+staleness by version.
 
 Example:
     >>> from trainers.loop import run_loop
@@ -263,16 +264,21 @@ def _backlog_limit(cfg: Any, need: int) -> int:
     return max(per_version, cfg.max_staleness * per_version - cfg.concurrency)
 
 
-def _version_episodes(groups: list[Any]) -> list[dict[str, Any]]:
-    """The episodes of a version's groups, each group one GRPO group even when its task recurs."""
-    from sdk.episodes import build_episodes
+def _version_episodes(groups: list[Any]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The episodes of a version's groups, each group one GRPO group even when its task recurs.
+
+    Also the episodes left out as invalid, by reason (the row's ``episodes_rejected``): counted there, not
+    logged between the table's rows.
+    """
+    from sdk.episodes import ExportSummary, build_episodes
 
     rows = []
+    summary = ExportSummary()
     for g in groups:
-        for ep in build_episodes(g.sessions):
+        for ep in build_episodes(g.sessions, summary=summary):
             ep["task_id"] = g.key
             rows.append(ep)
-    return rows
+    return rows, {k: v for k, v in summary.rejected.items() if v}
 
 
 def _checkpoint(run: _Run, source: Any, lines: dict[Path, list], name: str = "cursor.json") -> float:
@@ -661,7 +667,9 @@ def _round(cfg: Any, run: _Run, parts: _Parts, rnd: int, pool: list[dict[str, An
         data.parent.mkdir(parents=True, exist_ok=True)
         from sdk.episodes import write_parquet
 
-        write_parquet(_version_episodes(groups), data)
+        episodes, rejected = _version_episodes(groups)
+        write_parquet(episodes, data)
+        swap = {"episodes_rejected": rejected} if rejected else {}
         run.checkpoint, adapter, steps = train_round(cfg, run.out, rnd, data, run.checkpoint, len(groups))
         run.version += 1
         run.steps += steps
@@ -699,10 +707,13 @@ def _train_resident_round(
     """
     steps = (cfg.train.get("grpo") or {}).get("max_steps")  # a round's steps when set
     run.version += 1
+    episodes, rejected = _version_episodes(groups)
     done, swap = run.train_version(
-        _version_episodes(groups), parts.policy, run.version, what=f"round {rnd}",
+        episodes, parts.policy, run.version, what=f"round {rnd}",
         steps=steps if isinstance(steps, int) and steps > 0 else None,
     )  # fmt: skip
+    if rejected:
+        swap["episodes_rejected"] = rejected
     run.steps = run.trainer.global_step
     swap["checkpoint_s"] = None
     if rnd % (cfg.checkpoint_every or 1) == 0 or rnd == cfg.rounds:
@@ -826,8 +837,11 @@ def _resident_version(
     """
     groups, drops, idle = taken
     # The steps follow from the training sequences the groups made, not from the number of samples.
-    done, swap = run.train_version(_version_episodes(groups), parts.policy, n, what=f"version {n}")
+    episodes, rejected = _version_episodes(groups)
+    done, swap = run.train_version(episodes, parts.policy, n, what=f"version {n}")
     swap = {"build_s": swap["build_s"], "train_s": round(done.train_s, 2), **swap}
+    if rejected:
+        swap["episodes_rejected"] = rejected
     log_rows = [r for r in done.log_rows if "loss" in r]
     t1 = time.time()
     parts.version.set(n)  # the collector stamps new samples with it from now on
